@@ -1,0 +1,1 @@
+"""starmesh protobuf package."""

@@ -1,0 +1,185 @@
+from google.protobuf import struct_pb2 as _struct_pb2
+from protos.starmesh.v1 import tensor_pb2 as _tensor_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StopRule(_message.Message):
+    __slots__ = ("max_iters", "stop_token_ids")
+    MAX_ITERS_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    max_iters: int
+    stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, max_iters: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class OpenNode(_message.Message):
+    __slots__ = ("request_id", "walk", "node", "iteration", "inputs", "params", "stop_rule", "traceparent", "tracestate", "consumer_host_ids")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    WALK_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    STOP_RULE_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_HOST_IDS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    walk: str
+    node: str
+    iteration: _containers.RepeatedScalarFieldContainer[int]
+    inputs: _containers.RepeatedCompositeFieldContainer[_tensor_pb2.NamedTensor]
+    params: _struct_pb2.Struct
+    stop_rule: StopRule
+    traceparent: str
+    tracestate: str
+    consumer_host_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PushChunk(_message.Message):
+    __slots__ = ("request_id", "node", "iteration", "port", "tensors", "end_of_stream")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    END_OF_STREAM_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    node: str
+    iteration: _containers.RepeatedScalarFieldContainer[int]
+    port: str
+    tensors: _containers.RepeatedCompositeFieldContainer[_tensor_pb2.NamedTensor]
+    end_of_stream: bool
+    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., port: _Optional[str] = ..., tensors: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., end_of_stream: _Optional[bool] = ...) -> None: ...
+
+class Cancel(_message.Message):
+    __slots__ = ("request_id", "reason")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    reason: str
+    def __init__(self, request_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Release(_message.Message):
+    __slots__ = ("request_id", "lease_ids")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    lease_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., lease_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RunItem(_message.Message):
+    __slots__ = ("open", "push", "cancel", "release")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    open: OpenNode
+    push: PushChunk
+    cancel: Cancel
+    release: Release
+    def __init__(self, open: _Optional[_Union[OpenNode, _Mapping]] = ..., push: _Optional[_Union[PushChunk, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ...) -> None: ...
+
+class RunRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[RunItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[RunItem, _Mapping]]] = ...) -> None: ...
+
+class ConsumedLease(_message.Message):
+    __slots__ = ("arena", "lease_id")
+    ARENA_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    arena: str
+    lease_id: int
+    def __init__(self, arena: _Optional[str] = ..., lease_id: _Optional[int] = ...) -> None: ...
+
+class NodeOutput(_message.Message):
+    __slots__ = ("request_id", "node", "iteration", "outputs", "metadata")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    node: str
+    iteration: _containers.RepeatedScalarFieldContainer[int]
+    outputs: _containers.RepeatedCompositeFieldContainer[_tensor_pb2.NamedTensor]
+    metadata: _struct_pb2.Struct
+    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., outputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class NodeError(_message.Message):
+    __slots__ = ("request_id", "node", "code", "message")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    node: str
+    code: int
+    message: str
+    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class NodeDone(_message.Message):
+    __slots__ = ("request_id", "node", "consumed")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    node: str
+    consumed: _containers.RepeatedCompositeFieldContainer[ConsumedLease]
+    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., consumed: _Optional[_Iterable[_Union[ConsumedLease, _Mapping]]] = ...) -> None: ...
+
+class RunEvent(_message.Message):
+    __slots__ = ("output", "error", "done")
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    output: NodeOutput
+    error: NodeError
+    done: NodeDone
+    def __init__(self, output: _Optional[_Union[NodeOutput, _Mapping]] = ..., error: _Optional[_Union[NodeError, _Mapping]] = ..., done: _Optional[_Union[NodeDone, _Mapping]] = ...) -> None: ...
+
+class RunResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[RunEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[RunEvent, _Mapping]]] = ...) -> None: ...
+
+class DescribeRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TransportStats(_message.Message):
+    __slots__ = ("num_leases", "used_bytes", "arena_bytes")
+    NUM_LEASES_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ARENA_BYTES_FIELD_NUMBER: _ClassVar[int]
+    num_leases: int
+    used_bytes: int
+    arena_bytes: int
+    def __init__(self, num_leases: _Optional[int] = ..., used_bytes: _Optional[int] = ..., arena_bytes: _Optional[int] = ...) -> None: ...
+
+class ComponentInfo(_message.Message):
+    __slots__ = ("name", "nodes", "host_id", "arena", "mooncake_session", "version", "transport", "num_open_requests")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    ARENA_FIELD_NUMBER: _ClassVar[int]
+    MOONCAKE_SESSION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    NUM_OPEN_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    host_id: str
+    arena: str
+    mooncake_session: str
+    version: str
+    transport: TransportStats
+    num_open_requests: int
+    def __init__(self, name: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., host_id: _Optional[str] = ..., arena: _Optional[str] = ..., mooncake_session: _Optional[str] = ..., version: _Optional[str] = ..., transport: _Optional[_Union[TransportStats, _Mapping]] = ..., num_open_requests: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,95 @@
+"""Work items that travel on `Component.Run`, as the core sees them (no protobuf).
+
+`services.wire` converts them to and from `starmesh.v1` messages at the gRPC edge.
+Inbound: OpenNode, PushChunk, Cancel, Release. Outbound: NodeOutput, NodeError, NodeDone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from transport.refs import ConsumedLease, TensorRef  # noqa: F401  (ConsumedLease re-exported)
+
+
+@dataclass(frozen=True)
+class StopRule:
+    max_iters: int = 0  # 0: the node's own bound
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class OpenNode:
+    """Opens a node run for one request; `inputs` are references until resolved."""
+
+    request_id: str
+    node: str
+    walk: str = ""
+    iteration: tuple[int, ...] = ()
+    inputs: dict[str, TensorRef] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    stop_rule: StopRule = StopRule()
+    traceparent: str = ""
+    tracestate: str = ""
+    consumer_host_ids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.request_id:
+            raise ValueError("open.request_id is empty")
+        if not self.node:
+            raise ValueError("open.node is empty")
+
+
+@dataclass(frozen=True)
+class PushChunk:
+    request_id: str
+    node: str
+    port: str
+    iteration: tuple[int, ...] = ()
+    tensors: dict[str, TensorRef] = field(default_factory=dict)
+    end_of_stream: bool = False
+
+
+@dataclass(frozen=True)
+class Cancel:
+    request_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Release:
+    """A consumer acknowledges leases of this process's arena."""
+
+    request_id: str
+    lease_ids: tuple[int, ...]
+
+
+InboundItem = Union[OpenNode, PushChunk, Cancel, Release]
+
+
+@dataclass(frozen=True)
+class NodeOutput:
+    """Outputs of one node step; `tensors` hold torch tensors inside the core."""
+
+    request_id: str
+    node: str
+    tensors: dict[str, Any]
+    iteration: tuple[int, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeError:
+    request_id: str
+    node: str
+    status: str  # name of a grpc.StatusCode, e.g. "INVALID_ARGUMENT"
+    message: str
+
+
+@dataclass(frozen=True)
+class NodeDone:
+    request_id: str
+    node: str
+    consumed: tuple[ConsumedLease, ...] = ()
+
+
+OutboundEvent = Union[NodeOutput, NodeError, NodeDone]

@@ -1,0 +1,47 @@
+"""Tensor <-> bytes without surplus copies."""
+from __future__ import annotations
+
+import warnings
+
+from transport.dtypes import to_torch
+
+
+def as_host(tensor):
+    """Detached CPU tensor (device tensors are staged through host memory)."""
+    tensor = tensor.detach()
+    return tensor if tensor.device.type == "cpu" else tensor.cpu()
+
+
+def to_bytes(tensor) -> bytes:
+    """Row-major bytes of any tensor: 0-d, empty, non-contiguous and bool included."""
+    import torch
+
+    flat = as_host(tensor).contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes()
+
+
+def copy_into(buffer, tensor) -> None:
+    """Copies `tensor` into a writable buffer of exactly its nbytes (one strided copy)."""
+    import torch
+
+    if tensor.numel() == 0:
+        return
+    dst = torch.frombuffer(buffer, dtype=torch.uint8).view(tensor.dtype).view(tensor.shape)
+    dst.copy_(as_host(tensor))
+
+
+def view(buffer, dtype: str, shape: tuple[int, ...]):
+    """Zero-copy tensor over `buffer` (bytes, mmap slice or ctypes array).
+
+    A read-only buffer (inline protobuf bytes) yields a tensor that must not be
+    written: consumers treat inputs as read-only by contract.
+    """
+    import torch
+
+    tdtype = to_torch(dtype)
+    if 0 in shape or len(buffer) == 0:
+        return torch.empty(shape, dtype=tdtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "buffer is not writable" for bytes
+        flat = torch.frombuffer(buffer, dtype=torch.uint8)
+    return flat.view(tdtype).view(shape)

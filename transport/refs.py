@@ -1,0 +1,90 @@
+"""`TensorRef`: a tensor by value or by reference, as the core sees it."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Union
+
+from transport.dtypes import element_size
+from transport.errors import BadTensorRef
+
+
+@dataclass(frozen=True)
+class InlineLocation:
+    data: bytes  # row-major bytes; a bytes object so torch.frombuffer views it without a copy
+
+
+@dataclass(frozen=True)
+class ShmLocation:
+    arena: str
+    offset: int
+    nbytes: int
+    lease_id: int
+    host_id: str
+
+
+@dataclass(frozen=True)
+class MooncakeLocation:
+    session: str  # "host:rpc_port" of the producer's transfer engine
+    address: int  # virtual address inside the producer's registered arena
+    nbytes: int
+    lease_id: int
+    arena: str
+    host_id: str
+
+
+@dataclass(frozen=True)
+class ConsumedLease:
+    """A lease of `arena` that a consumer resolved and has finished with."""
+
+    arena: str
+    lease_id: int
+
+
+Location = Union[InlineLocation, ShmLocation, MooncakeLocation]
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """dtype name (see transport.dtypes), shape and where the bytes are.
+
+    Invariant (checked at construction): the location holds exactly
+    numel * element_size bytes.
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+    location: Location
+
+    def __post_init__(self) -> None:
+        if any(d < 0 for d in self.shape):
+            raise BadTensorRef(f"tensor.shape has a negative dimension: {list(self.shape)}")
+        size = element_size(self.dtype)  # raises BadTensorRef for an unknown dtype
+        if self.stored_nbytes != self.numel * size:
+            raise BadTensorRef(
+                f"tensor.nbytes is {self.stored_nbytes}, but dtype {self.dtype} and shape "
+                f"{list(self.shape)} need {self.numel * size}"
+            )
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * element_size(self.dtype)
+
+    @property
+    def stored_nbytes(self) -> int:
+        loc = self.location
+        return len(loc.data) if isinstance(loc, InlineLocation) else loc.nbytes
+
+    @property
+    def lease_id(self) -> int | None:
+        return None if isinstance(self.location, InlineLocation) else self.location.lease_id
+
+    @property
+    def kind(self) -> str:
+        return {InlineLocation: "inline", ShmLocation: "shm", MooncakeLocation: "mooncake"}[
+            type(self.location)
+        ]
