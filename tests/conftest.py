@@ -47,3 +47,7 @@ def no_leaks(request):
     assert _wait_until(lambda: _segments() <= expected), (
         f"{request.node.name} left shm segments: {sorted(_segments() - expected)}"
     )
+
+
+# Session-scoped component services (echo, flaky) for tests/services.
+pytest_plugins = ("tests.fixtures.service_plugin",)

@@ -1,0 +1,1 @@
+"""Benchmarks: figures are printed and written as JSON, never asserted in tests."""

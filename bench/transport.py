@@ -1,0 +1,225 @@
+"""Transport benchmark: memcpy vs shm vs Mooncake TCP vs inline gRPC, and small hand-offs.
+
+    python -m bench.transport --json bench-results/transport.json
+
+The bench process is the producer holding the tensor; consumers are real service
+processes (`sum`: resolves its input and sums it). A hand-off is timed from the
+producer holding the tensor until the consumer's sum is back. Speeds are GB/s
+(1e9 bytes/s). Also checks a two-service round trip (producer -> echo -> producer)
+through every transport.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+
+MiB = 1 << 20
+HEADLINE_BYTES = 64 * MiB
+FIT_SIZES = [4096 * 4**i for i in range(8)]  # 4 KiB .. 64 MiB
+HOST, REMOTE_HOST = "bench-host", "bench-remote"
+FIXTURES = "tests.fixtures.components"
+
+
+def measure_memcpy(repeats: int) -> float:
+    """In one process: copy a 64 MiB float32 tensor and sum the copy (the limit)."""
+    import torch
+
+    src = torch.rand(HEADLINE_BYTES // 4)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(repeats + 2):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        float(dst.sum())
+        times.append(time.perf_counter() - t0)
+    return HEADLINE_BYTES / statistics.median(times[2:]) / 1e9
+
+
+class Producer:
+    """The bench side: one Transport per forced mode, one Run stream per consumer."""
+
+    def __init__(self, transport, run, hosts: tuple[str, ...]) -> None:
+        self.transport, self.run, self.hosts = transport, run, hosts
+        self.count = 0
+
+    async def handoff(self, x) -> tuple[float, float]:
+        """Seconds from holding `x` until the consumer's sum arrives; and that sum."""
+        from services.items import NodeError, NodeOutput, OpenNode
+
+        self.count += 1
+        rid = f"bench-{self.count}"
+        t0 = time.perf_counter()
+        ref = self.transport.export(x, request_id=rid, carrier="bench", consumer_host_ids=self.hosts)
+        await self.run.send([OpenNode(rid, "sum", inputs={"x": ref}, consumer_host_ids=(HOST,))])
+        events = (await self.run.until_finished([rid]))[rid]
+        elapsed = time.perf_counter() - t0
+        errors = [e for e in events if isinstance(e, NodeError)]
+        if errors:
+            raise RuntimeError(f"consumer failed: {errors[0].status}: {errors[0].message}")
+        out = next(e for e in events if isinstance(e, NodeOutput))
+        total = float(self.transport.resolve(out.tensors["x"]).tensor)
+        if ref.lease_id is not None:  # the consumer is done (NodeDone): acknowledge
+            self.transport.release([ref.lease_id])
+        return elapsed, total
+
+    async def timed(self, nbytes: int, repeats: int) -> float:
+        import torch
+
+        x = torch.rand(nbytes // 4)
+        expected = float(x.sum(dtype=torch.float64))
+        times = []
+        for _ in range(repeats + 1):  # the first hand-off warms the arena pages
+            elapsed, total = await self.handoff(x)
+            if abs(total - expected) > 1e-3 * max(1.0, abs(expected)):
+                raise AssertionError(f"consumer summed {total}, expected {expected}")
+            times.append(elapsed)
+        return statistics.median(times[1:])
+
+
+def fit_alpha_beta(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares T = alpha + bytes / beta (formula (8)); alpha in us, beta in GB/s."""
+    import numpy as np
+
+    sizes, times = np.array([p[0] for p in points], float), np.array([p[1] for p in points], float)
+    slope, intercept = np.polyfit(sizes, times, 1)
+    return intercept * 1e6, (1.0 / slope / 1e9 if slope > 0 else float("inf"))
+
+
+async def grpc_echo_us(address: str, repeats: int) -> float:
+    """Bare unary round trip (health Check): the floor for any hand-off."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        times = []
+        for _ in range(repeats + 10):
+            t0 = time.perf_counter()
+            await stub.Check(health_pb2.HealthCheckRequest())
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times[10:]) * 1e6
+
+
+async def round_trip(transport, address: str, mode: str) -> None:
+    """Producer -> echo service -> producer: the tensor comes back bit-identical."""
+    import torch
+
+    from client.component_client import ComponentClient
+    from services.items import NodeOutput, OpenNode, Release
+
+    x = torch.randn(3, 1000, 70).to(torch.bfloat16)[:, ::2]  # non-contiguous, 420 KB
+    async with ComponentClient(address, 128 * MiB) as run:
+        ref = transport.export(x, request_id="rt", carrier="rt")
+        await run.send([OpenNode("rt", "echo", inputs={"x": ref}, consumer_host_ids=(HOST,))])
+        events = (await run.until_finished(["rt"]))["rt"]
+        out = next(e for e in events if isinstance(e, NodeOutput)).tensors["x"]
+        back = transport.resolve(out)
+        if not torch.equal(back.tensor, x):
+            raise AssertionError(f"round trip through {mode} changed the tensor")
+        back.close()
+        await run.send([Release("rt", (out.lease_id,) if out.lease_id else ())])
+        if ref.lease_id:
+            transport.release([ref.lease_id])
+    print(f"round trip via {mode:8s} -> echo service -> {out.kind:8s}: ok")
+
+
+def start_services():
+    from services.process import ServiceProcess
+
+    big = ["--max-message-mb", "160", "--arena-bytes", str(512 * MiB)]
+    return {
+        "sum": ServiceProcess(f"{FIXTURES}:make_sum", ["--host-id", HOST, *big], name="sum"),
+        "sum_remote": ServiceProcess(
+            f"{FIXTURES}:make_sum", ["--host-id", REMOTE_HOST, "--mooncake", *big], name="sum-remote"
+        ),
+        "echo": ServiceProcess(f"{FIXTURES}:make_echo", ["--host-id", HOST, *big], name="echo"),
+    }
+
+
+async def run_transports(services: dict, repeats: int, fit_repeats: int) -> dict:
+    from client.component_client import ComponentClient
+    from transport.config import TransportConfig
+    from transport.transport import Transport
+
+    def tx(mode: str) -> Transport:
+        return Transport(TransportConfig(host_id=HOST, mode=mode, arena_bytes=256 * MiB,
+                                         enable_mooncake=mode == "mooncake"))
+
+    results, transports = {}, {m: tx(m) for m in ("inline", "shm", "mooncake")}
+    targets = {"inline": ("sum", ()), "shm": ("sum", (HOST,)), "mooncake": ("sum_remote", (REMOTE_HOST,))}
+    try:
+        for mode, transport in transports.items():
+            await round_trip(transport, services["echo"].address, mode)
+        for mode, (service, hosts) in targets.items():
+            async with ComponentClient(services[service].address, 160 * MiB) as run:
+                producer = Producer(transports[mode], run, hosts)
+                headline = await producer.timed(HEADLINE_BYTES, repeats)
+                key = "grpc_inline" if mode == "inline" else ("mooncake_tcp" if mode == "mooncake" else mode)
+                results[f"{key}_gbps"] = HEADLINE_BYTES / headline / 1e9
+                points = [(n, await producer.timed(n, fit_repeats)) for n in FIT_SIZES]
+                results[f"{mode}_alpha_us"], results[f"{mode}_beta_gbps"] = fit_alpha_beta(points)
+                results[f"{mode}_points_us"] = {str(n): t * 1e6 for n, t in points}
+                print(f"{mode:8s} 64 MiB hand-off: {results[key + '_gbps']:.2f} GB/s", flush=True)
+        async with ComponentClient(services["sum"].address) as run:
+            auto = Transport(TransportConfig(host_id=HOST, arena_bytes=16 * MiB))
+            transports["auto"] = auto
+            results["small_handoff_us"] = await Producer(auto, run, (HOST,)).timed(4096, 200) * 1e6
+        results["grpc_echo_us"] = await grpc_echo_us(services["sum"].address, 200)
+    finally:
+        for transport in transports.values():
+            transport.close()
+    return results
+
+
+def report(results: dict) -> None:
+    rows = [
+        ("memcpy (limit)", "memcpy_gbps", "GB/s"),
+        ("shm hand-off", "shm_gbps", "GB/s"),
+        ("mooncake tcp hand-off", "mooncake_tcp_gbps", "GB/s"),
+        ("grpc inline hand-off", "grpc_inline_gbps", "GB/s"),
+        ("shm / memcpy", "shm_over_memcpy", "x (target >= 0.8)"),
+        ("4 KiB hand-off", "small_handoff_us", "us"),
+        ("bare unary echo", "grpc_echo_us", "us"),
+        ("hand-off / echo", "small_handoff_over_echo", "x (target <= 1.5)"),
+    ]
+    rows += [(f"{m} alpha / beta", f"{m}_alpha_us", f"us / {results[f'{m}_beta_gbps']:.2f} GB/s")
+             for m in ("inline", "shm", "mooncake")]
+    print("\n" + "\n".join(f"{label:24s} {results[key]:10.3f} {unit}" for label, key, unit in rows))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.transport", description=__doc__.split("\n")[0])
+    parser.add_argument("--json", metavar="PATH", help="write the figures here")
+    parser.add_argument("--repeats", type=int, default=20, help="hand-offs per 64 MiB median")
+    parser.add_argument("--fit-repeats", type=int, default=5, help="hand-offs per size for the alpha/beta fit")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    torch.set_num_threads(1)  # like every service process
+    results = {"memcpy_gbps": measure_memcpy(args.repeats)}
+    services = start_services()
+    try:
+        for svc in services.values():
+            svc.start()
+        results.update(asyncio.run(run_transports(services, args.repeats, args.fit_repeats)))
+    finally:
+        for svc in services.values():
+            svc.stop()
+    results["shm_over_memcpy"] = results["shm_gbps"] / results["memcpy_gbps"]
+    results["small_handoff_over_echo"] = results["small_handoff_us"] / results["grpc_echo_us"]
+    report(results)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2, sort_keys=True)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

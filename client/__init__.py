@@ -1,0 +1,1 @@
+"""The Python SDK and the `starmesh` CLI (`client.cli`)."""

@@ -1,0 +1,36 @@
+"""`starmesh` command line: a thin dispatcher over client.commands.*."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+# Later issues append their subcommand modules here.
+COMMANDS = ("client.commands.version", "client.commands.serve", "client.commands.health")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="starmesh",
+        description="Serve multimodal models as a mesh of gRPC services, one per model component.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(name).add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Nothing a starmesh process runs may reach a model hub unless a user opts in.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""`starmesh serve <component>`: host one component as a gRPC service until SIGTERM."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+
+MiB = 1 << 20
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve a component over gRPC",
+        description="Serve a registered component, or a 'module:callable' factory returning one.",
+    )
+    p.add_argument("component", help="registered component name or 'module:callable' factory")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
+    p.add_argument("--port-file", metavar="PATH", help="write the bound port here once SERVING")
+    p.add_argument("--host-id", help="transport host id (default $STARMESH_HOST_ID or the hostname)")
+    p.add_argument("--transport-mode", choices=("auto", "inline", "shm", "mooncake"), default="auto")
+    p.add_argument("--mooncake", action="store_true", help="start a Mooncake transfer engine")
+    p.add_argument("--arena-bytes", type=int, metavar="N", help="size of this process's shm arena")
+    p.add_argument("--inline-threshold", type=int, metavar="N", help="tensors below N bytes travel inline")
+    p.add_argument("--max-message-mb", type=int, default=64, metavar="N", help="gRPC message limit (MiB)")
+    p.add_argument("--grace-s", type=float, default=5.0, metavar="S", help="drain time on SIGTERM")
+    p.add_argument("--torch-threads", type=int, default=1, metavar="N", help="torch intra-op threads")
+    p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"))
+    p.set_defaults(func=run)
+
+
+def _transport_config(args: argparse.Namespace):
+    from transport.config import TransportConfig
+
+    kwargs = {"mode": args.transport_mode, "enable_mooncake": args.mooncake}
+    if args.host_id:
+        kwargs["host_id"] = args.host_id
+    if args.arena_bytes is not None:
+        kwargs["arena_bytes"] = args.arena_bytes
+    if args.inline_threshold is not None:
+        kwargs["inline_threshold"] = args.inline_threshold
+    return TransportConfig(**kwargs)
+
+
+def write_port_file(path: str, port: int) -> None:
+    """Atomic: a reader polling for the file never sees it half-written."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".port-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{port}\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import asyncio
+
+    from services.component_service import ComponentService
+    from services.registry import build_component
+    from services.server import ServerConfig, configure_torch, serve
+    from services.telemetry import Telemetry
+    from transport.transport import Transport
+
+    server_config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        max_message_bytes=args.max_message_mb * MiB,
+        grace_s=args.grace_s,
+        torch_threads=args.torch_threads,
+    )
+    transport_config = _transport_config(args)
+    configure_torch(server_config.torch_threads)  # before the factory loads any weights
+    try:
+        component = build_component(args.component)
+    except (ValueError, ImportError) as e:
+        print(f"starmesh serve: {e}", file=sys.stderr)
+        return 2
+    try:
+        transport = Transport(transport_config)
+    except BaseException:
+        component.close()
+        raise
+    telemetry = Telemetry(component.name)
+    telemetry.install_global()
+    service = ComponentService(component, transport, telemetry)
+    on_serving = (lambda port: write_port_file(args.port_file, port)) if args.port_file else None
+    asyncio.run(serve(service, server_config, telemetry, on_serving=on_serving))
+    return 0

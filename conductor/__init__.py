@@ -1,0 +1,1 @@
+"""Conductor service: request state, walk executor, placement, routing, front door."""

@@ -1,0 +1,1 @@
+"""Engines: KV pool, scheduler, sampler, attention backends, offload."""

@@ -1,0 +1,1 @@
+"""Model graphs, state machines and default deployments."""

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Sets up starmesh on a fresh machine: system libraries, a virtualenv in .venv, the
+# package with its test and Mooncake extras. Idempotent: a second run installs nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${STARMESH_VENV:-.venv}
+PY=${PYTHON:-python3}
+
+need_libs=()
+for lib in libibverbs.so.1 libnuma.so.1; do
+  ldconfig -p 2>/dev/null | grep -q "$lib" || need_libs+=("$lib")
+done
+if [ ${#need_libs[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing libibverbs1 libnuma1 (Mooncake transport)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs1 libnuma1 >/dev/null
+  else
+    echo "setup: Mooncake needs ${need_libs[*]}; install them with: sudo apt-get install -y libibverbs1 libnuma1" >&2
+    echo "setup: continuing; the Mooncake transport will be unavailable until then" >&2
+  fi
+fi
+
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+    "${PIP[@]}" "torch>=2.11"
+  else
+    # CPU-only: the pinned CPU wheel (an unpinned range pulls a multi-GB CUDA build).
+    "${PIP[@]}" "torch==2.13.0"
+  fi
+fi
+"${PIP[@]}" -e ".[test,mooncake]"
+echo "setup: ready ($("$VENV/bin/python" -c 'import torch, grpc; print("torch", torch.__version__, "grpcio", grpc.__version__)'))"

@@ -1,0 +1,77 @@
+"""A service replica as a child process (`starmesh serve ...`), started and stopped cleanly.
+
+Used by the benchmarks and end-to-end tests, and by `starmesh up` later:
+
+    with ServiceProcess("module:factory", ["--host-id", "a"]) as svc:
+        ... svc.address ...
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+class ServiceProcess:
+    def __init__(self, component: str, args: list[str] = (), env: dict[str, str] | None = None,
+                 name: str | None = None, start_timeout_s: float = 60.0) -> None:
+        self.component = component
+        self.args = list(args)
+        self.env = {**os.environ, **(env or {})}
+        self.name = name or component.rsplit(":", 1)[-1]
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="starmesh-proc-")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def start(self) -> "ServiceProcess":
+        """Starts the process and waits until it is SERVING (its port file appears)."""
+        port_file = os.path.join(self._tmp.name, "port")
+        cmd = [sys.executable, "-m", "client", "serve", self.component, "--port", "0",
+               "--port-file", port_file, *self.args]
+        self.proc = subprocess.Popen(cmd, env=self.env)
+        deadline = time.monotonic() + self.start_timeout_s
+        while not os.path.exists(port_file):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} before SERVING: {cmd}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"{self.name} not SERVING after {self.start_timeout_s}s")
+            time.sleep(0.05)
+        with open(port_file) as f:
+            self.port = int(f.read())
+        return self
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        """SIGTERM (graceful: drain, unlink the arena), then SIGKILL after `timeout_s`."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def kill(self) -> None:
+        """SIGKILL: the crash case (its segment stays until the next start sweeps it)."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def __enter__(self) -> "ServiceProcess":
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        self._tmp.cleanup()
