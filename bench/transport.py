@@ -24,19 +24,12 @@ HOST, REMOTE_HOST = "bench-host", "bench-remote"
 FIXTURES = "tests.fixtures.components"
 
 
-def measure_memcpy(repeats: int) -> float:
-    """In one process: copy a 64 MiB float32 tensor and sum the copy (the limit)."""
-    import torch
-
-    src = torch.rand(HEADLINE_BYTES // 4)
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(repeats + 2):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        float(dst.sum())
-        times.append(time.perf_counter() - t0)
-    return HEADLINE_BYTES / statistics.median(times[2:]) / 1e9
+def copy_and_sum(src, dst) -> float:
+    """The limit: in one process, copy the tensor and sum the copy."""
+    t0 = time.perf_counter()
+    dst.copy_(src)
+    float(dst.sum())
+    return time.perf_counter() - t0
 
 
 class Producer:
@@ -66,18 +59,23 @@ class Producer:
             self.transport.release([ref.lease_id])
         return elapsed, total
 
-    async def timed(self, nbytes: int, repeats: int) -> float:
+    async def timed(self, nbytes: int, repeats: int, with_memcpy: bool = False) -> tuple[float, float]:
+        """Median hand-off seconds; with_memcpy also times copy_and_sum before each
+        hand-off (interleaved, so machine noise hits the baseline and the hand-off alike)."""
         import torch
 
         x = torch.rand(nbytes // 4)
+        dst = torch.empty_like(x)
         expected = float(x.sum(dtype=torch.float64))
-        times = []
-        for _ in range(repeats + 1):  # the first hand-off warms the arena pages
+        times, baseline = [], []
+        for _ in range(repeats + 1):  # the first round warms the arena pages and dst
+            if with_memcpy:
+                baseline.append(copy_and_sum(x, dst))
             elapsed, total = await self.handoff(x)
             if abs(total - expected) > 1e-3 * max(1.0, abs(expected)):
                 raise AssertionError(f"consumer summed {total}, expected {expected}")
             times.append(elapsed)
-        return statistics.median(times[1:])
+        return statistics.median(times[1:]), (statistics.median(baseline[1:]) if with_memcpy else float("nan"))
 
 
 def fit_alpha_beta(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -85,7 +83,9 @@ def fit_alpha_beta(points: list[tuple[int, float]]) -> tuple[float, float]:
     import numpy as np
 
     sizes, times = np.array([p[0] for p in points], float), np.array([p[1] for p in points], float)
-    slope, intercept = np.polyfit(sizes, times, 1)
+    # Weighted by 1/T: relative errors count alike, so the 64 MiB points do not
+    # drown the small ones that determine alpha.
+    slope, intercept = np.polyfit(sizes, times, 1, w=1.0 / times)
     return intercept * 1e6, (1.0 / slope / 1e9 if slope > 0 else float("inf"))
 
 
@@ -113,10 +113,14 @@ async def round_trip(transport, address: str, mode: str) -> None:
 
     x = torch.randn(3, 1000, 70).to(torch.bfloat16)[:, ::2]  # non-contiguous, 420 KB
     async with ComponentClient(address, 128 * MiB) as run:
-        ref = transport.export(x, request_id="rt", carrier="rt")
-        await run.send([OpenNode("rt", "echo", inputs={"x": ref}, consumer_host_ids=(HOST,))])
+        hosts = (REMOTE_HOST,) if mode == "mooncake" else (HOST,)
+        ref = transport.export(x, request_id="rt", carrier="rt", consumer_host_ids=hosts)
+        await run.send([OpenNode("rt", "echo", inputs={"x": ref}, consumer_host_ids=(transport.host_id,))])
         events = (await run.until_finished(["rt"]))["rt"]
-        out = next(e for e in events if isinstance(e, NodeOutput)).tensors["x"]
+        outputs = [e for e in events if isinstance(e, NodeOutput)]
+        if not outputs:
+            raise RuntimeError(f"echo via {mode} failed: {events}")
+        out = outputs[0].tensors["x"]
         back = transport.resolve(out)
         if not torch.equal(back.tensor, x):
             raise AssertionError(f"round trip through {mode} changed the tensor")
@@ -137,6 +141,9 @@ def start_services():
             f"{FIXTURES}:make_sum", ["--host-id", REMOTE_HOST, "--mooncake", *big], name="sum-remote"
         ),
         "echo": ServiceProcess(f"{FIXTURES}:make_echo", ["--host-id", HOST, *big], name="echo"),
+        "echo_remote": ServiceProcess(
+            f"{FIXTURES}:make_echo", ["--host-id", REMOTE_HOST, "--mooncake", *big], name="echo-remote"
+        ),
     }
 
 
@@ -153,21 +160,24 @@ async def run_transports(services: dict, repeats: int, fit_repeats: int) -> dict
     targets = {"inline": ("sum", ()), "shm": ("sum", (HOST,)), "mooncake": ("sum_remote", (REMOTE_HOST,))}
     try:
         for mode, transport in transports.items():
-            await round_trip(transport, services["echo"].address, mode)
+            echo = services["echo_remote" if mode == "mooncake" else "echo"]
+            await round_trip(transport, echo.address, mode)
         for mode, (service, hosts) in targets.items():
             async with ComponentClient(services[service].address, 160 * MiB) as run:
                 producer = Producer(transports[mode], run, hosts)
-                headline = await producer.timed(HEADLINE_BYTES, repeats)
+                headline, memcpy = await producer.timed(HEADLINE_BYTES, repeats, with_memcpy=mode == "shm")
+                if mode == "shm":
+                    results["memcpy_gbps"] = HEADLINE_BYTES / memcpy / 1e9
                 key = "grpc_inline" if mode == "inline" else ("mooncake_tcp" if mode == "mooncake" else mode)
                 results[f"{key}_gbps"] = HEADLINE_BYTES / headline / 1e9
-                points = [(n, await producer.timed(n, fit_repeats)) for n in FIT_SIZES]
+                points = [(n, (await producer.timed(n, fit_repeats))[0]) for n in FIT_SIZES]
                 results[f"{mode}_alpha_us"], results[f"{mode}_beta_gbps"] = fit_alpha_beta(points)
                 results[f"{mode}_points_us"] = {str(n): t * 1e6 for n, t in points}
                 print(f"{mode:8s} 64 MiB hand-off: {results[key + '_gbps']:.2f} GB/s", flush=True)
         async with ComponentClient(services["sum"].address) as run:
             auto = Transport(TransportConfig(host_id=HOST, arena_bytes=16 * MiB))
             transports["auto"] = auto
-            results["small_handoff_us"] = await Producer(auto, run, (HOST,)).timed(4096, 200) * 1e6
+            results["small_handoff_us"] = (await Producer(auto, run, (HOST,)).timed(4096, 200))[0] * 1e6
         results["grpc_echo_us"] = await grpc_echo_us(services["sum"].address, 200)
     finally:
         for transport in transports.values():
@@ -201,7 +211,7 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)  # like every service process
-    results = {"memcpy_gbps": measure_memcpy(args.repeats)}
+    results = {}
     services = start_services()
     try:
         for svc in services.values():
