@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -16,20 +15,12 @@ def _segments() -> set[str]:
     return {n for n in os.listdir(SHM_DIR) if "starmesh-" in n}
 
 
-def _wait_until(predicate, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 @pytest.fixture(autouse=True)
 def no_leaks(request):
     """After each test: every open arena (in-process and in registered services) is
     empty, and the test left no new starmesh segment in /dev/shm."""
     from tests.fixtures import registry
+    from tests.fixtures.services import wait_until
 
     before = _segments()
     yield
@@ -39,12 +30,12 @@ def no_leaks(request):
         local = all(t.arena.num_leases == 0 for t in live_transports())
         return local and all(n == 0 for n in registry.remote_lease_counts())
 
-    assert _wait_until(arenas_empty), (
+    assert wait_until(arenas_empty), (
         f"arenas not empty after {request.node.name}: "
         f"{[t.stats() for t in live_transports()]} remote={registry.remote_lease_counts()}"
     )
     expected = before | registry.session_segments()
-    assert _wait_until(lambda: _segments() <= expected), (
+    assert wait_until(lambda: _segments() <= expected), (
         f"{request.node.name} left shm segments: {sorted(_segments() - expected)}"
     )
 

@@ -24,6 +24,8 @@ def add_parser(sub) -> None:
     p.add_argument("--transport-mode", choices=("auto", "inline", "shm", "mooncake"), default="auto")
     p.add_argument("--mooncake", action="store_true", help="start a Mooncake transfer engine")
     p.add_argument("--arena-bytes", type=int, metavar="N", help="size of this process's shm arena")
+    p.add_argument("--arena-full-wait-s", type=float, metavar="S",
+                   help="how long an output waits for arena space before RESOURCE_EXHAUSTED")
     p.add_argument("--inline-threshold", type=int, metavar="N", help="tensors below N bytes travel inline")
     p.add_argument("--max-message-mb", type=int, default=64, metavar="N", help="gRPC message limit (MiB)")
     p.add_argument("--grace-s", type=float, default=5.0, metavar="S", help="drain time on SIGTERM")
@@ -40,6 +42,8 @@ def _transport_config(args: argparse.Namespace):
         kwargs["host_id"] = args.host_id
     if args.arena_bytes is not None:
         kwargs["arena_bytes"] = args.arena_bytes
+    if args.arena_full_wait_s is not None:
+        kwargs["full_wait_s"] = args.arena_full_wait_s
     if args.inline_threshold is not None:
         kwargs["inline_threshold"] = args.inline_threshold
     return TransportConfig(**kwargs)
