@@ -1,0 +1,153 @@
+"""Chunk policies of streaming edges (notes section 5, Algorithm 3) and the bounded
+per-(request, edge) buffer that applies them.
+
+A policy only decides positions: given how many stream items were already delivered
+as *new* items and how many have arrived, where the next chunk starts and ends. A
+chunk = [start, end) of the stream; items before `delivered` are its context.
+Invariant of every policy: concatenating each chunk's new items reproduces the
+stream exactly, residual included.
+
+End of stream (`done`): the residual (items past the last full chunk) is flushed as
+a final short chunk with its context; with `pad_final` the chunk also reports how
+many padding items the consumer appends to reach the full size (`num_pad`). A
+stream that ends on a chunk boundary gets an empty final chunk (is_last, no new
+items), so the consumer always learns the end.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from graph.errors import GraphError
+
+
+@dataclass(frozen=True)
+class Chunk:
+    items: tuple[Any, ...]  # context items first, then new items
+    start: int              # stream position of items[0]
+    num_context: int        # leading items delivered by earlier chunks
+    is_last: bool = False
+    num_pad: int = 0        # padding items the consumer appends (pad_final policies)
+
+    @property
+    def new_items(self) -> tuple[Any, ...]:
+        return self.items[self.num_context:]
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.items)
+
+
+class ChunkPolicy:
+    """Base of the three policies; subclasses are frozen dataclasses."""
+
+    pad_final: bool = False
+
+    @property
+    def min_buffer(self) -> int:
+        """Items a buffer must be able to hold to ever form a chunk."""
+        raise NotImplementedError
+
+    def next_window(self, delivered: int, available: int, done: bool) -> tuple[int, int] | None:
+        """(start, end) of the next chunk, or None until more items arrive."""
+        raise NotImplementedError
+
+    def keep_from(self, delivered: int) -> int:
+        """Earliest stream position any future chunk can need (older items are dropped)."""
+        raise NotImplementedError
+
+    def full_new(self, start: int) -> int:
+        """New items of a full chunk (the padding target)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class FixedChunk(ChunkPolicy):
+    """Every K items, no context (Thinker -> Talker uses K = 1)."""
+
+    size: int
+    pad_final: bool = False
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise GraphError(f"FixedChunk size must be >= 1, got {self.size}")
+
+    @property
+    def min_buffer(self) -> int:
+        return self.size
+
+    def next_window(self, delivered, available, done):
+        if available >= delivered + self.size:
+            return delivered, delivered + self.size
+        return (delivered, available) if done and available > delivered else None
+
+    def keep_from(self, delivered):
+        return delivered
+
+    def full_new(self, start):
+        return self.size
+
+
+@dataclass(frozen=True)
+class SlidingWindow(ChunkPolicy):
+    """Windows of W items advancing by S (S <= W: overlap W - S is context).
+
+    Windows over n items: 0 if n < W, else 1 + (n - W) // S (formula (6)). The residual
+    is flushed as the last W items (fewer if the stream is shorter than W).
+    """
+
+    window: int
+    stride: int
+    pad_final: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.stride <= self.window:
+            raise GraphError(f"SlidingWindow needs 1 <= stride <= window, got W={self.window} S={self.stride}")
+
+    @property
+    def min_buffer(self) -> int:
+        return self.window
+
+    def next_window(self, delivered, available, done):
+        end = self.window if delivered == 0 else delivered + self.stride
+        if available >= end:
+            return end - self.window, end
+        return (max(0, available - self.window), available) if done and available > delivered else None
+
+    def keep_from(self, delivered):
+        return max(0, delivered + 1 - self.window)  # a residual window may reach back W - 1
+
+    def full_new(self, start):
+        return self.window if start == 0 else self.stride
+
+
+@dataclass(frozen=True)
+class LeftContext(ChunkPolicy):
+    """Chunks of C new items plus the L items before them (Talker -> Code2Wav).
+
+    Input items per new item tend to 1 + L / C (formula (7)).
+    """
+
+    chunk: int
+    left: int
+    pad_final: bool = False
+
+    def __post_init__(self) -> None:
+        if self.chunk < 1 or self.left < 0:
+            raise GraphError(f"LeftContext needs chunk >= 1 and left >= 0, got C={self.chunk} L={self.left}")
+
+    @property
+    def min_buffer(self) -> int:
+        return self.chunk + self.left
+
+    def next_window(self, delivered, available, done):
+        start = max(0, delivered - self.left)
+        if available >= delivered + self.chunk:
+            return start, delivered + self.chunk
+        return (start, available) if done and available > delivered else None
+
+    def keep_from(self, delivered):
+        return max(0, delivered - self.left)
+
+    def full_new(self, start):
+        return self.chunk
