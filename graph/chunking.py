@@ -3,15 +3,28 @@ per-(request, edge) buffer that applies them.
 
 A policy only decides positions: given how many stream items were already delivered
 as *new* items and how many have arrived, where the next chunk starts and ends. A
-chunk = [start, end) of the stream; items before `delivered` are its context.
+chunk = [start, end) of the stream; items before `delivered` are its context, and
+they are exactly the stream items just before its new items.
 Invariant of every policy: concatenating each chunk's new items reproduces the
 stream exactly, residual included.
 
-End of stream (`done`): the residual (items past the last full chunk) is flushed as
-a final short chunk with its context; with `pad_final` the chunk also reports how
-many padding items the consumer appends to reach the full size (`num_pad`). A
-stream that ends on a chunk boundary gets an empty final chunk (is_last, no new
-items), so the consumer always learns the end.
+End of stream (`done`), with r = the residual (0 < r < the full new-item count):
+- FixedChunk(K): a final short chunk of the r items; pad_final: num_pad = K - r.
+- LeftContext(C, L): a final chunk of the r items after their (up to) L context
+  items; pad_final: num_pad = C - r.
+- SlidingWindow(W, S): without pad_final the final window is the *last W items*
+  (fewer when the whole stream is shorter than W): a full-size window whose new
+  items are the r items not yet delivered, the rest its context. With pad_final
+  the final window stays at its regular position (the next window's start) with
+  its r new items, and num_pad = S - r (W - n for a stream shorter than W)
+  padding items complete it to W items. Either way the consumer sees W inputs.
+In every pad_final case `len(new_items) + num_pad == policy.full_new(start)`.
+A stream that ends on a chunk boundary gets an empty final chunk (is_last, no
+items, num_pad 0), so the consumer always learns the end.
+
+`min_buffer` is the smallest buffer that can always form the next chunk (the
+items kept for context plus one chunk's new items): a smaller bound would park
+the producer forever.
 """
 from __future__ import annotations
 
@@ -93,7 +106,8 @@ class SlidingWindow(ChunkPolicy):
     """Windows of W items advancing by S (S <= W: overlap W - S is context).
 
     Windows over n items: 0 if n < W, else 1 + (n - W) // S (formula (6)). The residual
-    is flushed as the last W items (fewer if the stream is shorter than W).
+    is flushed as the last W items (fewer if the stream is shorter than W), or with
+    pad_final as the regular next window padded to W (see the module docstring).
     """
 
     window: int
@@ -106,15 +120,26 @@ class SlidingWindow(ChunkPolicy):
 
     @property
     def min_buffer(self) -> int:
-        return self.window
+        # Without padding the residual window may reach back W - 1 items, so those
+        # stay buffered while the next S arrive.
+        return self.window if self.pad_final else self.window + self.stride - 1
+
+    def _next_end(self, delivered: int) -> int:
+        return self.window if delivered == 0 else delivered + self.stride
 
     def next_window(self, delivered, available, done):
-        end = self.window if delivered == 0 else delivered + self.stride
+        end = self._next_end(delivered)
         if available >= end:
             return end - self.window, end
-        return (max(0, available - self.window), available) if done and available > delivered else None
+        if not (done and available > delivered):
+            return None
+        if self.pad_final:
+            return end - self.window, available
+        return max(0, available - self.window), available
 
     def keep_from(self, delivered):
+        if self.pad_final:  # every future window starts at the regular position
+            return max(0, self._next_end(delivered) - self.window)
         return max(0, delivered + 1 - self.window)  # a residual window may reach back W - 1
 
     def full_new(self, start):

@@ -14,9 +14,11 @@ class StreamBuffer:
     `can_push(n)` / `push(items)` pair: a producer without room is parked.
     """
 
-    def __init__(self, policy: ChunkPolicy, max_buffered: int) -> None:
+    def __init__(self, policy: ChunkPolicy, max_buffered: int, name: str = "") -> None:
+        # name: the edge (and request) this buffer serves, so errors name it.
+        self.name = name or "stream buffer"
         if max_buffered < policy.min_buffer:
-            raise GraphError(f"max_buffered {max_buffered} is below the policy minimum {policy.min_buffer}")
+            raise GraphError(f"{self.name}: max_buffered {max_buffered} is below the policy minimum {policy.min_buffer}")
         self.policy = policy
         self.max_buffered = max_buffered
         self.items: list[Any] = []
@@ -43,9 +45,9 @@ class StreamBuffer:
 
     def push(self, items) -> None:
         if self.is_done:
-            raise GraphError("push after the producer's end of stream")
+            raise GraphError(f"{self.name}: push after the producer's end of stream")
         if not self.can_push(len(items)):
-            raise GraphError(f"stream buffer full: {len(self.items)} + {len(items)} > {self.max_buffered}")
+            raise GraphError(f"{self.name}: buffer full: {len(self.items)} + {len(items)} > {self.max_buffered}")
         self.items.extend(items)
 
     def finish(self) -> None:

@@ -14,8 +14,12 @@ Protocol, per request and node:
   step()              -> one engine iteration over everything open; returns the
                          events it produced (NodeOutput, NodeError, NodeDone);
   cancel(request_id)  -> drop every piece of state of that request, emit nothing.
-A component emits NodeDone for (request, node) once it no longer uses that
-node's inputs; after NodeDone or NodeError the node's inputs are released.
+A node run is (request, node, iteration); events carry the run's iteration (a loop
+run inside the component tags each iteration's output with iteration + (k,) and
+ends with NodeDone at the run's own iteration). A component emits NodeDone for a
+run once it no longer uses its inputs; after NodeDone or NodeError they are released.
+A port value sent in parts (a chunk of streamed items, an accumulated loop output)
+arrives concatenated along dim 0 (services.parts).
 """
 from __future__ import annotations
 

@@ -83,6 +83,7 @@ class NodeError:
     node: str
     status: str  # name of a grpc.StatusCode, e.g. "INVALID_ARGUMENT"
     message: str
+    iteration: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class NodeDone:
     request_id: str
     node: str
     consumed: tuple[ConsumedLease, ...] = ()
+    iteration: tuple[int, ...] = ()  # a node run is identified by (request_id, node, iteration)
 
 
 OutboundEvent = Union[NodeOutput, NodeError, NodeDone]

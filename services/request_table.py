@@ -19,6 +19,7 @@ from services.items import ConsumedLease, OpenNode
 from services.telemetry import extract_context
 
 log = logging.getLogger(__name__)
+RunKey = tuple[str, str, tuple[int, ...]]
 
 
 @dataclass
@@ -29,7 +30,7 @@ class RequestState:
 
 @dataclass
 class NodeRun:
-    """One open (request, node): resolved input handles it holds and its spans."""
+    """One open (request, node, iteration): resolved input handles it holds and its spans."""
 
     handles: list[Any] = field(default_factory=list)  # transport Resolved objects
     spans: list[trace.Span] = field(default_factory=list)
@@ -58,7 +59,7 @@ class RequestTable:
     def __init__(self, tracer: trace.Tracer) -> None:
         self._tracer = tracer
         self.requests: dict[str, RequestState] = {}
-        self.runs: dict[tuple[str, str], NodeRun] = {}
+        self.runs: dict[RunKey, NodeRun] = {}  # (request_id, node, iteration)
         self.streams: dict[str, set[str]] = {}  # stream id -> request ids it carries
 
     def add_stream(self, stream_id: str) -> None:
@@ -73,7 +74,7 @@ class RequestTable:
         parent is the request's remote span (the OpenNode's traceparent)."""
         self.requests[item.request_id] = RequestState(stream_id, item.consumer_host_ids)
         self.streams.setdefault(stream_id, set()).add(item.request_id)
-        run = self.runs.setdefault((item.request_id, item.node), NodeRun())
+        run = self.runs.setdefault((item.request_id, item.node, item.iteration), NodeRun())
         span = self._tracer.start_span(
             f"node {item.node}",
             context=extract_context(item.traceparent, item.tracestate),
@@ -88,8 +89,9 @@ class RequestTable:
         run.spans.append(span)
         return run, span
 
-    def end_run(self, request_id: str, node: str, error: str | None = None) -> tuple[ConsumedLease, ...]:
-        run = self.runs.pop((request_id, node), None)
+    def end_run(self, request_id: str, node: str, iteration: tuple[int, ...] = (),
+                error: str | None = None) -> tuple[ConsumedLease, ...]:
+        run = self.runs.pop((request_id, node, iteration), None)
         return run.close(error) if run else ()
 
     def drop_request(self, request_id: str, reason: str) -> None:
@@ -109,5 +111,5 @@ class RequestTable:
 
     def has_runs(self, stream_id: str) -> bool:
         carried = self.streams.get(stream_id, set())
-        return any(rid in carried for rid, _ in self.runs)
+        return any(key[0] in carried for key in self.runs)
 

@@ -25,6 +25,7 @@ from services.component import Component
 from services.errors import FieldError, failure
 from services.items import Cancel, NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent, PushChunk, Release
 from services.outbox import Outbox, Sink
+from services.parts import join_parts
 from services.request_table import RequestTable
 from services.wire import Rejected
 from transport.errors import StarmeshError
@@ -153,7 +154,8 @@ class StepLoop:
         if self._is_draining or (owner is not None and owner != stream_id):
             status = "UNAVAILABLE" if self._is_draining else "FAILED_PRECONDITION"
             why = "the service is shutting down" if self._is_draining else "the request is open on another stream"
-            self._emit(stream_id, NodeError(item.request_id, item.node, status, f"{field}.open: {why}"))
+            msg = f"{field}.open: {why}"
+            self._emit(stream_id, NodeError(item.request_id, item.node, status, msg, item.iteration))
             return
         run, span = self._table.open_run(stream_id, item)
         try:
@@ -161,19 +163,19 @@ class StepLoop:
             with trace.use_span(span, end_on_exit=False):  # a component may inject this span's context
                 self.component.open(item, inputs)
         except Exception as e:
-            self._fail(item.request_id, item.node, *failure(e, f"{field}.open (node {item.node})"))
+            self._fail(item.request_id, item.node, *failure(e, f"{field}.open (node {item.node})"), item.iteration)
 
     def _push(self, stream_id: str, field: str, item: PushChunk) -> None:
-        run = self._table.runs.get((item.request_id, item.node))
+        run = self._table.runs.get((item.request_id, item.node, item.iteration))
         if run is None or self._table.owner(item.request_id) != stream_id:
             msg = f"{field}.push: node {item.node!r} of request {item.request_id!r} is not open"
-            self._emit(stream_id, NodeError(item.request_id, item.node, "FAILED_PRECONDITION", msg))
+            self._emit(stream_id, NodeError(item.request_id, item.node, "FAILED_PRECONDITION", msg, item.iteration))
             return
         try:
             tensors = self._resolve_all(item.tensors, f"{field}.push.tensors", run.handles, item.request_id)
             self.component.push(item, tensors)
         except Exception as e:
-            self._fail(item.request_id, item.node, *failure(e, f"{field}.push (node {item.node})"))
+            self._fail(item.request_id, item.node, *failure(e, f"{field}.push (node {item.node})"), item.iteration)
 
     def _resolve_all(self, refs: dict, field: str, handles: list, request_id: str) -> dict:
         """Resolves every ref; handles join the node run so NodeDone closes them."""
@@ -185,7 +187,7 @@ class StepLoop:
                 raise FieldError(e, f"{field}[{name}]: {e}") from None
             handles.append(resolved)
             tensors[name] = resolved.tensor
-        return tensors
+        return join_parts(tensors)
 
     def _cancel(self, request_id: str) -> None:
         try:
@@ -247,9 +249,9 @@ class StepLoop:
         node run fails (any of them may have been in the batch), and the component
         drops them so it does not fail the same way again."""
         status, message = failure(exc, where)
-        for rid in sorted({rid for rid, _ in self._table.runs}):
+        for rid in sorted({key[0] for key in self._table.runs}):
             for key in [k for k in self._table.runs if k[0] == rid]:
-                self._fail(rid, key[1], status, message)
+                self._fail(rid, key[1], status, message, key[2])
             try:
                 self.component.cancel(rid)
             except Exception:
@@ -268,25 +270,25 @@ class StepLoop:
                     for name, t in ev.tensors.items()
                 }
             except Exception as e:
-                self._fail(ev.request_id, ev.node, *failure(e, f"output {ev.node}"))
+                self._fail(ev.request_id, ev.node, *failure(e, f"output {ev.node}"), ev.iteration)
                 return
             self._emit(state.stream_id, NodeOutput(ev.request_id, ev.node, refs, ev.iteration, ev.metadata))
         elif isinstance(ev, NodeDone):
-            consumed = self._table.end_run(ev.request_id, ev.node)
-            self._emit(state.stream_id, NodeDone(ev.request_id, ev.node, ev.consumed + consumed))
+            consumed = self._table.end_run(ev.request_id, ev.node, ev.iteration)
+            self._emit(state.stream_id, NodeDone(ev.request_id, ev.node, ev.consumed + consumed, ev.iteration))
         elif isinstance(ev, NodeError):
-            self._fail(ev.request_id, ev.node, ev.status, ev.message)
+            self._fail(ev.request_id, ev.node, ev.status, ev.message, ev.iteration)
 
-    def _fail(self, request_id: str, node: str, status: str, message: str) -> None:
+    def _fail(self, request_id: str, node: str, status: str, message: str, iteration: tuple[int, ...] = ()) -> None:
         """NodeError for one node run; a NodeDone follows when the run had consumed
         leases of other arenas, so their producers can free them."""
         stream_id = self._table.owner(request_id)
-        consumed = self._table.end_run(request_id, node, error=message)
+        consumed = self._table.end_run(request_id, node, iteration, error=message)
         if stream_id is None:
             return
-        self._emit(stream_id, NodeError(request_id, node, status, message))
+        self._emit(stream_id, NodeError(request_id, node, status, message, iteration))
         if consumed:
-            self._emit(stream_id, NodeDone(request_id, node, consumed))
+            self._emit(stream_id, NodeDone(request_id, node, consumed, iteration))
 
     def _emit(self, stream_id: str, ev: OutboundEvent) -> None:
         self._outbox.emit(stream_id, ev)

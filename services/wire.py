@@ -196,8 +196,10 @@ def events_to_proto(events: Iterable[OutboundEvent]) -> pb.RunResponse:
             r = e.error
             r.request_id, r.node, r.message = ev.request_id, ev.node, ev.message
             r.code = status_value(ev.status)
+            r.iteration.extend(ev.iteration)
         elif isinstance(ev, NodeDone):
             e.done.request_id, e.done.node = ev.request_id, ev.node
+            e.done.iteration.extend(ev.iteration)
             for c in ev.consumed:
                 e.done.consumed.add(arena=c.arena, lease_id=c.lease_id)
         else:
@@ -216,11 +218,11 @@ def events_from_proto(msg: pb.RunResponse) -> list[OutboundEvent]:
             out.append(NodeOutput(o.request_id, o.node, tensors, tuple(o.iteration), params_from_struct(o.metadata)))
         elif kind == "error":
             r = e.error
-            out.append(NodeError(r.request_id, r.node, status_name(r.code), r.message))
+            out.append(NodeError(r.request_id, r.node, status_name(r.code), r.message, tuple(r.iteration)))
         elif kind == "done":
             d = e.done
             consumed = tuple(ConsumedLease(c.arena, c.lease_id) for c in d.consumed)
-            out.append(NodeDone(d.request_id, d.node, consumed))
+            out.append(NodeDone(d.request_id, d.node, consumed, tuple(d.iteration)))
         else:
             raise InvalidArgument(f"events[{i}]: none of output, error, done is set")
     return out

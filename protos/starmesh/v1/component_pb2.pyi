@@ -113,26 +113,30 @@ class NodeOutput(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., outputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class NodeError(_message.Message):
-    __slots__ = ("request_id", "node", "code", "message")
+    __slots__ = ("request_id", "node", "code", "message", "iteration")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     node: str
     code: int
     message: str
-    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    iteration: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class NodeDone(_message.Message):
-    __slots__ = ("request_id", "node", "consumed")
+    __slots__ = ("request_id", "node", "consumed", "iteration")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     node: str
     consumed: _containers.RepeatedCompositeFieldContainer[ConsumedLease]
-    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., consumed: _Optional[_Iterable[_Union[ConsumedLease, _Mapping]]] = ...) -> None: ...
+    iteration: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., consumed: _Optional[_Iterable[_Union[ConsumedLease, _Mapping]]] = ..., iteration: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RunEvent(_message.Message):
     __slots__ = ("output", "error", "done")
