@@ -276,8 +276,9 @@ class Placement:
                 if first is None:
                     first = (node, walk.name, service)
                 elif service != first[2]:
+                    other = "" if node == first[0] else f"{node} "
                     raise GraphError(
                         f"{what}: {first[0]} runs on service {first[2]} in walk {first[1]} but "
-                        f"{node} on service {service} in walk {walk.name}; one request's KV context "
+                        f"{other}on service {service} in walk {walk.name}; one request's KV context "
                         f"would be split across services ({LATER})"
                     )

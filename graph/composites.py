@@ -107,7 +107,8 @@ class Loop:
 
     def __init__(self, name: str, *parts: Part, max_iters: int, carry=(), accumulate=()) -> None:
         check_name("loop", name)
-        if not isinstance(max_iters, int) or max_iters < 1:
+        # bool is an int subclass: max_iters=True is a mistake, not a bound of 1.
+        if not isinstance(max_iters, int) or isinstance(max_iters, bool) or max_iters < 1:
             raise GraphError(f"loop {name}: max_iters must be a positive bound, got {max_iters!r}")
         self.name = name
         self.parts = _parts(parts)

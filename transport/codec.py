@@ -45,3 +45,11 @@ def view(buffer, dtype: str, shape: tuple[int, ...]):
         warnings.simplefilter("ignore", UserWarning)  # "buffer is not writable" for bytes
         flat = torch.frombuffer(buffer, dtype=torch.uint8)
     return flat.view(tdtype).view(shape)
+
+
+def inline_ref(tensor):
+    """A TensorRef carrying `tensor` by value (what a client without an arena sends)."""
+    from transport.dtypes import from_torch
+    from transport.refs import InlineLocation, TensorRef
+
+    return TensorRef(from_torch(tensor.dtype), tuple(tensor.shape), InlineLocation(to_bytes(tensor)))

@@ -1,0 +1,152 @@
+"""The walk executor: Algorithm 1 over targets (in-process components or replicas).
+
+The loop reads as ready -> dispatch -> collect: events from targets update the
+request's WalkState (collect), whose ready() node runs are sent as one message per
+target (dispatch). Requests share each target's stream; a failing run fails only
+its request; a finished or cancelled request is cancelled on every target it
+reached, which frees its component state, buffers and leases there.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, AsyncIterator, Callable
+
+from opentelemetry import trace
+
+from conductor.request_run import END, Failure, RequestRun
+from conductor.targets import open_item
+from conductor.walk_scope import WalkScope
+from conductor.walk_state import WalkState
+from graph.walk import WalkGraph
+from services.items import Cancel, NodeDone, NodeError, NodeOutput, OutboundEvent
+from services.telemetry import inject_context
+from transport.errors import StarmeshError
+
+log = logging.getLogger(__name__)
+Route = Callable[[str, str, str], Any]  # (node, walk, request_id) -> target
+
+
+class RequestFailed(StarmeshError):
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Executor:
+    def __init__(self, graph: WalkGraph, route: Route, inner_loops=frozenset(), materialize=None) -> None:
+        self.graph = graph
+        self.route = route
+        self.scopes = {w.name: WalkScope(w, frozenset(inner_loops)) for w in graph.walks}
+        self.materialize = materialize or (lambda value: value)
+        self.requests: dict[str, RequestRun] = {}
+        self.tracer = trace.get_tracer("starmesh.conductor")
+
+    # ---- front: one request -------------------------------------------------------
+
+    async def generate(self, request_id: str, inputs: dict[str, tuple], params=None) -> AsyncIterator[tuple[str, Any]]:
+        """Runs a request through its walks; yields (output name, value) as produced."""
+        if request_id in self.requests:
+            raise RequestFailed("ALREADY_EXISTS", f"request_id {request_id!r} is already running")
+        run = RequestRun(request_id, dict(inputs), dict(params or {}), "", None)
+        self.requests[request_id] = run
+        run.spans.append(self.tracer.start_span("request", attributes={"starmesh.request_id": request_id}))
+        try:
+            self._enter_walk(run, self.graph.start(run.inputs), run.inputs)
+            self._pump(run)
+            while True:
+                item = await run.queue.get()
+                if item is END:
+                    return
+                if isinstance(item, Failure):
+                    raise RequestFailed(item.status, item.message)
+                yield item
+        finally:
+            if not run.is_finished:
+                self._finish(run, "cancelled")
+            self.requests.pop(request_id, None)
+            for span in reversed(run.spans):
+                span.end()
+
+    def _enter_walk(self, run: RequestRun, walk: str, inputs: dict[str, tuple]) -> None:
+        if len(run.spans) > 1:
+            run.spans.pop().end()
+        ctx = trace.set_span_in_context(run.spans[0])
+        run.spans.append(self.tracer.start_span(f"walk {walk}", context=ctx,
+                                                attributes={"starmesh.request_id": run.request_id}))
+        run.walk = walk
+        run.state = WalkState(self.scopes[walk], inputs)
+        run.state.loops.materialize = self.materialize
+        run.state.loops.update()
+
+    # ---- ready -> dispatch ---------------------------------------------------------
+
+    def _pump(self, run: RequestRun) -> None:
+        while not run.is_finished:
+            batches: dict[str, tuple[Any, list]] = {}
+            traceparent, _ = inject_context(trace.set_span_in_context(run.spans[-1]))
+            for d in run.state.ready():
+                target = self.route(d.node, run.walk, run.request_id)
+                run.reached[target.name] = target
+                item = open_item(run.request_id, run.walk, d, run.params, target.convert, traceparent)
+                batches.setdefault(target.name, (target, []))[1].append(item)
+            for target, items in batches.values():
+                target.post(items)
+            if not run.state.is_complete:
+                return
+            self._next_walk(run)
+
+    def _next_walk(self, run: RequestRun) -> None:
+        outputs = run.state.outputs
+        run.walk_outputs[run.walk] = outputs
+        following = self.graph.after(run.inputs, run.walk, outputs)
+        if following is None:
+            self._finish(run, "done")
+            run.queue.put_nowait(END)
+            return
+        inputs = {**run.inputs, **{name: tuple(values) for name, values in outputs.items()}}
+        self._enter_walk(run, following, inputs)
+
+    # ---- collect --------------------------------------------------------------------
+
+    def on_events(self, events: list[OutboundEvent], target=None) -> None:
+        """A target's batch (one engine step); an empty batch from a broken target
+        fails every request that reached it."""
+        if not events and target is not None and getattr(target, "broken", None) is not None:
+            for run in [r for r in self.requests.values() if target.name in r.reached]:
+                self._fail(run, "UNAVAILABLE", f"service {target.name} is unavailable: {target.broken}")
+            return
+        touched = {}
+        for ev in events:
+            run = self.requests.get(ev.request_id)
+            if run is None or run.is_finished:
+                continue  # cancelled meanwhile: late events are dropped
+            touched[run.request_id] = run
+            try:
+                self._collect(run, ev)
+            except Exception as e:  # a bad event fails its request, never the executor
+                log.exception("collecting %s", ev)
+                self._fail(run, getattr(e, "status", "INTERNAL"), f"node {ev.node}: {e}")
+        for run in touched.values():
+            self._pump(run)
+
+    def _collect(self, run: RequestRun, ev: OutboundEvent) -> None:
+        if isinstance(ev, NodeOutput):
+            for name, value in run.state.on_output(ev.node, ev.iteration, ev.tensors):
+                run.queue.put_nowait((name, value))
+        elif isinstance(ev, NodeDone):
+            run.state.on_done(ev.node, ev.iteration)
+        elif isinstance(ev, NodeError):
+            self._fail(run, ev.status, f"node {ev.node}: {ev.message}")
+
+    def _fail(self, run: RequestRun, status: str, message: str) -> None:
+        if run.is_finished:
+            return
+        run.spans[0].set_status(trace.Status(trace.StatusCode.ERROR, message))
+        self._finish(run, "failed")
+        run.queue.put_nowait(Failure(status, message))
+
+    def _finish(self, run: RequestRun, reason: str) -> None:
+        """Drops the request everywhere it ran: state, buffers and leases are freed there."""
+        run.state = None
+        for target in run.reached.values():
+            target.post([Cancel(run.request_id, reason)])

@@ -1,0 +1,131 @@
+"""Replica choice: which replica of a node's service runs one request's node run.
+
+Rules (DESIGN section 6: "a stateful node stays on the replica that holds its
+request's KV context; load balancing happens at admission and for stateless nodes"):
+
+1. A request that is pinned on a service (one of its stateful nodes was admitted
+   there) runs *every* node on that service on the pinned replica: stateful nodes
+   because the KV context is there, stateless ones because they are co-located
+   with it (talker + code2wav) and their edge is handed over in-process only on
+   one replica.
+2. Otherwise a `prefer`red replica (the producer's, passed by the executor to keep
+   an edge between co-located nodes in-process) is taken when it belongs to the
+   service.
+3. Otherwise the least-loaded replica, ties broken round-robin per service.
+   Admission of a stateful node pins the request there until `release`.
+
+Load is the number of open requests pinned to a replica (the selector's own
+count; stateless runs are short and have no completion signal here, so they
+are not counted: a stateless-only service is served round-robin).
+
+Pure Python, no I/O; thread-safe (one lock). Check/act: `peek` says what
+`choose` would pick without changing anything; `choose` picks and records.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from conductor.placement import Placement
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one node run goes: the service and the replica's endpoint."""
+
+    service: str
+    endpoint: str
+
+
+class ReplicaSelector:
+    """Chooses replicas per (request, node, walk) over a Placement's services.
+
+    Invariant (check_integrity): each replica's load equals the number of pins
+    on it, and every pin names a replica of its service.
+    """
+
+    def __init__(self, placement: Placement) -> None:
+        self.placement = placement
+        self._lock = threading.Lock()
+        self._pins: dict[tuple[str, str], str] = {}  # (service, request_id) -> endpoint
+        self._services_of: dict[str, set[str]] = {}  # request_id -> services it is pinned on
+        self._load = {name: dict.fromkeys(spec.replicas, 0) for name, spec in placement.services.items()}
+        self._cursor = dict.fromkeys(placement.services, 0)  # round-robin start per service
+
+    # --- check / act -------------------------------------------------------------
+
+    def peek(self, request_id: str, node, walk: str, prefer: str | None = None) -> Route:
+        """What `choose` would return now, without recording anything."""
+        service = self.placement.service_name_for(node.name, walk)
+        with self._lock:
+            endpoint, _index = self._pick(service, request_id, prefer)
+        return Route(service, endpoint)
+
+    def choose(self, request_id: str, node, walk: str, prefer: str | None = None) -> Route:
+        """The replica for `node` (a GraphNode) of `request_id` in `walk`; admits
+        and pins the request when the node is stateful and it is not pinned yet."""
+        service = self.placement.service_name_for(node.name, walk)
+        with self._lock:
+            endpoint, index = self._pick(service, request_id, prefer)
+            if index is not None:  # a least-loaded pick moves the round-robin on
+                self._cursor[service] = index + 1
+            if node.stateful and (service, request_id) not in self._pins:
+                self._pins[(service, request_id)] = endpoint
+                self._services_of.setdefault(request_id, set()).add(service)
+                self._load[service][endpoint] += 1
+        return Route(service, endpoint)
+
+    def _pick(self, service: str, request_id: str, prefer: str | None) -> tuple[str, int | None]:
+        """(endpoint, replica index when chosen by load else None); under the lock."""
+        pinned = self._pins.get((service, request_id))
+        if pinned is not None:
+            return pinned, None
+        load = self._load[service]
+        if prefer is not None and prefer in load:
+            return prefer, None
+        replicas = self.placement.services[service].replicas
+        start = self._cursor[service]
+        # Least load first; among equals, the first at or after the cursor (round-robin).
+        index = min(range(len(replicas)), key=lambda i: (load[replicas[i]], (i - start) % len(replicas)))
+        return replicas[index], index
+
+    def release(self, request_id: str) -> int:
+        """Drops every pin of `request_id` (request finished, failed or cancelled);
+        returns how many. Releasing an unknown or released request is a no-op,
+        since cancellation may race with completion."""
+        with self._lock:
+            services = self._services_of.pop(request_id, set())
+            for service in services:
+                endpoint = self._pins.pop((service, request_id))
+                self._load[service][endpoint] -= 1
+        return len(services)
+
+    # --- introspection -------------------------------------------------------------
+
+    def load(self, service: str) -> dict[str, int]:
+        """Open (pinned) requests per replica of `service`."""
+        with self._lock:
+            return dict(self._load[service])
+
+    def pinned(self, request_id: str) -> dict[str, str]:
+        """service -> endpoint for every service the request is pinned on."""
+        with self._lock:
+            return {s: self._pins[(s, request_id)] for s in self._services_of.get(request_id, ())}
+
+    @property
+    def num_pinned(self) -> int:
+        with self._lock:
+            return len(self._pins)
+
+    def check_integrity(self) -> None:
+        """Asserts: load counts equal the pinned map, pins name their service's
+        replicas, and the per-request index matches the pins."""
+        with self._lock:
+            counts = {name: dict.fromkeys(load, 0) for name, load in self._load.items()}
+            for (service, _request), endpoint in self._pins.items():
+                assert endpoint in counts[service], f"pin on {endpoint}, not a replica of {service}"
+                counts[service][endpoint] += 1
+            assert counts == self._load, f"loads {self._load} != pins {counts}"
+            index = {(s, r) for r, services in self._services_of.items() for s in services}
+            assert index == set(self._pins), "per-request index does not match the pins"
+            assert all(self._services_of.values()), "a request with no pins is still indexed"

@@ -1,0 +1,36 @@
+"""Per-request state on the conductor, in one object."""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from conductor.walk_state import WalkState
+
+END = object()  # end marker on a request's client queue
+
+
+@dataclass
+class Failure:
+    status: str   # grpc.StatusCode name
+    message: str
+
+
+@dataclass
+class RequestRun:
+    """A request's walk state, the targets it reached (to cancel/clean up there) and
+    the queue of events for its client. Invariant: `state` is None once finished."""
+
+    request_id: str
+    inputs: dict[str, tuple]
+    params: dict[str, Any]
+    walk: str
+    state: WalkState | None
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    reached: dict[str, Any] = field(default_factory=dict)  # target name -> target
+    walk_outputs: dict[str, dict[str, list]] = field(default_factory=dict)
+    spans: list = field(default_factory=list)  # request span, walk span
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state is None

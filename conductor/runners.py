@@ -1,0 +1,70 @@
+"""Executors wired to targets: every node in this process, or placed on replicas.
+
+    async with inprocess_executor(graph, [toy_a, toy_b]) as ex:
+        async for name, value in ex.generate("r1", {"x": (tensor,)}): ...
+    async with remote_executor(graph, placement) as ex: ...
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import AsyncIterator
+
+from conductor.executor import Executor
+from conductor.placement import Placement
+from conductor.replicas import ReplicaSelector
+from conductor.targets import InProcessTarget, RemoteTarget
+from graph.errors import GraphError
+from graph.walk import WalkGraph
+
+
+def _materialize(value):
+    """Stop rules on values the conductor holds by reference (inline only)."""
+    import torch
+
+    from transport.codec import view
+    from transport.refs import TensorRef
+
+    parts = [view(p.location.data, p.dtype, p.shape) if isinstance(p, TensorRef) else p for p in value]
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+@contextlib.asynccontextmanager
+async def inprocess_executor(graph: WalkGraph, components, inner_loops=frozenset()) -> AsyncIterator[Executor]:
+    """Every node runs on a component of this process (one engine thread each)."""
+    loop = asyncio.get_running_loop()
+    by_node, targets = {}, []
+    executor = Executor(graph, lambda node, walk, rid: by_node[node], inner_loops, _materialize)
+    for component in components:
+        target = InProcessTarget(component, loop, executor.on_events)
+        targets.append(target)
+        by_node.update({node: target for node in component.nodes})
+    missing = [n.name for n in graph.nodes if n.name not in by_node]
+    try:
+        if missing:
+            raise GraphError(f"no component hosts node(s) {missing}")
+        yield executor
+    finally:
+        for target in targets:
+            await target.close()
+
+
+@contextlib.asynccontextmanager
+async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=frozenset()) -> AsyncIterator[Executor]:
+    """Nodes run on the replicas the placement names; one Run stream per replica."""
+    placement.validate(graph)
+    selector = ReplicaSelector(placement)
+    targets: dict[str, RemoteTarget] = {}
+
+    def route(node: str, walk: str, request_id: str) -> RemoteTarget:
+        return targets[selector.choose(request_id, graph.node_by_name[node], walk).endpoint]
+
+    executor = Executor(graph, route, inner_loops, _materialize)
+    try:
+        for spec in placement.services.values():
+            for endpoint in spec.replicas:
+                targets[endpoint] = await RemoteTarget(endpoint, executor.on_events).start()
+        yield executor
+    finally:
+        for target in targets.values():
+            await target.close()

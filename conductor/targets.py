@@ -1,0 +1,153 @@
+"""Where node runs go: a component in this process, or a replica's `Component.Run`
+stream. Both take batches of Run items and hand back batches of events, so the
+executor works the same over either (co-location needs both)."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any, Callable
+
+from services.items import InboundItem, OpenNode
+from services.parts import part_name
+from transport.codec import inline_ref
+from transport.refs import TensorRef
+
+log = logging.getLogger(__name__)
+_stream_ids = itertools.count()
+
+
+def named_parts(inputs: dict[str, tuple], convert: Callable[[Any], Any]) -> dict[str, Any]:
+    """{port: parts} -> {"port": v} for one part, {"port#i": v_i} for several."""
+    out = {}
+    for port, parts in inputs.items():
+        if len(parts) == 1:
+            out[port] = convert(parts[0])
+        else:
+            out.update({part_name(port, i): convert(p) for i, p in enumerate(parts)})
+    return out
+
+
+class LocalTransport:
+    """The transport of an in-process target: tensors stay tensors (no copy)."""
+
+    class _Resolved:
+        consumed = None
+
+        def __init__(self, tensor) -> None:
+            self.tensor = tensor
+
+        def close(self) -> None:
+            self.tensor = None
+
+    def export(self, tensor, **_):
+        return tensor
+
+    def resolve(self, value, request_id: str = ""):
+        if isinstance(value, TensorRef):
+            from transport.codec import view
+
+            if value.kind != "inline":
+                raise ValueError("an in-process target takes tensors or inline references")
+            value = view(value.location.data, value.dtype, value.shape)
+        return self._Resolved(value)
+
+    def release(self, *_args, **_kwargs) -> None:
+        pass
+
+    release_request = release_carrier = release
+
+    def close(self) -> None:
+        pass
+
+
+class InProcessTarget:
+    """A component hosted in this process on its own engine thread (services.StepLoop)."""
+
+    def __init__(self, component, loop: asyncio.AbstractEventLoop, sink) -> None:
+        from services.step_loop import StepLoop
+
+        self.name = f"inproc:{component.name}"
+        self.step_loop = StepLoop(component, LocalTransport())
+        self.stream_id = f"inproc-{next(_stream_ids)}"
+
+        def deliver(events) -> None:  # engine thread -> the executor's event loop
+            if events:
+                loop.call_soon_threadsafe(sink, events, self)
+
+        self.step_loop.attach(self.stream_id, deliver)
+        self.step_loop.start()
+
+    def convert(self, value):
+        return value
+
+    def post(self, items: list[InboundItem]) -> None:
+        self.step_loop.submit(self.stream_id, [(f"items[{i}]", item) for i, item in enumerate(items)])
+
+    async def close(self) -> None:
+        self.step_loop.stop(timeout=10)
+
+
+class RemoteTarget:
+    """One long-lived Run stream to a replica, multiplexing every request (DESIGN 4).
+    post() never blocks: a writer task sends each batch as one RunRequest, in order."""
+
+    def __init__(self, address: str, sink, max_message_bytes: int = 64 << 20) -> None:
+        from client.component_client import ComponentClient
+
+        self.name = address
+        self.client = ComponentClient(address, max_message_bytes)
+        self.sink = sink
+        self.outbox: asyncio.Queue = asyncio.Queue()
+        self._tasks: list[asyncio.Task] = []
+        self.broken: BaseException | None = None
+
+    async def start(self) -> "RemoteTarget":
+        await self.client.__aenter__()
+        self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._write())]
+        return self
+
+    def convert(self, value):
+        return value if isinstance(value, TensorRef) else inline_ref(value)
+
+    def post(self, items: list[InboundItem]) -> None:
+        if self.broken is None:
+            self.outbox.put_nowait(items)
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                await self.client.send(await self.outbox.get())
+        except Exception as e:
+            self._break(e)
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                self.sink(await self.client.recv(), self)
+        except Exception as e:
+            self._break(e)
+
+    def _break(self, exc: BaseException) -> None:
+        if self.broken is None and not isinstance(exc, asyncio.CancelledError):
+            self.broken = exc
+            self.sink([], self)  # the executor fails every request this stream carried
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await self.client.close()
+
+
+def open_item(request_id: str, walk: str, dispatch, params: dict, convert, traceparent: str = "") -> OpenNode:
+    from services.items import StopRule
+
+    stop = StopRule()
+    if dispatch.loop is not None:
+        ids = dispatch.loop.stop.stop_token_ids if dispatch.loop.stop is not None else ()
+        stop = StopRule(dispatch.loop.max_iters, tuple(ids))
+    extra = {"_chunk": dispatch.chunk} if dispatch.chunk else {}
+    return OpenNode(
+        request_id, dispatch.node, walk, dispatch.iteration, named_parts(dispatch.inputs, convert),
+        {**params, **extra}, stop, traceparent,
+    )

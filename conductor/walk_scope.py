@@ -1,0 +1,83 @@
+"""Static facts of one walk the executor needs: loop paths, edges by node, which
+loops run inside a component and which nodes are fed chunk by chunk."""
+from __future__ import annotations
+
+from graph.composites import Loop, node_names
+from graph.edge import GraphEdge
+from graph.errors import GraphError
+from graph.node import WALK_INPUT, WALK_OUTPUT
+from graph.walk import Walk
+
+Tag = tuple[int, ...]
+
+
+class WalkScope:
+    def __init__(self, walk: Walk, inner_loops: frozenset[str] = frozenset()) -> None:
+        self.walk = walk
+        self.nodes = walk.node_names
+        self.path: dict[str, tuple[Loop, ...]] = {n: walk.loop_path(n) for n in self.nodes}
+        self.loops = [loop for loop, _ in walk.loops]
+        self.members = {loop.name: set(node_names(loop)) for loop in self.loops}
+        self.in_edges: dict[str, dict[str, GraphEdge]] = {n: {} for n in self.nodes}
+        self.out_edges: dict[str, list[GraphEdge]] = {n: [] for n in self.nodes}
+        self.carry_in: dict[str, dict[str, GraphEdge]] = {n: {} for n in self.nodes}
+        for edge in walk.edges:
+            if edge.dst_node != WALK_OUTPUT:
+                self.in_edges[edge.dst_node][edge.dst_port] = edge
+            if edge.src_node != WALK_INPUT:
+                self.out_edges[edge.src_node].append(edge)
+        for loop in self.loops:
+            for edge in loop.carry:
+                self.carry_in[edge.dst_node][edge.dst_port] = edge
+        # A single-node loop whose component can run it runs inside that component
+        # (DESIGN 5): one dispatch per entry, outputs tagged per iteration.
+        self.inner: dict[str, Loop] = {}
+        for loop in self.loops:
+            body = node_names(loop)
+            if loop.name in inner_loops and len(body) == 1 and (loop.stop is None or loop.stop.predicate is None):
+                self.inner[body[0]] = loop
+        self.stream_in: dict[str, GraphEdge] = {}
+        for node, edges in self.in_edges.items():
+            streaming = [e for e in edges.values() if e.is_streaming]
+            if len(streaming) > 1:
+                raise GraphError(f"walk {walk.name}: node {node} has several streaming inputs")
+            if streaming:
+                if node in self.inner:
+                    raise GraphError(f"walk {walk.name}: streaming into loop node {node} is not supported yet")
+                self.stream_in[node] = streaming[0]
+
+    def depth(self, node: str) -> int:
+        """Tag length of the node's dispatches (an inner loop is dispatched once per entry)."""
+        return len(self.path[node]) - (1 if node in self.inner else 0)
+
+    def common(self, src: str, dst: str) -> int:
+        """Number of loops enclosing both nodes (their shared tag prefix)."""
+        n = 0
+        for a, b in zip(self.path[src], self.path[dst]):
+            if a is not b:
+                break
+            n += 1
+        return n
+
+    def loop_depth(self, loop: Loop) -> int:
+        """Tag length of the scope that contains `loop` (its parent's iterations)."""
+        return self.path[node_names(loop)[0]].index(loop)
+
+    def direct_members(self, loop: Loop) -> list[str]:
+        """Nodes whose innermost enclosing loop is `loop`."""
+        return [n for n in self.members[loop.name] if self.path[n] and self.path[n][-1] is loop]
+
+    def child_loops(self, loop: Loop | None) -> list[Loop]:
+        """Loops directly inside `loop` (top-level loops for None)."""
+        depth = 0 if loop is None else self.loop_depth(loop) + 1
+        out = []
+        for lp in self.loops:
+            if self.loop_depth(lp) == depth and (loop is None or lp.name in self._sub(loop)):
+                out.append(lp)
+        return out
+
+    def _sub(self, loop: Loop) -> set[str]:
+        return {lp.name for lp in self.loops if self.members[lp.name] <= self.members[loop.name] and lp is not loop}
+
+    def top_nodes(self) -> list[str]:
+        return [n for n in self.nodes if not self.path[n]]

@@ -1,0 +1,185 @@
+"""Algorithm 1 for one walk of one request, without I/O (ready -> dispatch -> collect).
+
+Values are tagged (node, port, iteration tag). A tag has one index per enclosing
+loop; a consumer at tag t reads a producer of an enclosing scope at t's prefix, a
+producer inside a loop it is not in through the loop's exit (last or accumulate),
+and a carry edge from the previous iteration. Values are tuples of parts (the
+consumer concatenates them along dim 0): one part, or one per accumulated
+iteration or streamed item.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from conductor.loop_state import LoopTracker
+from conductor.walk_scope import Tag, WalkScope
+from graph.edge import GraphEdge
+from graph.node import WALK_INPUT, WALK_OUTPUT
+from graph.stream_buffer import StreamBuffer
+
+Value = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One node run to start: (node, iteration) is its identity within the request."""
+
+    node: str
+    iteration: Tag
+    inputs: dict[str, Value]
+    loop: Any = None                      # graph Loop run inside the component
+    chunk: dict = field(default_factory=dict)  # chunk metadata of a chunk-fed run
+
+
+class WalkState:
+    def __init__(self, scope: WalkScope, inputs: dict[str, Value]) -> None:
+        self.scope = scope
+        self.inputs = inputs
+        self.values: dict[tuple[str, str, Tag], Value] = {}
+        self.dispatched: set[tuple[str, Tag]] = set()
+        self.done: set[tuple[str, Tag]] = set()
+        self.loops = LoopTracker(scope, self)
+        self.buffers: dict[tuple[GraphEdge, Tag], StreamBuffer] = {}
+        self.chunk_runs: dict[tuple[str, Tag], list[int]] = {}  # (node, scope) -> [open, next seq]
+        self.pending_chunks: dict[tuple[str, Tag], list] = {}
+        self.outputs: dict[str, list[Any]] = {}
+        self.held: dict[tuple[str, Tag], dict[int, dict]] = {}  # chunk outputs waiting for their turn
+        self.next_seq: dict[tuple[str, Tag], int] = {}
+
+    # ---- readiness ---------------------------------------------------------------
+
+    def scoped(self, node: str, port: str, tag: Tag) -> Value | None:
+        """`node.port` as seen from a scope with tag `tag` (through loop exits if deeper)."""
+        depth = len(self.scope.path[node])
+        if depth <= len(tag):
+            return self.values.get((node, port, tag[:depth]))
+        return self.loops.exit_value(self.scope.path[node][len(tag)], node, port, tag)
+
+    def input_value(self, node: str, port: str, tag: Tag) -> Value | None:
+        carry = self.scope.carry_in[node].get(port)
+        if carry is not None and tag and tag[-1] > 0 and node not in self.scope.inner:
+            return self.values.get((carry.src_node, carry.src_port, tag[:-1] + (tag[-1] - 1,)))
+        edge = self.scope.in_edges[node][port]
+        if edge.src_node == WALK_INPUT:
+            return self.inputs.get(edge.src_port)
+        common = self.scope.common(edge.src_node, node)
+        return self.scoped(edge.src_node, edge.src_port, tag[:common])
+
+    def _gather(self, node: str, tag: Tag, skip: str = "") -> dict[str, Value] | None:
+        inputs = {}
+        for port in self.scope.in_edges[node]:
+            if port == skip:
+                continue
+            value = self.input_value(node, port, tag)
+            if value is None:
+                return None
+            inputs[port] = value
+        return inputs
+
+    def ready(self) -> list[Dispatch]:
+        out = []
+        for node in self.scope.nodes:
+            for tag in self.loops.active_tags(self.scope.depth(node), node):
+                if node in self.scope.stream_in:
+                    out += self._ready_chunks(node, tag)
+                elif (node, tag) not in self.dispatched:
+                    inputs = self._gather(node, tag)
+                    if inputs is not None:
+                        self.dispatched.add((node, tag))
+                        out.append(Dispatch(node, tag, inputs, self.scope.inner.get(node)))
+        return out
+
+    def _ready_chunks(self, node: str, tag: Tag) -> list[Dispatch]:
+        edge = self.scope.stream_in[node]
+        buf = self.buffer(edge, tag[: self.scope.common(edge.src_node, node)])
+        pending = self.pending_chunks.setdefault((node, tag), [])
+        pending += buf.pop_ready()
+        runs = self.chunk_runs.setdefault((node, tag), [0, 0])
+        out = []
+        while pending:
+            chunk = pending[0]
+            if not chunk.items:  # the empty end-of-stream marker
+                pending.pop(0)
+                continue
+            inputs = self._gather(node, tag, skip=edge.dst_port)
+            if inputs is None:
+                break
+            pending.pop(0)
+            inputs[edge.dst_port] = chunk.items
+            meta = {"start": chunk.start, "num_context": chunk.num_context,
+                    "is_last": chunk.is_last, "num_pad": chunk.num_pad}
+            out.append(Dispatch(node, tag + (runs[1],), inputs, chunk=meta))
+            runs[0] += 1
+            runs[1] += 1
+        return out
+
+    def buffer(self, edge: GraphEdge, tag: Tag) -> StreamBuffer:
+        key = (edge, tag)
+        if key not in self.buffers:
+            self.buffers[key] = StreamBuffer(edge.chunk_policy, edge.max_buffered)
+        return self.buffers[key]
+
+    # ---- collect -----------------------------------------------------------------
+
+    def on_output(self, node: str, iteration: Tag, outputs: dict[str, Any]) -> list[tuple[str, Any]]:
+        """Stores a run's outputs; returns (walk output name, value) pairs to stream.
+
+        Chunk runs of one node may finish out of order (several replicas): their
+        outputs are applied in chunk order, so streams downstream stay in order."""
+        if node not in self.scope.stream_in:
+            return self._apply_output(node, iteration, outputs)
+        key = (node, iteration[:-1])
+        held = self.held.setdefault(key, {})
+        held[iteration[-1]] = outputs
+        emitted = []
+        while self.next_seq.get(key, 0) in held:
+            seq = self.next_seq.get(key, 0)
+            emitted += self._apply_output(node, key[1] + (seq,), held.pop(seq))
+            self.next_seq[key] = seq + 1
+        return emitted
+
+    def _apply_output(self, node: str, iteration: Tag, outputs: dict[str, Any]) -> list[tuple[str, Any]]:
+        emitted = []
+        for port, value in outputs.items():
+            self.values[(node, port, iteration)] = (value,)
+        for edge in self.scope.out_edges[node]:
+            if edge.src_port not in outputs:
+                continue
+            value = outputs[edge.src_port]
+            if edge.dst_node == WALK_OUTPUT:
+                self.outputs.setdefault(edge.dst_port, []).append(value)
+                emitted.append((edge.dst_port, value))
+            elif edge.is_streaming:
+                common = self.scope.common(node, edge.dst_node)
+                self.buffer(edge, iteration[:common]).push([value])
+        return emitted
+
+    def on_done(self, node: str, iteration: Tag) -> None:
+        if node in self.scope.stream_in:
+            self.chunk_runs[(node, iteration[:-1])][0] -= 1
+            return
+        self.done.add((node, iteration))
+        if node in self.scope.inner:
+            self.loops.finish_inner(self.scope.inner[node], node, iteration)
+        else:
+            self.finish_streams(node, iteration, len(self.scope.path[node]))
+        self.loops.update()
+
+    def finish_streams(self, node: str, tag: Tag, depth: int) -> None:
+        """Ends the streams out of `node` whose buffers live at scope depth `depth`."""
+        for edge in self.scope.out_edges[node]:
+            if edge.is_streaming and self.scope.common(node, edge.dst_node) == depth:
+                self.buffer(edge, tag[:depth]).finish()
+
+    def is_node_done(self, node: str, tag: Tag) -> bool:
+        if node in self.scope.stream_in:
+            edge = self.scope.stream_in[node]
+            buf = self.buffers.get((edge, tag[: self.scope.common(edge.src_node, node)]))
+            runs = self.chunk_runs.get((node, tag), [0, 0])
+            return buf is not None and buf.is_closed and runs[0] == 0 and not self.pending_chunks.get((node, tag))
+        return (node, tag) in self.done
+
+    @property
+    def is_complete(self) -> bool:
+        return all(self.is_node_done(n, ()) for n in self.scope.top_nodes()) and self.loops.all_finished(())

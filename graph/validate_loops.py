@@ -1,0 +1,50 @@
+"""Loop checks of one walk: carry edges, accumulate ports and stop watches stay
+inside their loop, and edges only cross loop boundaries where iteration tags line
+up (into enclosed loops, or out of loops toward an enclosing scope)."""
+from __future__ import annotations
+
+from graph.composites import node_names
+from graph.edge import split_endpoint
+from graph.errors import GraphError
+from graph.validate_ports import check_port
+
+
+def check_loop_ports(graph, walk) -> None:
+    for loop, _ in walk.loops:
+        inside = set(node_names(loop))
+        label = f"loop {loop.name}"
+        for carry in loop.carry:
+            where = f"{label}: carry {carry}"
+            check_port(graph, walk, where, carry.src_node, carry.src_port, "output")
+            check_port(graph, walk, where, carry.dst_node, carry.dst_port, "input")
+            # A carry is the loop's only back edge: both ends iterate with the loop.
+            for end in (carry.src_node, carry.dst_node):
+                if end not in inside:
+                    raise GraphError(f"walk {walk.name}: {where}: node {end!r} is not inside the loop")
+        endpoints = [("accumulate", e) for e in loop.accumulate]
+        if loop.stop is not None:
+            endpoints.append(("stop watch", loop.stop.watch))
+        for kind, endpoint in endpoints:
+            node, port = split_endpoint(endpoint)
+            where = f"{label}: {kind} {endpoint}"
+            check_port(graph, walk, where, node, port, "output")
+            if node not in inside:
+                raise GraphError(f"walk {walk.name}: {where}: node {node!r} is not inside the loop")
+
+
+def check_loop_crossings(walk) -> None:
+    """An edge may enter loops (its value serves every iteration) or leave loops
+    (last or accumulated value), but not both: leaving loop A straight into a loop B
+    that does not enclose the source leaves no iteration of B to match A's tags."""
+    for edge in walk.edges:
+        src_path, dst_path = walk.loop_path(edge.src_node), walk.loop_path(edge.dst_node)
+        shared = 0
+        while shared < min(len(src_path), len(dst_path)) and src_path[shared] is dst_path[shared]:
+            shared += 1
+        if shared < len(src_path) and shared < len(dst_path):
+            left, entered = src_path[shared], dst_path[shared]
+            raise GraphError(
+                f"walk {walk.name}: edge {edge} goes from loop {left.name} into loop {entered.name}, "
+                f"which does not enclose {edge.src_node}: iteration tags would not line up "
+                f"(route it through a node outside loop {entered.name})"
+            )

@@ -1,0 +1,135 @@
+"""The executor over in-process toy components: pipelines, loops (last/accumulate,
+inside a component, driven by the conductor), joins, streaming edges, failures."""
+import asyncio
+import pytest
+import torch
+
+from conductor.executor import RequestFailed
+from conductor.runners import inprocess_executor
+from graph.chunking import LeftContext
+from graph.composites import DynamicLoop, Loop, Parallel, Sequential, StopRule
+from graph.edge import GraphEdge as E
+from graph.edge import StreamingGraphEdge
+from graph.node import GraphNode as N
+from graph.walk import Walk, WalkGraph
+from tests.conductor.toys import Toy
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def run(graph, components, requests, inner_loops=frozenset()):
+    """Runs {request_id: inputs} concurrently; returns {request_id: {output: [values]}}."""
+
+    async def main():
+        async with inprocess_executor(graph, components, inner_loops) as ex:
+            async def one(rid, inputs):
+                out = {}
+                async for name, value in ex.generate(rid, {k: (v,) for k, v in inputs.items()}):
+                    out.setdefault(name, []).append(value)
+                return out
+
+            results = await asyncio.gather(*(one(r, i) for r, i in requests.items()), return_exceptions=True)
+            return dict(zip(requests, results))
+
+    return asyncio.run(main())
+
+
+def test_pipeline_and_loop_channels():
+    # A loop's channel belongs to the output port: b.h leaves as "last", b.s as "accumulate".
+    nodes = [N("a", ("x",), ("y",)), N("b", ("y", "h"), ("h", "s")), N("c", ("last", "all"), ("z",))]
+    walk = Walk("w", Sequential("a", Loop("l", "b", max_iters=3, carry=[E("b.h", "b.h")], accumulate=["b.s"]), "c"), [
+        E("input.x", "a.x"), E("a.y", "b.y"), E("a.y", "b.h"), E("b.s", "c.all"), E("b.h", "c.last"),
+        E("c.z", "output.z")])
+    graph = WalkGraph("t", nodes, [walk])
+    toy = Toy("toy", {
+        "a": lambda i, p: {"y": i["x"] * 2},
+        "b": lambda i, p: {"h": i["h"] + i["y"], "s": i["h"] + i["y"]},
+        "c": lambda i, p: {"z": torch.cat([i["last"], i["all"]])},
+    })
+    out = run(graph, [toy], {"r": {"x": torch.tensor([1.0])}})["r"]
+    # h: 2 -> 4 -> 6 -> 8; last = 8, accumulate = [4, 6, 8]
+    assert out["z"][0].tolist() == [8.0, 4.0, 6.0, 8.0]
+
+
+def test_dynamic_loops_stop_per_request():
+    nodes = [N("inc", ("x",), ("x",)), N("check", ("x", "limit"), ("stop",)), N("emit", ("x",), ("y",))]
+    loop = DynamicLoop("l", Sequential("inc", "check"), max_iters=20, carry=[E("inc.x", "inc.x")],
+                       stop=StopRule("check.stop", predicate=lambda v: bool(v.any())))
+    walk = Walk("w", Sequential(loop, "emit"), [
+        E("input.x", "inc.x"), E("inc.x", "check.x"), E("input.limit", "check.limit"), E("inc.x", "emit.x"),
+        E("emit.y", "output.y"), E("inc.x", "output.trace")])
+    toy = Toy("toy", {
+        "inc": lambda i, p: {"x": i["x"] + 1},
+        "check": lambda i, p: {"stop": i["x"] >= i["limit"]},
+        "emit": lambda i, p: {"y": i["x"]},
+    }, max_delay_s=0.002)
+    requests = {f"r{n}": {"x": torch.tensor([0]), "limit": torch.tensor([n + 1])} for n in range(8)}
+    results = run(WalkGraph("t", nodes, [walk]), [toy], requests)
+    for n in range(8):
+        out = results[f"r{n}"]
+        assert out["y"][0].tolist() == [n + 1]  # each stops at its own limit
+        assert [v.item() for v in out["trace"]] == list(range(1, n + 2))  # no extra iteration shown
+
+
+def test_loop_inside_a_component_with_stop_tokens():
+    nodes = [N("prefill", ("ids",), ("tok",)), N("decode", ("tok",), ("tok",), stateful=True)]
+    loop = DynamicLoop("gen", "decode", max_iters=10, stop=StopRule("decode.tok", stop_token_ids=(7,)))
+    walk = Walk("w", Sequential("prefill", loop), [
+        E("input.ids", "prefill.ids"), E("prefill.tok", "decode.tok"), E("decode.tok", "output.tok")])
+    toy = Toy("lm", {"prefill": lambda i, p: {"tok": i["ids"][-1:]},
+                     "decode": lambda i, p: {"tok": i["tok"] + 1}}, loops={"decode": {"tok": "tok"}})
+    results = run(WalkGraph("t", nodes, [walk]), [toy],
+                  {"a": {"ids": torch.tensor([1, 2])}, "b": {"ids": torch.tensor([5])}}, inner_loops={"gen"})
+    assert [t.item() for t in results["a"]["tok"]] == [3, 4, 5, 6, 7]
+    assert [t.item() for t in results["b"]["tok"]] == [6, 7]
+    assert toy.num_opened == 4  # one open per loop, not per token
+
+
+def test_parallel_join_never_mixes_requests_or_iterations():
+    nodes = [N("cond", ("z",), ("v",)), N("uncond", ("z",), ("v",)), N("combine", ("z", "c", "u"), ("z",))]
+    loop = Loop("denoise", Sequential(Parallel("cond", "uncond"), "combine"), max_iters=4,
+                carry=[E("combine.z", "cond.z"), E("combine.z", "uncond.z"), E("combine.z", "combine.z")])
+    walk = Walk("w", loop, [
+        E("input.z", "cond.z"), E("input.z", "uncond.z"), E("input.z", "combine.z"),
+        E("cond.v", "combine.c"), E("uncond.v", "combine.u"), E("combine.z", "output.z")])
+    fns = {"cond": lambda i, p: {"v": i["z"] * 3}, "uncond": lambda i, p: {"v": i["z"] + 1},
+           "combine": lambda i, p: {"z": i["z"] + 0.5 * (i["c"] - i["u"])}}
+    cond, uncond = Toy("c", {"cond": fns["cond"]}, max_delay_s=0.003, seed=1), Toy("u", {"uncond": fns["uncond"]}, max_delay_s=0.003, seed=2)
+    combine = Toy("m", {"combine": fns["combine"]})
+    requests = {f"r{n}": {"z": torch.tensor([float(n)])} for n in range(16)}
+    results = run(WalkGraph("t", nodes, [walk]), [cond, uncond, combine], requests)
+    for n in range(16):
+        z, expected = torch.tensor([float(n)]), []
+        for _ in range(4):
+            z = fns["combine"]({"z": z, "c": fns["cond"]({"z": z}, {})["v"], "u": fns["uncond"]({"z": z}, {})["v"]}, {})["z"]
+            expected.append(z.item())
+        assert [v.item() for v in results[f"r{n}"]["z"]] == expected
+
+
+def test_streaming_edge_with_left_context():
+    nodes = [N("lm", ("n",), ("frame",)), N("codec", ("frames",), ("audio",))]
+    loop = Loop("gen", "lm", max_iters=10, carry=[E("lm.frame", "lm.n")])
+    walk = Walk("w", Sequential(loop, "codec"), [
+        E("input.n", "lm.n"), StreamingGraphEdge("lm.frame", "codec.frames", chunk_policy=LeftContext(3, 2)),
+        E("codec.audio", "output.audio")])
+    lm = Toy("lm", {"lm": lambda i, p: {"frame": i["n"] + 1}})
+    seen = []
+
+    def decode(i, p):
+        seen.append((p["_chunk"]["num_context"], i["frames"].tolist()))
+        return {"audio": i["frames"][p["_chunk"]["num_context"]:] * 10}
+
+    codec = Toy("codec", {"codec": decode})
+    out = run(WalkGraph("t", nodes, [walk]), [lm, codec], {"r": {"n": torch.tensor([0])}})["r"]
+    assert torch.cat(out["audio"]).tolist() == [10 * k for k in range(1, 11)]  # every frame once, in order
+    assert seen == [(0, [1, 2, 3]), (2, [2, 3, 4, 5, 6]), (2, [5, 6, 7, 8, 9]), (2, [8, 9, 10])]
+
+
+def test_a_failing_node_fails_only_its_request():
+    nodes = [N("a", ("x",), ("y",))]
+    graph = WalkGraph("t", nodes, [Walk("w", "a", [E("input.x", "a.x"), E("a.y", "output.y")])])
+    toy = Toy("toy", {"a": lambda i, p: {"y": i["x"]}}, fail_on="bad")
+    results = run(graph, [toy], {"bad": {"x": torch.tensor([1])}, "good": {"x": torch.tensor([2])}})
+    assert isinstance(results["bad"], RequestFailed) and results["bad"].status == "INTERNAL"
+    assert "on purpose" in str(results["bad"])
+    assert results["good"]["y"][0].tolist() == [2]

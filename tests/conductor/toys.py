@@ -1,0 +1,88 @@
+"""Toy numeric components for conductor tests (test-only): each node is a function of
+its input tensors; loop nodes run their loop inside the component, one iteration per
+engine step for every open run (continuous batching in miniature)."""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from services.items import NodeDone, NodeError, NodeOutput, OpenNode
+
+
+@dataclass
+class LoopRun:
+    item: OpenNode
+    state: dict
+    k: int = 0
+
+
+@dataclass
+class Toy:
+    """fns[node](inputs, params) -> outputs. loops[node] = {out_port: in_port} carried
+    between the iterations of a loop that runs inside this component."""
+
+    name: str
+    fns: dict[str, Callable]
+    loops: dict[str, dict[str, str]] = field(default_factory=dict)
+    max_delay_s: float = 0.0
+    fail_on: str = ""  # a request id whose runs raise
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.nodes = tuple(self.fns)
+        self._events, self._loops = [], {}
+        self._rng = random.Random(self.seed)
+        self.num_opened = 0
+
+    def open(self, item: OpenNode, inputs) -> None:
+        if item.request_id == self.fail_on:
+            raise RuntimeError(f"toy {self.name} fails request {item.request_id} on purpose")
+        self.num_opened += 1
+        if item.node in self.loops:
+            self._loops[(item.request_id, item.node, item.iteration)] = LoopRun(item, {k: v.clone() for k, v in inputs.items()})
+            return
+        if self.max_delay_s:
+            time.sleep(self._rng.uniform(0, self.max_delay_s))
+        outputs = self.fns[item.node](inputs, item.params)
+        self._events += [NodeOutput(item.request_id, item.node, outputs, item.iteration),
+                         NodeDone(item.request_id, item.node, iteration=item.iteration)]
+
+    def push(self, item, tensors) -> None:
+        raise NotImplementedError
+
+    def cancel(self, request_id: str) -> None:
+        self._events = [e for e in self._events if e.request_id != request_id]
+        self._loops = {k: v for k, v in self._loops.items() if k[0] != request_id}
+
+    def has_work(self) -> bool:
+        return bool(self._events or self._loops)
+
+    def step(self):
+        events, self._events = self._events, []
+        for key, run in list(self._loops.items()):
+            events += self._advance(key, run)
+        return events
+
+    def _advance(self, key, run: LoopRun):
+        item = run.item
+        outputs = self.fns[item.node](run.state, item.params)
+        events = [NodeOutput(item.request_id, item.node, outputs, item.iteration + (run.k,))]
+        for out_port, in_port in self.loops[item.node].items():
+            run.state[in_port] = outputs[out_port]
+        run.k += 1
+        stop_ids = set(item.stop_rule.stop_token_ids)
+        hit = any(int(v) in stop_ids for v in next(iter(outputs.values())).reshape(-1).tolist())
+        if hit or run.k >= item.stop_rule.max_iters:
+            del self._loops[key]
+            events.append(NodeDone(item.request_id, item.node, iteration=item.iteration))
+        return events
+
+    def ready(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
