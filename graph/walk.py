@@ -95,6 +95,8 @@ class WalkGraph:
         return name
 
     def after(self, inputs: dict[str, Any], walk: str, outputs: dict[str, Any]) -> str | None:
+        if walk not in self.walk_by_name:
+            raise GraphError(f"graph {self.name}: finished walk {walk!r} is not a walk")
         name = self.next_walk(inputs, walk, outputs)
         if name is not None and name not in self.walk_by_name:
             raise GraphError(f"graph {self.name}: next walk {name!r} after {walk!r} is not a walk")

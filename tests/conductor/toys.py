@@ -30,6 +30,7 @@ class Toy:
     loops: dict[str, dict[str, str]] = field(default_factory=dict)
     max_delay_s: float = 0.0
     fail_on: str = ""  # a request id whose runs raise
+    step_delay_s: float = 0.0  # a slow engine step while loops are open (cancellation tests)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -62,6 +63,8 @@ class Toy:
         return bool(self._events or self._loops)
 
     def step(self):
+        if self._loops and self.step_delay_s:
+            time.sleep(self.step_delay_s)
         events, self._events = self._events, []
         for key, run in list(self._loops.items()):
             events += self._advance(key, run)
@@ -86,3 +89,50 @@ class Toy:
 
     def close(self) -> None:
         pass
+
+
+# ---- a 3-service toy speech-like pipeline: embed -> lm (loop inside) ~> codec ------
+
+def toy_pipeline():
+    """embed: x * 2; lm: a loop inside its service emitting n + 1 per step from the
+    embedding, stopping at token 0 mod 7 or max_iters; codec: chunks of 3 new frames
+    with 2 frames of left context -> 10 * new frames."""
+    from graph.chunking import LeftContext
+    from graph.composites import DynamicLoop, Sequential, StopRule
+    from graph.edge import GraphEdge as E
+    from graph.edge import StreamingGraphEdge
+    from graph.node import GraphNode as N
+    from graph.walk import Walk, WalkGraph
+
+    nodes = [N("embed", ("x",), ("e",)), N("lm", ("n",), ("frame",), stateful=True), N("codec", ("frames",), ("audio",))]
+    loop = DynamicLoop("gen", "lm", max_iters=12, stop=StopRule("lm.frame", stop_token_ids=(70,)))
+    walk = Walk("speak", Sequential("embed", loop, "codec"), [
+        E("input.x", "embed.x"), E("embed.e", "lm.n"),
+        StreamingGraphEdge("lm.frame", "codec.frames", chunk_policy=LeftContext(3, 2)),
+        E("lm.frame", "output.frame"), E("codec.audio", "output.audio")])
+    return WalkGraph("toy", nodes, [walk])
+
+
+def _decode(inputs, params):
+    return {"audio": inputs["frames"][int(params["_chunk"]["num_context"]):] * 10}
+
+
+def make_embed(fail_on: str = ""):
+    return Toy("embed", {"embed": lambda i, p: {"e": i["x"] * 2}}, fail_on=fail_on)
+
+
+def make_lm(step_delay_s: float = 0.0):
+    return Toy("lm", {"lm": lambda i, p: {"frame": i["n"] + 1}}, loops={"lm": {"frame": "n"}},
+               step_delay_s=step_delay_s)
+
+
+def make_slow_lm():
+    return make_lm(step_delay_s=0.05)
+
+
+def make_codec():
+    return Toy("codec", {"codec": _decode})
+
+
+def make_failing_embed():
+    return make_embed(fail_on="doomed")

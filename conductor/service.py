@@ -1,0 +1,116 @@
+"""The conductor as a gRPC service: `Conductor.Generate` and `ListModels` (the front door).
+
+Thin servicer: converts GenerateRequest to walk inputs, runs the executor, converts
+each walk output to a GenerateEvent. Client cancellation or deadline closes the
+generator, which cancels the request on every service it reached.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+
+import grpc
+
+from conductor.executor import Executor
+from conductor.model import ServedModel
+from conductor.runners import remote_executor
+from protos.starmesh.v1 import conductor_pb2 as pb
+from protos.starmesh.v1 import conductor_pb2_grpc
+from services.errors import map_errors
+from services.wire import params_from_struct
+from transport.codec import inline_ref
+from transport.errors import InvalidArgument, NotFound
+from transport.refs import TensorRef
+from transport.wire import ref_from_proto, ref_to_proto
+
+log = logging.getLogger(__name__)
+CONDUCTOR_SERVICE = pb.DESCRIPTOR.services_by_name["Conductor"].full_name
+
+
+def request_inputs(req: pb.GenerateRequest) -> dict[str, tuple]:
+    inputs: dict[str, tuple] = {}
+    if len(req.input_ids):
+        import torch
+
+        inputs["input_ids"] = (torch.tensor(list(req.input_ids), dtype=torch.int64),)
+    for i, nt in enumerate(req.inputs):
+        if not nt.name:
+            raise InvalidArgument(f"inputs[{i}].name is empty")
+        inputs[nt.name] = (ref_from_proto(nt.tensor, f"inputs[{nt.name}]"),)
+    return inputs
+
+
+def output_event(request_id: str, name: str, value) -> pb.GenerateEvent:
+    event = pb.GenerateEvent(request_id=request_id)
+    event.tensor.name = name
+    ref_to_proto(value if isinstance(value, TensorRef) else inline_ref(value), event.tensor.tensor)
+    return event
+
+
+class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
+    def __init__(self, service: "ConductorService") -> None:
+        self.service = service
+
+    @map_errors
+    async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
+        executor = self.service.executors.get(request.model)
+        if executor is None:
+            raise NotFound(f"model {request.model!r} is not served here ({sorted(self.service.executors)})")
+        request_id = request.request_id or uuid.uuid4().hex
+        num_outputs = 0
+        async for name, value in executor.generate(request_id, request_inputs(request),
+                                                   params_from_struct(request.params)):
+            num_outputs += 1
+            yield output_event(request_id, name, value)
+        usage = pb.Usage()
+        usage.metrics.update({"num_outputs": num_outputs})
+        yield pb.GenerateEvent(request_id=request_id, usage=usage)
+
+    @map_errors
+    async def ListModels(self, request, context):
+        models = [pb.ModelInfo(name=m.name, walks=[w.name for w in m.graph.walks]) for m in self.service.models]
+        return pb.ListModelsResponse(models=models)
+
+
+class ConductorService:
+    """services.server.HostedService for the conductor: one executor per model,
+    each holding one Run stream per replica, opened when the server starts."""
+
+    service_names = (CONDUCTOR_SERVICE,)
+
+    def __init__(self, models: list[ServedModel]) -> None:
+        self.models = models
+        self.executors: dict[str, Executor] = {}
+        self._stack = contextlib.AsyncExitStack()
+        self._task = None
+
+    def register(self, server: grpc.aio.Server) -> None:
+        conductor_pb2_grpc.add_ConductorServicer_to_server(ConductorServicer(self), server)
+
+    def start(self) -> None:
+        import asyncio
+
+        self._task = asyncio.get_running_loop().create_task(self._open())
+
+    async def _open(self) -> None:
+        for model in self.models:
+            executor = await self._stack.enter_async_context(
+                remote_executor(model.graph, model.placement, model.inner_loops))
+            self.executors[model.name] = executor
+
+    def ready(self) -> bool:
+        return len(self.executors) == len(self.models)
+
+    async def drain(self, timeout_s: float) -> None:
+        import asyncio
+
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while any(ex.requests for ex in self.executors.values()):
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        await self._stack.aclose()
+
+    def close(self) -> None:
+        pass
