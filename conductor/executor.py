@@ -33,13 +33,14 @@ class RequestFailed(StarmeshError):
 
 
 class Executor:
-    def __init__(self, graph: WalkGraph, route: Route, inner_loops=frozenset(), materialize=None) -> None:
+    def __init__(self, graph: WalkGraph, route: Route, inner_loops=frozenset(), materialize=None,
+                 tracer: trace.Tracer | None = None) -> None:
         self.graph = graph
         self.route = route
         self.scopes = {w.name: WalkScope(w, frozenset(inner_loops)) for w in graph.walks}
         self.materialize = materialize or (lambda value: value)
         self.requests: dict[str, RequestRun] = {}
-        self.tracer = trace.get_tracer("starmesh.conductor")
+        self.tracer = tracer or trace.get_tracer("starmesh.conductor")
 
     # ---- front: one request -------------------------------------------------------
 
@@ -67,9 +68,15 @@ class Executor:
             for span in reversed(run.spans):
                 span.end()
 
-    def _enter_walk(self, run: RequestRun, walk: str, inputs: dict[str, tuple]) -> None:
+    def _end_walk_span(self, run: RequestRun) -> None:
         if len(run.spans) > 1:
-            run.spans.pop().end()
+            span = run.spans.pop()
+            if run.state is not None:
+                run.state.recorder.emit_spans(self.tracer, trace.set_span_in_context(span), run.request_id)
+            span.end()
+
+    def _enter_walk(self, run: RequestRun, walk: str, inputs: dict[str, tuple]) -> None:
+        self._end_walk_span(run)
         ctx = trace.set_span_in_context(run.spans[0])
         run.spans.append(self.tracer.start_span(f"walk {walk}", context=ctx,
                                                 attributes={"starmesh.request_id": run.request_id}))
@@ -131,7 +138,8 @@ class Executor:
 
     def _collect(self, run: RequestRun, ev: OutboundEvent) -> None:
         if isinstance(ev, NodeOutput):
-            for name, value in run.state.on_output(ev.node, ev.iteration, ev.tensors):
+            emitted = run.state.on_output(ev.node, ev.iteration, ev.tensors, ev.metadata.get("t_us"))
+            for name, value in emitted:
                 run.queue.put_nowait((name, value))
         elif isinstance(ev, NodeDone):
             run.state.on_done(ev.node, ev.iteration)
@@ -147,6 +155,7 @@ class Executor:
 
     def _finish(self, run: RequestRun, reason: str) -> None:
         """Drops the request everywhere it ran: state, buffers and leases are freed there."""
+        self._end_walk_span(run)
         run.state = None
         for target in run.reached.values():
             target.post([Cancel(run.request_id, reason)])

@@ -50,7 +50,8 @@ async def inprocess_executor(graph: WalkGraph, components, inner_loops=frozenset
 
 
 @contextlib.asynccontextmanager
-async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=frozenset()) -> AsyncIterator[Executor]:
+async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=frozenset(),
+                          tracer=None, interceptors=None) -> AsyncIterator[Executor]:
     """Nodes run on the replicas the placement names; one Run stream per replica."""
     placement.validate(graph)
     selector = ReplicaSelector(placement)
@@ -59,11 +60,11 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
     def route(node: str, walk: str, request_id: str) -> RemoteTarget:
         return targets[selector.choose(request_id, graph.node_by_name[node], walk).endpoint]
 
-    executor = Executor(graph, route, inner_loops, _materialize)
+    executor = Executor(graph, route, inner_loops, _materialize, tracer)
     try:
         for spec in placement.services.values():
             for endpoint in spec.replicas:
-                targets[endpoint] = await RemoteTarget(endpoint, executor.on_events).start()
+                targets[endpoint] = await RemoteTarget(endpoint, executor.on_events, interceptors=interceptors).start()
         yield executor
     finally:
         for target in targets.values():

@@ -79,8 +79,9 @@ class ConductorService:
 
     service_names = (CONDUCTOR_SERVICE,)
 
-    def __init__(self, models: list[ServedModel]) -> None:
+    def __init__(self, models: list[ServedModel], telemetry=None) -> None:
         self.models = models
+        self.telemetry = telemetry
         self.executors: dict[str, Executor] = {}
         self._stack = contextlib.AsyncExitStack()
         self._task = None
@@ -95,8 +96,10 @@ class ConductorService:
 
     async def _open(self) -> None:
         for model in self.models:
+            tracer = self.telemetry.tracer if self.telemetry else None
+            interceptors = self.telemetry.client_interceptors() if self.telemetry else None
             executor = await self._stack.enter_async_context(
-                remote_executor(model.graph, model.placement, model.inner_loops))
+                remote_executor(model.graph, model.placement, model.inner_loops, tracer, interceptors))
             self.executors[model.name] = executor
 
     def ready(self) -> bool:

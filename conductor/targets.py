@@ -92,11 +92,11 @@ class RemoteTarget:
     """One long-lived Run stream to a replica, multiplexing every request (DESIGN 4).
     post() never blocks: a writer task sends each batch as one RunRequest, in order."""
 
-    def __init__(self, address: str, sink, max_message_bytes: int = 64 << 20) -> None:
+    def __init__(self, address: str, sink, max_message_bytes: int = 64 << 20, interceptors=None) -> None:
         from client.component_client import ComponentClient
 
         self.name = address
-        self.client = ComponentClient(address, max_message_bytes)
+        self.client = ComponentClient(address, max_message_bytes, interceptors)
         self.sink = sink
         self.outbox: asyncio.Queue = asyncio.Queue()
         self._tasks: list[asyncio.Task] = []

@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from conductor.edge_stats import EdgeRecorder, now_us
 from conductor.loop_state import LoopTracker
+from graph.chunking import FixedChunk
 from conductor.walk_scope import Tag, WalkScope
 from graph.edge import GraphEdge
 from graph.node import WALK_INPUT, WALK_OUTPUT
@@ -46,6 +48,9 @@ class WalkState:
         self.outputs: dict[str, list[Any]] = {}
         self.held: dict[tuple[str, Tag], dict[int, dict]] = {}  # chunk outputs waiting for their turn
         self.next_seq: dict[tuple[str, Tag], int] = {}
+        self.recorder = EdgeRecorder()
+        self.started_us = now_us()
+        self.stamps: dict[int, float] = {}  # id(value part) -> when it was produced (us)
 
     # ---- readiness ---------------------------------------------------------------
 
@@ -87,8 +92,22 @@ class WalkState:
                     inputs = self._gather(node, tag)
                     if inputs is not None:
                         self.dispatched.add((node, tag))
+                        self._record(node, tag, inputs)
                         out.append(Dispatch(node, tag, inputs, self.scope.inner.get(node)))
         return out
+
+    def produced_us(self, value: Value) -> float:
+        return max((self.stamps.get(id(p), self.started_us) for p in value), default=self.started_us)
+
+    def _record(self, node: str, tag: Tag, inputs: dict[str, Value], skip: str = "") -> None:
+        """Edge latency: each input's production -> this dispatch."""
+        now = now_us()
+        for port, value in inputs.items():
+            if port == skip or not value:
+                continue
+            carry = self.scope.carry_in[node].get(port)
+            edge = carry if carry is not None and tag and tag[-1] > 0 else self.scope.in_edges[node][port]
+            self.recorder.hop(str(edge), self.produced_us(value), now, value[0])
 
     def _ready_chunks(self, node: str, tag: Tag) -> list[Dispatch]:
         edge = self.scope.stream_in[node]
@@ -106,6 +125,8 @@ class WalkState:
             if inputs is None:
                 break
             pending.pop(0)
+            self._record(node, tag, inputs)
+            self._record_chunk(edge, chunk)
             inputs[edge.dst_port] = chunk.items
             meta = {"start": chunk.start, "num_context": chunk.num_context,
                     "is_last": chunk.is_last, "num_pad": chunk.num_pad}
@@ -113,6 +134,15 @@ class WalkState:
             runs[0] += 1
             runs[1] += 1
         return out
+
+    def _record_chunk(self, edge: GraphEdge, chunk) -> None:
+        now = now_us()
+        if edge.chunk_policy == FixedChunk(1):  # per-item edge: aggregated, one span per request
+            for item in chunk.new_items:
+                self.recorder.hop(str(edge), self.stamps.get(id(item), self.started_us), now, item)
+        else:
+            stamped = [(item, self.stamps.get(id(item), self.started_us)) for item in chunk.items]
+            self.recorder.chunk(str(edge), stamped, chunk.num_context, now)
 
     def buffer(self, edge: GraphEdge, tag: Tag) -> StreamBuffer:
         key = (edge, tag)
@@ -122,11 +152,15 @@ class WalkState:
 
     # ---- collect -----------------------------------------------------------------
 
-    def on_output(self, node: str, iteration: Tag, outputs: dict[str, Any]) -> list[tuple[str, Any]]:
+    def on_output(self, node: str, iteration: Tag, outputs: dict[str, Any],
+                  produced_us: float | None = None) -> list[tuple[str, Any]]:
         """Stores a run's outputs; returns (walk output name, value) pairs to stream.
 
         Chunk runs of one node may finish out of order (several replicas): their
         outputs are applied in chunk order, so streams downstream stay in order."""
+        stamp = produced_us or now_us()
+        for value in outputs.values():
+            self.stamps[id(value)] = stamp
         if node not in self.scope.stream_in:
             return self._apply_output(node, iteration, outputs)
         key = (node, iteration[:-1])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Any
 
 from opentelemetry import trace
@@ -272,7 +273,9 @@ class StepLoop:
             except Exception as e:
                 self._fail(ev.request_id, ev.node, *failure(e, f"output {ev.node}"), ev.iteration)
                 return
-            self._emit(state.stream_id, NodeOutput(ev.request_id, ev.node, refs, ev.iteration, ev.metadata))
+            # t_us: when the output was produced, for the conductor's edge latency spans.
+            metadata = {**ev.metadata, "t_us": time.time() * 1e6}
+            self._emit(state.stream_id, NodeOutput(ev.request_id, ev.node, refs, ev.iteration, metadata))
         elif isinstance(ev, NodeDone):
             consumed = self._table.end_run(ev.request_id, ev.node, ev.iteration)
             self._emit(state.stream_id, NodeDone(ev.request_id, ev.node, ev.consumed + consumed, ev.iteration))

@@ -1,0 +1,108 @@
+"""Per-edge latency of one request: production of an item -> its consumer's dispatch.
+
+Tracing must stay cheap (DESIGN 9): an edge that fires per item (plain edges,
+FixedChunk(1) streams) gets ONE span per (request, edge) carrying the count, bytes
+and latency percentiles; an edge with larger chunks gets one span per chunk.
+Timestamps are wall-clock microseconds (producers on the same host share the clock;
+across hosts the figures include clock offset).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+def now_us() -> float:
+    return time.time() * 1e6
+
+
+def nbytes_of(value) -> int:
+    nbytes = getattr(value, "nbytes", None)
+    return int(nbytes) if nbytes is not None else 0
+
+
+def transport_of(value) -> str:
+    return getattr(value, "kind", "inproc")
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+@dataclass
+class EdgeStats:
+    """Aggregated hops of one (request, edge)."""
+
+    latencies_us: list[float] = field(default_factory=list)
+    num_bytes: int = 0
+    transport: str = ""
+    first_us: float = 0.0
+    last_us: float = 0.0
+
+    def add(self, produced_us: float, dispatched_us: float, value) -> None:
+        if not self.latencies_us:
+            self.first_us = produced_us
+        self.latencies_us.append(max(0.0, dispatched_us - produced_us))
+        self.last_us = dispatched_us
+        self.num_bytes += nbytes_of(value)
+        self.transport = transport_of(value)
+
+    def attributes(self) -> dict:
+        lat = sorted(self.latencies_us)
+        return {
+            "starmesh.items": len(lat),
+            "starmesh.bytes": self.num_bytes,
+            "starmesh.transport": self.transport,
+            "starmesh.latency_us.p50": percentile(lat, 0.5),
+            "starmesh.latency_us.p90": percentile(lat, 0.9),
+            "starmesh.latency_us.p99": percentile(lat, 0.99),
+            "starmesh.latency_us.max": lat[-1] if lat else 0.0,
+        }
+
+
+@dataclass(frozen=True)
+class ChunkHop:
+    """One chunk of a chunked streaming edge: its own span."""
+
+    edge: str
+    produced_us: float  # when its last new item was produced
+    dispatched_us: float
+    num_new: int
+    num_context: int
+    num_bytes: int
+    transport: str
+
+
+class EdgeRecorder:
+    def __init__(self) -> None:
+        self.edges: dict[str, EdgeStats] = {}
+        self.chunks: list[ChunkHop] = []
+
+    def hop(self, edge: str, produced_us: float, dispatched_us: float, value) -> None:
+        self.edges.setdefault(edge, EdgeStats()).add(produced_us, dispatched_us, value)
+
+    def chunk(self, edge: str, stamped_items, num_context: int, dispatched_us: float) -> None:
+        new = stamped_items[num_context:]
+        produced = max((t for _, t in new), default=dispatched_us)
+        self.chunks.append(ChunkHop(edge, produced, dispatched_us, len(new), num_context,
+                                    sum(nbytes_of(v) for v, _ in stamped_items),
+                                    transport_of(stamped_items[0][0]) if stamped_items else ""))
+
+    def emit_spans(self, tracer, parent_context, request_id: str) -> None:
+        """One span per aggregated edge and per chunk, with explicit timestamps."""
+        for name, stats in self.edges.items():
+            span = tracer.start_span(f"edge {name}", context=parent_context, start_time=int(stats.first_us * 1e3),
+                                     attributes={"starmesh.request_id": request_id, **stats.attributes()})
+            span.end(end_time=int(max(stats.last_us, stats.first_us) * 1e3))
+        for hop in self.chunks:
+            span = tracer.start_span(f"edge {hop.edge}", context=parent_context, start_time=int(hop.produced_us * 1e3),
+                                     attributes={"starmesh.request_id": request_id, "starmesh.items": hop.num_new,
+                                                 "starmesh.context_items": hop.num_context,
+                                                 "starmesh.bytes": hop.num_bytes, "starmesh.transport": hop.transport,
+                                                 "starmesh.latency_us": hop.dispatched_us - hop.produced_us})
+            span.end(end_time=int(max(hop.dispatched_us, hop.produced_us) * 1e3))
+        self.edges.clear()
+        self.chunks.clear()
