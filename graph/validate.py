@@ -7,7 +7,8 @@ this order so the first error names the real culprit:
 2. endpoints (graph.validate_ports): every edge, carry, accumulate port and stop
    watch names an existing node of the walk and a port of the right direction;
 3. loops (graph.validate_loops): carry, accumulate and watch stay inside their
-   loop; no edge goes from one loop into another that does not enclose it;
+   loop; an edge from loop A into a loop B that does not enclose A delivers A's exit value
+   (last or accumulated) to every iteration of B, or streams A's iterations into B;
 4. one producer per port (duplicate port);
 5. no cycle outside loop carries (graph.validate_cycles);
 6. every input port of every node is fed by an edge or a carry.
@@ -19,7 +20,7 @@ from graph.composites import Loop, Parallel, Sequential, loops_in, node_names
 from graph.errors import GraphError
 from graph.node import GraphNode
 from graph.validate_cycles import check_acyclic
-from graph.validate_loops import check_loop_crossings, check_loop_ports
+from graph.validate_loops import check_loop_ports
 from graph.validate_ports import check_edges, check_inputs_fed, check_single_producer
 
 
@@ -33,7 +34,6 @@ def validate_walk(graph, walk) -> None:
     _check_body(graph, walk)
     check_edges(graph, walk)
     check_loop_ports(graph, walk)
-    check_loop_crossings(walk)
     check_single_producer(walk)
     check_acyclic(walk)
     check_inputs_fed(graph, walk)

@@ -30,21 +30,3 @@ def check_loop_ports(graph, walk) -> None:
             check_port(graph, walk, where, node, port, "output")
             if node not in inside:
                 raise GraphError(f"walk {walk.name}: {where}: node {node!r} is not inside the loop")
-
-
-def check_loop_crossings(walk) -> None:
-    """An edge may enter loops (its value serves every iteration) or leave loops
-    (last or accumulated value), but not both: leaving loop A straight into a loop B
-    that does not enclose the source leaves no iteration of B to match A's tags."""
-    for edge in walk.edges:
-        src_path, dst_path = walk.loop_path(edge.src_node), walk.loop_path(edge.dst_node)
-        shared = 0
-        while shared < min(len(src_path), len(dst_path)) and src_path[shared] is dst_path[shared]:
-            shared += 1
-        if shared < len(src_path) and shared < len(dst_path):
-            left, entered = src_path[shared], dst_path[shared]
-            raise GraphError(
-                f"walk {walk.name}: edge {edge} goes from loop {left.name} into loop {entered.name}, "
-                f"which does not enclose {edge.src_node}: iteration tags would not line up "
-                f"(route it through a node outside loop {entered.name})"
-            )

@@ -133,3 +133,13 @@ def test_a_failing_node_fails_only_its_request():
     assert isinstance(results["bad"], RequestFailed) and results["bad"].status == "INTERNAL"
     assert "on purpose" in str(results["bad"])
     assert results["good"]["y"][0].tolist() == [2]
+
+
+def test_sibling_loops_see_the_exit_value():
+    nodes = [N("a", ("x",), ("x",)), N("b", ("x", "acc"), ("acc",))]
+    walk = Walk("w", Sequential(Loop("A", "a", max_iters=3, carry=[E("a.x", "a.x")]),
+                                Loop("B", "b", max_iters=2, carry=[E("b.acc", "b.acc")])), [
+        E("input.x", "a.x"), E("a.x", "b.x"), E("input.acc", "b.acc"), E("b.acc", "output.acc")])
+    toy = Toy("toy", {"a": lambda i, p: {"x": i["x"] * 2}, "b": lambda i, p: {"acc": i["acc"] + i["x"]}})
+    out = run(WalkGraph("t", nodes, [walk]), [toy], {"r": {"x": torch.tensor([1]), "acc": torch.tensor([0])}})["r"]
+    assert [v.item() for v in out["acc"]] == [8, 16]  # A's last value (8) serves every iteration of B
