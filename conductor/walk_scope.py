@@ -36,6 +36,11 @@ class WalkScope:
             body = node_names(loop)
             if loop.name in inner_loops and len(body) == 1 and (loop.stop is None or loop.stop.predicate is None):
                 self.inner[body[0]] = loop
+        for loop in self.loops:
+            for edge in loop.carry:
+                if edge.dst_node not in self.inner and edge.dst_port not in self.in_edges[edge.dst_node]:
+                    raise GraphError(f"walk {walk.name}: loop {loop.name}: carried port {edge.dst} has no edge "
+                                     "for iteration 0 (only a loop run inside its component may start without one)")
         self.stream_in: dict[str, GraphEdge] = {}
         for node, edges in self.in_edges.items():
             streaming = [e for e in edges.values() if e.is_streaming]

@@ -147,7 +147,7 @@ class WalkState:
     def buffer(self, edge: GraphEdge, tag: Tag) -> StreamBuffer:
         key = (edge, tag)
         if key not in self.buffers:
-            self.buffers[key] = StreamBuffer(edge.chunk_policy, edge.max_buffered)
+            self.buffers[key] = StreamBuffer(edge.chunk_policy, edge.max_buffered, name=f"edge {edge}")
         return self.buffers[key]
 
     # ---- collect -----------------------------------------------------------------

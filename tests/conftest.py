@@ -21,6 +21,7 @@ def no_leaks(request):
     empty, and the test left no new starmesh segment in /dev/shm."""
     from tests.fixtures import registry
     from tests.fixtures.services import wait_until
+    from tests.fixtures.shm_owners import our_segments
 
     before = _segments()
     yield
@@ -35,9 +36,11 @@ def no_leaks(request):
         f"{[t.stats() for t in live_transports()]} remote={registry.remote_lease_counts()}"
     )
     expected = before | registry.session_segments()
-    assert wait_until(lambda: _segments() <= expected), (
-        f"{request.node.name} left shm segments: {sorted(_segments() - expected)}"
-    )
+
+    def leaked() -> set[str]:
+        return our_segments(SHM_DIR, _segments() - expected)
+
+    assert wait_until(lambda: not leaked()), f"{request.node.name} left shm segments: {sorted(leaked())}"
 
 
 # Session-scoped component services (echo, flaky) for tests/services.
