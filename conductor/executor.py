@@ -34,10 +34,12 @@ class RequestFailed(StarmeshError):
 
 class Executor:
     def __init__(self, graph: WalkGraph, route: Route, inner_loops=frozenset(), materialize=None,
-                 tracer: trace.Tracer | None = None) -> None:
+                 tracer: trace.Tracer | None = None, speculate: bool = True) -> None:
         self.graph = graph
         self.route = route
-        self.scopes = {w.name: WalkScope(w, frozenset(inner_loops)) for w in graph.walks}
+        speculative = frozenset(n.name for n in graph.nodes if n.speculative and speculate)
+        self.scopes = {w.name: WalkScope(w, frozenset(inner_loops), speculative) for w in graph.walks}
+        self.num_wasted = 0  # speculative runs discarded at a stop, over all requests
         self.materialize = materialize or (lambda value: value)
         self.requests: dict[str, RequestRun] = {}
         self.tracer = tracer or trace.get_tracer("starmesh.conductor")
@@ -77,6 +79,8 @@ class Executor:
 
     def _enter_walk(self, run: RequestRun, walk: str, inputs: dict[str, tuple]) -> None:
         self._end_walk_span(run)
+        if run.state is not None:
+            self.num_wasted += run.state.num_wasted
         ctx = trace.set_span_in_context(run.spans[0])
         run.spans.append(self.tracer.start_span(f"walk {walk}", context=ctx,
                                                 attributes={"starmesh.request_id": run.request_id}))
@@ -130,6 +134,8 @@ class Executor:
             touched[run.request_id] = run
             try:
                 self._collect(run, ev)
+                for name, value in run.state.take_emitted() if run.state is not None else ():
+                    run.queue.put_nowait((name, value))
             except Exception as e:  # a bad event fails its request, never the executor
                 log.exception("collecting %s", ev)
                 self._fail(run, getattr(e, "status", "INTERNAL"), f"node {ev.node}: {e}")
@@ -138,9 +144,7 @@ class Executor:
 
     def _collect(self, run: RequestRun, ev: OutboundEvent) -> None:
         if isinstance(ev, NodeOutput):
-            emitted = run.state.on_output(ev.node, ev.iteration, ev.tensors, ev.metadata.get("t_us"))
-            for name, value in emitted:
-                run.queue.put_nowait((name, value))
+            run.state.on_output(ev.node, ev.iteration, ev.tensors, ev.metadata.get("t_us"))
         elif isinstance(ev, NodeDone):
             run.state.on_done(ev.node, ev.iteration)
         elif isinstance(ev, NodeError):
@@ -156,6 +160,8 @@ class Executor:
     def _finish(self, run: RequestRun, reason: str) -> None:
         """Drops the request everywhere it ran: state, buffers and leases are freed there."""
         self._end_walk_span(run)
+        if run.state is not None:
+            self.num_wasted += run.state.num_wasted
         run.state = None
         for target in run.reached.values():
             target.post([Cancel(run.request_id, reason)])

@@ -24,10 +24,34 @@ class LoopTracker:
         self.update()
 
     def active_tags(self, depth: int, node: str) -> list["Tag"]:
+        """Tags a node may run at now; with speculation also the next iteration of a
+        DynamicLoop, before the current one's stop decision (at most one ahead)."""
         if depth == 0:
             return [()]
         loop = self.scope.path[node][depth - 1]
-        return [t + (k,) for (name, t), k in self.current.items() if name == loop.name]
+        ahead = loop.stop is not None and node in self.scope.speculative and loop not in self.scope.inner.values()
+        tags = []
+        for (name, t), k in self.current.items():
+            if name == loop.name:
+                tags.append(t + (k,))
+                if ahead and k + 1 < loop.max_iters:
+                    tags.append(t + (k + 1,))
+        return tags
+
+    def _enclosing(self, node: str, iteration: "Tag"):
+        for i, loop in enumerate(self.scope.path[node][: len(iteration)]):
+            yield loop, iteration[:i], iteration[i]
+
+    def is_speculative(self, node: str, iteration: "Tag") -> tuple[str, "Tag"] | None:
+        """(loop, iteration tag) when `iteration` runs ahead of its loop's current one."""
+        for loop, t, k in self._enclosing(node, iteration):
+            if self.current.get((loop.name, t), k) < k:
+                return loop.name, t + (k,)
+        return None
+
+    def is_discarded(self, node: str, iteration: "Tag") -> bool:
+        """A late event of an iteration past its loop's stop: never shown."""
+        return any(self.finished.get((loop.name, t), k) < k for loop, t, k in self._enclosing(node, iteration))
 
     def _parent_tags(self, loop: Loop) -> list["Tag"]:
         depth = self.scope.loop_depth(loop)
@@ -57,10 +81,12 @@ class LoopTracker:
         if k + 1 >= loop.max_iters or self._should_stop(loop, t + (k,)):
             del self.current[key]
             self.finished[key] = k
+            self.state.discard(loop, t + (k + 1,))
             for node in self.scope.members[loop.name]:
                 self.state.finish_streams(node, t, len(t))
         else:
             self.current[key] = k + 1
+            self.state.confirm(loop.name, t + (k + 1,))
         return True
 
     def _iteration_done(self, loop: Loop, tag: "Tag") -> bool:

@@ -30,11 +30,12 @@ def _materialize(value):
 
 
 @contextlib.asynccontextmanager
-async def inprocess_executor(graph: WalkGraph, components, inner_loops=frozenset()) -> AsyncIterator[Executor]:
+async def inprocess_executor(graph: WalkGraph, components, inner_loops=frozenset(),
+                             speculate: bool = True) -> AsyncIterator[Executor]:
     """Every node runs on a component of this process (one engine thread each)."""
     loop = asyncio.get_running_loop()
     by_node, targets = {}, []
-    executor = Executor(graph, lambda node, walk, rid: by_node[node], inner_loops, _materialize)
+    executor = Executor(graph, lambda node, walk, rid: by_node[node], inner_loops, _materialize, speculate=speculate)
     for component in components:
         target = InProcessTarget(component, loop, executor.on_events)
         targets.append(target)

@@ -12,8 +12,10 @@ Tag = tuple[int, ...]
 
 
 class WalkScope:
-    def __init__(self, walk: Walk, inner_loops: frozenset[str] = frozenset()) -> None:
+    def __init__(self, walk: Walk, inner_loops: frozenset[str] = frozenset(),
+                 speculative: frozenset[str] = frozenset()) -> None:
         self.walk = walk
+        self.speculative = speculative  # nodes that may run one DynamicLoop iteration ahead
         self.nodes = walk.node_names
         self.path: dict[str, tuple[Loop, ...]] = {n: walk.loop_path(n) for n in self.nodes}
         self.loops = [loop for loop, _ in walk.loops]

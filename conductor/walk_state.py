@@ -51,6 +51,9 @@ class WalkState:
         self.recorder = EdgeRecorder()
         self.started_us = now_us()
         self.stamps: dict[int, float] = {}  # id(value part) -> when it was produced (us)
+        self.emitted: list[tuple[str, Any]] = []  # walk outputs to stream, drained by the executor
+        self.spec_held: dict[tuple[str, Tag], list] = {}  # (loop, iteration) -> outputs not yet shown
+        self.num_wasted = 0  # speculative runs past a stop (their outputs never shown)
 
     # ---- readiness ---------------------------------------------------------------
 
@@ -152,12 +155,34 @@ class WalkState:
 
     # ---- collect -----------------------------------------------------------------
 
+    def take_emitted(self) -> list[tuple[str, Any]]:
+        emitted, self.emitted = self.emitted, []
+        return emitted
+
+    def confirm(self, loop: str, tag: Tag) -> None:
+        """The loop went on into `tag`: its speculative outputs are real now."""
+        for node, iteration, outputs in self.spec_held.pop((loop, tag), []):
+            self._route(node, iteration, outputs)
+
+    def discard(self, loop, tag: Tag) -> None:
+        """The loop stopped before `tag`: drop what ran ahead, count the waste."""
+        self.spec_held.pop((loop.name, tag), None)
+        members, n = self.scope.members[loop.name], len(tag)
+        wasted = {key for key in self.dispatched if key[0] in members and key[1][:n] == tag}
+        self.num_wasted += len(wasted)
+        self.dispatched -= wasted
+        self.done -= wasted
+        for key in [k for k in self.values if k[0] in members and k[2][:n] == tag]:
+            del self.values[key]
+
     def on_output(self, node: str, iteration: Tag, outputs: dict[str, Any],
-                  produced_us: float | None = None) -> list[tuple[str, Any]]:
+                  produced_us: float | None = None) -> None:
         """Stores a run's outputs; returns (walk output name, value) pairs to stream.
 
         Chunk runs of one node may finish out of order (several replicas): their
         outputs are applied in chunk order, so streams downstream stay in order."""
+        if self.loops.is_discarded(node, iteration):
+            return
         stamp = produced_us or now_us()
         for value in outputs.values():
             self.stamps[id(value)] = stamp
@@ -166,30 +191,36 @@ class WalkState:
         key = (node, iteration[:-1])
         held = self.held.setdefault(key, {})
         held[iteration[-1]] = outputs
-        emitted = []
         while self.next_seq.get(key, 0) in held:
             seq = self.next_seq.get(key, 0)
-            emitted += self._apply_output(node, key[1] + (seq,), held.pop(seq))
+            self._apply_output(node, key[1] + (seq,), held.pop(seq))
             self.next_seq[key] = seq + 1
-        return emitted
 
-    def _apply_output(self, node: str, iteration: Tag, outputs: dict[str, Any]) -> list[tuple[str, Any]]:
-        emitted = []
+    def _apply_output(self, node: str, iteration: Tag, outputs: dict[str, Any]) -> None:
         for port, value in outputs.items():
             self.values[(node, port, iteration)] = (value,)
+        ahead = self.loops.is_speculative(node, iteration)
+        if ahead is not None:  # visible only once the loop really reaches this iteration
+            self.spec_held.setdefault(ahead, []).append((node, iteration, outputs))
+            return
+        self._route(node, iteration, outputs)
+
+    def _route(self, node: str, iteration: Tag, outputs: dict[str, Any]) -> None:
+        """To the client (walk outputs) and into stream buffers."""
         for edge in self.scope.out_edges[node]:
             if edge.src_port not in outputs:
                 continue
             value = outputs[edge.src_port]
             if edge.dst_node == WALK_OUTPUT:
                 self.outputs.setdefault(edge.dst_port, []).append(value)
-                emitted.append((edge.dst_port, value))
+                self.emitted.append((edge.dst_port, value))
             elif edge.is_streaming:
                 common = self.scope.common(node, edge.dst_node)
                 self.buffer(edge, iteration[:common]).push([value])
-        return emitted
 
     def on_done(self, node: str, iteration: Tag) -> None:
+        if self.loops.is_discarded(node, iteration):
+            return
         if node in self.scope.stream_in:
             self.chunk_runs[(node, iteration[:-1])][0] -= 1
             return

@@ -17,11 +17,11 @@ from tests.conductor.toys import Toy
 pytestmark = pytest.mark.timeout(60)
 
 
-def run(graph, components, requests, inner_loops=frozenset()):
+def run(graph, components, requests, inner_loops=frozenset(), speculate=True, stats=None):
     """Runs {request_id: inputs} concurrently; returns {request_id: {output: [values]}}."""
 
     async def main():
-        async with inprocess_executor(graph, components, inner_loops) as ex:
+        async with inprocess_executor(graph, components, inner_loops, speculate) as ex:
             async def one(rid, inputs):
                 out = {}
                 async for name, value in ex.generate(rid, {k: (v,) for k, v in inputs.items()}):
@@ -29,6 +29,8 @@ def run(graph, components, requests, inner_loops=frozenset()):
                 return out
 
             results = await asyncio.gather(*(one(r, i) for r, i in requests.items()), return_exceptions=True)
+            if stats is not None:
+                stats["num_wasted"] = ex.num_wasted
             return dict(zip(requests, results))
 
     return asyncio.run(main())
@@ -51,7 +53,8 @@ def test_pipeline_and_loop_channels():
     assert out["z"][0].tolist() == [8.0, 4.0, 6.0, 8.0]
 
 
-def test_dynamic_loops_stop_per_request():
+@pytest.mark.parametrize("speculate", [True, False])
+def test_dynamic_loops_stop_per_request(speculate):
     nodes = [N("inc", ("x",), ("x",)), N("check", ("x", "limit"), ("stop",)), N("emit", ("x",), ("y",))]
     loop = DynamicLoop("l", Sequential("inc", "check"), max_iters=20, carry=[E("inc.x", "inc.x")],
                        stop=StopRule("check.stop", predicate=lambda v: bool(v.any())))
@@ -64,7 +67,12 @@ def test_dynamic_loops_stop_per_request():
         "emit": lambda i, p: {"y": i["x"]},
     }, max_delay_s=0.002)
     requests = {f"r{n}": {"x": torch.tensor([0]), "limit": torch.tensor([n + 1])} for n in range(8)}
-    results = run(WalkGraph("t", nodes, [walk]), [toy], requests)
+    stats = {}
+    results = run(WalkGraph("t", nodes, [walk]), [toy], requests, speculate=speculate, stats=stats)
+    # inc(k + 1) is dispatched beside check(k) when speculating: exactly one wasted run
+    # per stop (never more: only one iteration runs ahead); none without speculation
+    assert stats["num_wasted"] == (8 if speculate else 0)
+    assert toy.num_opened == sum(2 * (n + 1) + 1 for n in range(8)) + stats["num_wasted"]  # inc, check; emit
     for n in range(8):
         out = results[f"r{n}"]
         assert out["y"][0].tolist() == [n + 1]  # each stops at its own limit
