@@ -18,7 +18,7 @@ from conductor.targets import open_item
 from conductor.walk_scope import WalkScope
 from conductor.walk_state import WalkState
 from graph.walk import WalkGraph
-from services.items import Cancel, NodeDone, NodeError, NodeOutput, OutboundEvent
+from services.items import Cancel, Credit, NodeDone, NodeError, NodeOutput, OutboundEvent
 from services.telemetry import inject_context
 from transport.errors import StarmeshError
 
@@ -34,12 +34,13 @@ class RequestFailed(StarmeshError):
 
 class Executor:
     def __init__(self, graph: WalkGraph, route: Route, inner_loops=frozenset(), materialize=None,
-                 tracer: trace.Tracer | None = None, speculate: bool = True) -> None:
+                 tracer: trace.Tracer | None = None, speculate: bool = True, max_backlog: int = 256) -> None:
         self.graph = graph
         self.route = route
         speculative = frozenset(n.name for n in graph.nodes if n.speculative and speculate)
         self.scopes = {w.name: WalkScope(w, frozenset(inner_loops), speculative) for w in graph.walks}
         self.num_wasted = 0  # speculative runs discarded at a stop, over all requests
+        self.max_backlog = max_backlog  # outputs held for a client that does not read
         self.materialize = materialize or (lambda value: value)
         self.requests: dict[str, RequestRun] = {}
         self.tracer = tracer or trace.get_tracer("starmesh.conductor")
@@ -50,7 +51,7 @@ class Executor:
         """Runs a request through its walks; yields (output name, value) as produced."""
         if request_id in self.requests:
             raise RequestFailed("ALREADY_EXISTS", f"request_id {request_id!r} is already running")
-        run = RequestRun(request_id, dict(inputs), dict(params or {}), "", None)
+        run = RequestRun(request_id, dict(inputs), dict(params or {}), "", None, max_backlog=self.max_backlog)
         self.requests[request_id] = run
         run.spans.append(self.tracer.start_span("request", attributes={"starmesh.request_id": request_id}))
         try:
@@ -63,6 +64,7 @@ class Executor:
                 if isinstance(item, Failure):
                     raise RequestFailed(item.status, item.message)
                 yield item
+                self._pump(run)  # the client took one: producers may get credit again
         finally:
             if not run.is_finished:
                 self._finish(run, "cancelled")
@@ -85,7 +87,7 @@ class Executor:
         run.spans.append(self.tracer.start_span(f"walk {walk}", context=ctx,
                                                 attributes={"starmesh.request_id": run.request_id}))
         run.walk = walk
-        run.state = WalkState(self.scopes[walk], inputs)
+        run.state = WalkState(self.scopes[walk], inputs, run.client_room)
         run.state.loops.materialize = self.materialize
         run.state.loops.update()
 
@@ -98,8 +100,14 @@ class Executor:
             for d in run.state.ready():
                 target = self.route(d.node, run.walk, run.request_id)
                 run.reached[target.name] = target
+                if d.credits:
+                    run.targets[(d.node, d.iteration)] = target
                 item = open_item(run.request_id, run.walk, d, run.params, target.convert, traceparent)
                 batches.setdefault(target.name, (target, []))[1].append(item)
+            for node, tag, port, amount in run.state.credits.replenish():
+                target = run.targets[(node, tag)]
+                batches.setdefault(target.name, (target, []))[1].append(
+                    Credit(run.request_id, node, port, amount, tag))
             for target, items in batches.values():
                 target.post(items)
             if not run.state.is_complete:

@@ -30,6 +30,11 @@ class RequestRun:
     reached: dict[str, Any] = field(default_factory=dict)  # target name -> target
     walk_outputs: dict[str, dict[str, list]] = field(default_factory=dict)
     spans: list = field(default_factory=list)  # request span, walk span
+    max_backlog: int = 256  # outputs queued for a client that does not read: the bound
+    targets: dict = field(default_factory=dict)  # (node, iteration) -> target of that run
+
+    def client_room(self) -> int:
+        return self.max_backlog - self.queue.qsize()
 
     @property
     def is_finished(self) -> bool:

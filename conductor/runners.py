@@ -31,11 +31,12 @@ def _materialize(value):
 
 @contextlib.asynccontextmanager
 async def inprocess_executor(graph: WalkGraph, components, inner_loops=frozenset(),
-                             speculate: bool = True) -> AsyncIterator[Executor]:
+                             speculate: bool = True, max_backlog: int = 256) -> AsyncIterator[Executor]:
     """Every node runs on a component of this process (one engine thread each)."""
     loop = asyncio.get_running_loop()
     by_node, targets = {}, []
-    executor = Executor(graph, lambda node, walk, rid: by_node[node], inner_loops, _materialize, speculate=speculate)
+    executor = Executor(graph, lambda node, walk, rid: by_node[node], inner_loops, _materialize,
+                        speculate=speculate, max_backlog=max_backlog)
     for component in components:
         target = InProcessTarget(component, loop, executor.on_events)
         targets.append(target)
@@ -52,7 +53,7 @@ async def inprocess_executor(graph: WalkGraph, components, inner_loops=frozenset
 
 @contextlib.asynccontextmanager
 async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=frozenset(),
-                          tracer=None, interceptors=None) -> AsyncIterator[Executor]:
+                          tracer=None, interceptors=None, speculate: bool = True) -> AsyncIterator[Executor]:
     """Nodes run on the replicas the placement names; one Run stream per replica."""
     placement.validate(graph)
     selector = ReplicaSelector(placement)
@@ -61,7 +62,7 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
     def route(node: str, walk: str, request_id: str) -> RemoteTarget:
         return targets[selector.choose(request_id, graph.node_by_name[node], walk).endpoint]
 
-    executor = Executor(graph, route, inner_loops, _materialize, tracer)
+    executor = Executor(graph, route, inner_loops, _materialize, tracer, speculate=speculate)
     try:
         for spec in placement.services.values():
             for endpoint in spec.replicas:

@@ -149,5 +149,5 @@ def open_item(request_id: str, walk: str, dispatch, params: dict, convert, trace
     extra = {"_chunk": dispatch.chunk} if dispatch.chunk else {}
     return OpenNode(
         request_id, dispatch.node, walk, dispatch.iteration, named_parts(dispatch.inputs, convert),
-        {**params, **extra}, stop, traceparent,
+        {**params, **extra}, stop, traceparent, credits=dispatch.credits,
     )

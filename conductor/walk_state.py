@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from conductor.credit_ledger import CreditLedger
 from conductor.edge_stats import EdgeRecorder, now_us
 from conductor.loop_state import LoopTracker
 from graph.chunking import FixedChunk
@@ -32,11 +33,13 @@ class Dispatch:
     inputs: dict[str, Value]
     loop: Any = None                      # graph Loop run inside the component
     chunk: dict = field(default_factory=dict)  # chunk metadata of a chunk-fed run
+    credits: dict = field(default_factory=dict)  # output port -> items before the run is parked
 
 
 class WalkState:
-    def __init__(self, scope: WalkScope, inputs: dict[str, Value]) -> None:
+    def __init__(self, scope: WalkScope, inputs: dict[str, Value], client_room=lambda: 1 << 30) -> None:
         self.scope = scope
+        self.credits = CreditLedger(self, client_room)
         self.inputs = inputs
         self.values: dict[tuple[str, str, Tag], Value] = {}
         self.dispatched: set[tuple[str, Tag]] = set()
@@ -93,10 +96,10 @@ class WalkState:
                     out += self._ready_chunks(node, tag)
                 elif (node, tag) not in self.dispatched:
                     inputs = self._gather(node, tag)
-                    if inputs is not None:
+                    if inputs is not None and (node in self.scope.inner or self.credits.can_run(node, tag)):
                         self.dispatched.add((node, tag))
                         self._record(node, tag, inputs)
-                        out.append(Dispatch(node, tag, inputs, self.scope.inner.get(node)))
+                        out.append(Dispatch(node, tag, inputs, self.scope.inner.get(node), credits=self.credits.initial(node, tag)))
         return out
 
     def produced_us(self, value: Value) -> float:
@@ -125,7 +128,7 @@ class WalkState:
                 pending.pop(0)
                 continue
             inputs = self._gather(node, tag, skip=edge.dst_port)
-            if inputs is None:
+            if inputs is None or not self.credits.can_run(node, tag):
                 break
             pending.pop(0)
             self._record(node, tag, inputs)
@@ -170,6 +173,7 @@ class WalkState:
         members, n = self.scope.members[loop.name], len(tag)
         wasted = {key for key in self.dispatched if key[0] in members and key[1][:n] == tag}
         self.num_wasted += len(wasted)
+        self.credits.dropped([n for n, _ in wasted])
         self.dispatched -= wasted
         self.done -= wasted
         for key in [k for k in self.values if k[0] in members and k[2][:n] == tag]:
@@ -183,6 +187,8 @@ class WalkState:
         outputs are applied in chunk order, so streams downstream stay in order."""
         if self.loops.is_discarded(node, iteration):
             return
+        if node in self.scope.inner:
+            self.credits.produced(node, iteration[:-1], outputs)
         stamp = produced_us or now_us()
         for value in outputs.values():
             self.stamps[id(value)] = stamp
@@ -214,6 +220,7 @@ class WalkState:
             if edge.dst_node == WALK_OUTPUT:
                 self.outputs.setdefault(edge.dst_port, []).append(value)
                 self.emitted.append((edge.dst_port, value))
+                self.credits.delivered()
             elif edge.is_streaming:
                 common = self.scope.common(node, edge.dst_node)
                 self.buffer(edge, iteration[:common]).push([value])

@@ -20,6 +20,11 @@ ends with NodeDone at the run's own iteration). A component emits NodeDone for a
 run once it no longer uses its inputs; after NodeDone or NodeError they are released.
 A port value sent in parts (a chunk of streamed items, an accumulated loop output)
 arrives concatenated along dim 0 (services.parts).
+
+Backpressure (optional): a component that has `park(request_id, node, iteration)`
+and `resume(...)` skips a parked run in step() until resumed; the step loop parks a
+run whose output credit (OpenNode.credits, Credit items) is spent. Other runs and
+the stream go on. A component without them is never parked.
 """
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ class OpenNode:
     traceparent: str = ""
     tracestate: str = ""
     consumer_host_ids: tuple[str, ...] = ()
+    credits: dict[str, int] = field(default_factory=dict)  # output port -> items before parking
 
     def __post_init__(self) -> None:
         if not self.request_id:
@@ -63,7 +64,18 @@ class Release:
     lease_ids: tuple[int, ...]
 
 
-InboundItem = Union[OpenNode, PushChunk, Cancel, Release]
+@dataclass(frozen=True)
+class Credit:
+    """Room for `amount` more items from one run's output port (backpressure)."""
+
+    request_id: str
+    node: str
+    port: str
+    amount: int
+    iteration: tuple[int, ...] = ()
+
+
+InboundItem = Union[OpenNode, PushChunk, Cancel, Release, Credit]
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,12 @@ class NodeRun:
 
     handles: list[Any] = field(default_factory=list)  # transport Resolved objects
     spans: list[trace.Span] = field(default_factory=list)
+    credits: dict[str, int] = field(default_factory=dict)  # output port -> items it may still emit
+    is_parked: bool = False
+
+    @property
+    def has_credit(self) -> bool:
+        return all(c > 0 for c in self.credits.values())
 
     def close(self, error: str | None = None) -> tuple[ConsumedLease, ...]:
         """Closes every handle and span; returns the leases of other arenas consumed."""
@@ -75,6 +81,7 @@ class RequestTable:
         self.requests[item.request_id] = RequestState(stream_id, item.consumer_host_ids)
         self.streams.setdefault(stream_id, set()).add(item.request_id)
         run = self.runs.setdefault((item.request_id, item.node, item.iteration), NodeRun())
+        run.credits.update(item.credits)
         span = self._tracer.start_span(
             f"node {item.node}",
             context=extract_context(item.traceparent, item.tracestate),
@@ -88,6 +95,15 @@ class RequestTable:
         )
         run.spans.append(span)
         return run, span
+
+    def run_of(self, request_id: str, node: str, iteration: tuple[int, ...]) -> tuple[RunKey, NodeRun] | None:
+        """The open run an output belongs to: its own iteration, or the loop run it
+        iterates (a loop inside a component tags outputs with iteration + (k,))."""
+        for key in ((request_id, node, iteration), (request_id, node, iteration[:-1])):
+            run = self.runs.get(key)
+            if run is not None:
+                return key, run
+        return None
 
     def end_run(self, request_id: str, node: str, iteration: tuple[int, ...] = (),
                 error: str | None = None) -> tuple[ConsumedLease, ...]:

@@ -22,9 +22,10 @@ from typing import Any
 
 from opentelemetry import trace
 
+from services.backpressure import CreditGate
 from services.component import Component
 from services.errors import FieldError, failure
-from services.items import Cancel, NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent, PushChunk, Release
+from services.items import Cancel, Credit, NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent, PushChunk, Release
 from services.outbox import Outbox, Sink
 from services.parts import join_parts
 from services.request_table import RequestTable
@@ -44,6 +45,7 @@ class StepLoop:
         self.component = component
         self.transport = transport
         self._table = RequestTable(tracer or trace.NoOpTracer())
+        self._credits = CreditGate(self._table, component)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._outbox = Outbox()
         self._lock = threading.Lock()
@@ -149,6 +151,8 @@ class StepLoop:
             self._cancel(item.request_id)
         elif isinstance(item, Release):
             self._release(field, item)
+        elif isinstance(item, Credit):
+            self._credits.grant(item)
 
     def _open(self, stream_id: str, field: str, item: OpenNode) -> None:
         owner = self._table.owner(item.request_id)
@@ -273,6 +277,7 @@ class StepLoop:
             except Exception as e:
                 self._fail(ev.request_id, ev.node, *failure(e, f"output {ev.node}"), ev.iteration)
                 return
+            self._credits.spend(ev)
             # t_us: when the output was produced, for the conductor's edge latency spans.
             metadata = {**ev.metadata, "t_us": time.time() * 1e6}
             self._emit(state.stream_id, NodeOutput(ev.request_id, ev.node, refs, ev.iteration, metadata))

@@ -16,6 +16,7 @@ from google.protobuf import json_format, struct_pb2
 from protos.starmesh.v1 import component_pb2 as pb
 from services.items import (
     Cancel,
+    Credit,
     ConsumedLease,
     InboundItem,
     NodeDone,
@@ -101,6 +102,7 @@ def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
         traceparent=m.traceparent,
         tracestate=m.tracestate,
         consumer_host_ids=tuple(m.consumer_host_ids),
+        credits=dict(m.credits),
     )
 
 
@@ -115,7 +117,7 @@ def item_from_proto(msg: pb.RunItem, field: str) -> InboundItem:
     """Converts one RunItem; raises StarmeshError naming `field`."""
     kind = msg.WhichOneof("kind")
     if kind is None:
-        raise InvalidArgument(f"{field}: none of open, push, cancel, release is set")
+        raise InvalidArgument(f"{field}: none of open, push, cancel, release, credit is set")
     sub = getattr(msg, kind)
     try:
         if kind == "open":
@@ -124,6 +126,8 @@ def item_from_proto(msg: pb.RunItem, field: str) -> InboundItem:
             return _push_from_proto(sub, f"{field}.push")
         if kind == "cancel":
             return Cancel(sub.request_id, sub.reason)
+        if kind == "credit":
+            return Credit(sub.request_id, sub.node, sub.port, sub.amount, tuple(sub.iteration))
         return Release(sub.request_id, tuple(sub.lease_ids))
     except ValueError as e:  # dataclass validation ("open.request_id is empty")
         raise InvalidArgument(f"{field}.{e}") from None
@@ -163,6 +167,7 @@ def items_to_proto(items: Iterable[InboundItem]) -> pb.RunRequest:
             o.stop_rule.stop_token_ids.extend(item.stop_rule.stop_token_ids)
             o.traceparent, o.tracestate = item.traceparent, item.tracestate
             o.consumer_host_ids.extend(item.consumer_host_ids)
+            o.credits.update(item.credits)
         elif isinstance(item, PushChunk):
             p = it.push
             p.request_id, p.node, p.port, p.end_of_stream = item.request_id, item.node, item.port, item.end_of_stream
@@ -173,6 +178,10 @@ def items_to_proto(items: Iterable[InboundItem]) -> pb.RunRequest:
         elif isinstance(item, Release):
             it.release.request_id = item.request_id
             it.release.lease_ids.extend(item.lease_ids)
+        elif isinstance(item, Credit):
+            c = it.credit
+            c.request_id, c.node, c.port, c.amount = item.request_id, item.node, item.port, item.amount
+            c.iteration.extend(item.iteration)
         else:
             raise TypeError(f"not a Run item: {type(item).__name__}")
     return msg

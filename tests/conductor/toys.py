@@ -31,6 +31,7 @@ class Toy:
     max_delay_s: float = 0.0
     fail_on: str = ""  # a request id whose runs raise
     step_delay_s: float = 0.0  # a slow engine step while loops are open (cancellation tests)
+    run_delay_s: float = 0.0  # per loop run advanced in a step: a batch costs more with more runs
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -38,6 +39,7 @@ class Toy:
         self._events, self._loops = [], {}
         self._rng = random.Random(self.seed)
         self.num_opened = 0
+        self.parked: set = set()  # loop runs waiting for credit (backpressure)
 
     def open(self, item: OpenNode, inputs) -> None:
         if item.request_id == self.fail_on:
@@ -58,17 +60,28 @@ class Toy:
     def cancel(self, request_id: str) -> None:
         self._events = [e for e in self._events if e.request_id != request_id]
         self._loops = {k: v for k, v in self._loops.items() if k[0] != request_id}
+        self.parked = {k for k in self.parked if k[0] != request_id}
 
     def has_work(self) -> bool:
-        return bool(self._events or self._loops)
+        return bool(self._events or set(self._loops) - self.parked)
 
     def step(self):
         if self._loops and self.step_delay_s:
             time.sleep(self.step_delay_s)
+        active = [key for key in self._loops if key not in self.parked]
+        if active and self.run_delay_s:
+            time.sleep(self.run_delay_s * len(active))
         events, self._events = self._events, []
         for key, run in list(self._loops.items()):
-            events += self._advance(key, run)
+            if key not in self.parked:
+                events += self._advance(key, run)
         return events
+
+    def park(self, request_id, node, iteration) -> None:
+        self.parked.add((request_id, node, iteration))
+
+    def resume(self, request_id, node, iteration) -> None:
+        self.parked.discard((request_id, node, iteration))
 
     def _advance(self, key, run: LoopRun):
         item = run.item
@@ -81,6 +94,7 @@ class Toy:
         hit = any(int(v) in stop_ids for v in next(iter(outputs.values())).reshape(-1).tolist())
         if hit or run.k >= item.stop_rule.max_iters:
             del self._loops[key]
+            self.parked.discard(key)
             events.append(NodeDone(item.request_id, item.node, iteration=item.iteration))
         return events
 
@@ -93,7 +107,7 @@ class Toy:
 
 # ---- a 3-service toy speech-like pipeline: embed -> lm (loop inside) ~> codec ------
 
-def toy_pipeline():
+def toy_pipeline(max_iters: int = 12, stop_token: int = 70):
     """embed: x * 2; lm: a loop inside its service emitting n + 1 per step from the
     embedding, stopping at token 0 mod 7 or max_iters; codec: chunks of 3 new frames
     with 2 frames of left context -> 10 * new frames."""
@@ -105,7 +119,7 @@ def toy_pipeline():
     from graph.walk import Walk, WalkGraph
 
     nodes = [N("embed", ("x",), ("e",)), N("lm", ("n",), ("frame",), stateful=True), N("codec", ("frames",), ("audio",))]
-    loop = DynamicLoop("gen", "lm", max_iters=12, stop=StopRule("lm.frame", stop_token_ids=(70,)))
+    loop = DynamicLoop("gen", "lm", max_iters=max_iters, stop=StopRule("lm.frame", stop_token_ids=(stop_token,)))
     walk = Walk("speak", Sequential("embed", loop, "codec"), [
         E("input.x", "embed.x"), E("embed.e", "lm.n"),
         StreamingGraphEdge("lm.frame", "codec.frames", chunk_policy=LeftContext(3, 2)),

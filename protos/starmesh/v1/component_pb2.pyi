@@ -17,7 +17,14 @@ class StopRule(_message.Message):
     def __init__(self, max_iters: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class OpenNode(_message.Message):
-    __slots__ = ("request_id", "walk", "node", "iteration", "inputs", "params", "stop_rule", "traceparent", "tracestate", "consumer_host_ids")
+    __slots__ = ("request_id", "walk", "node", "iteration", "inputs", "params", "stop_rule", "traceparent", "tracestate", "consumer_host_ids", "credits")
+    class CreditsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     WALK_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +35,7 @@ class OpenNode(_message.Message):
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_HOST_IDS_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     walk: str
     node: str
@@ -38,7 +46,8 @@ class OpenNode(_message.Message):
     traceparent: str
     tracestate: str
     consumer_host_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    credits: _containers.ScalarMap[str, int]
+    def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ..., credits: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class PushChunk(_message.Message):
     __slots__ = ("request_id", "node", "iteration", "port", "tensors", "end_of_stream")
@@ -72,17 +81,33 @@ class Release(_message.Message):
     lease_ids: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, request_id: _Optional[str] = ..., lease_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class Credit(_message.Message):
+    __slots__ = ("request_id", "node", "iteration", "port", "amount")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    AMOUNT_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    node: str
+    iteration: _containers.RepeatedScalarFieldContainer[int]
+    port: str
+    amount: int
+    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., port: _Optional[str] = ..., amount: _Optional[int] = ...) -> None: ...
+
 class RunItem(_message.Message):
-    __slots__ = ("open", "push", "cancel", "release")
+    __slots__ = ("open", "push", "cancel", "release", "credit")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
     open: OpenNode
     push: PushChunk
     cancel: Cancel
     release: Release
-    def __init__(self, open: _Optional[_Union[OpenNode, _Mapping]] = ..., push: _Optional[_Union[PushChunk, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ...) -> None: ...
+    credit: Credit
+    def __init__(self, open: _Optional[_Union[OpenNode, _Mapping]] = ..., push: _Optional[_Union[PushChunk, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ...) -> None: ...
 
 class RunRequest(_message.Message):
     __slots__ = ("items",)

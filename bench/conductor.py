@@ -1,0 +1,277 @@
+"""Conductor benchmark: hop latency, conductor CPU per item, mesh vs in-process, speculation.
+
+    python -m bench.conductor --json bench-results/conductor.json
+
+Three toy services (bench.conductor_toys) run as real processes on loopback; the
+conductor (`ConductorService`, spans to an in-memory exporter) runs in this process;
+the client that drives `Conductor.Generate` is one more process
+(bench.conductor_client), so this process's CPU time (time.process_time) is the
+conductor's. Ratios are against baselines measured in the same run.
+
+Pipeline: `src` (a loop inside service A, one item per engine step) ~FixedChunk(1)~>
+`mid` (B, per item) ~FixedChunk(1)~> `sink` (C, per item) -> the client. An *item* is
+one src emission carried end to end: two streaming hops and one client event.
+- hop_us_c1 / hop_us_c16: the median, over requests and both streaming edges, of the
+  p50 of each aggregated `edge` span (production of an item -> dispatch of its
+  consumer), at concurrency 1 and 16, with src paced (`--interval-ms` per engine
+  step) so that a hop is measured, not the queue behind a burst.
+- grpc_echo_us: a bare unary health Check to service B; hop_over_echo = hop_us_c1 / it.
+- conductor_cpu_us_per_item and conductor_saturation_items_per_s: unpaced src; the
+  concurrency sweep point with the most items/s; its conductor CPU (process time /
+  wall, `conductor_cpu_util`, 1.0 = one core) says how close to saturation it was.
+- mesh_items_per_s (sweep point at `--concurrency`) vs inprocess_items_per_s (the same
+  graph and toys in this process through `inprocess_executor`, same concurrency).
+
+Speculation (bench.conductor_spec): DynamicLoop(step on A -> check on B), the conductor
+driving it one iteration at a time; `step` sleeps `--step-ms` (device compute), `check`
+spins the CPU for `--check-ms` (host work) and decides the stop. With speculation the
+conductor dispatches step(k+1) as soon as step(k)'s output arrives, beside check(k),
+so check(k) is the work that speculation overlaps. Formula (9) with, measured in this
+run on a bare Run stream (open -> done, gRPC hop included):
+    g = one `step` run on A, c = one `check` run on B, N = iterations per request;
+    T_serial = N (c + g) (speculation off), T_pipe = c + g + (N - 1) max(c, g) (on);
+the prediction is T_serial / T_pipe, printed beside the measured off / on ratio.
+
+Known (see report): a chunk-fed node's own outgoing stream is never ended by the
+executor, so the pipeline's requests do not end by themselves; callers close each
+call after its N items (that closing also emits the request's edge spans).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+FACTORIES = {"a": "bench.conductor_toys:make_a", "b": "bench.conductor_toys:make_b", "c": "bench.conductor_toys:make_c"}
+
+
+class Client:
+    """The load-generator process; run() times one phase and this process's CPU."""
+
+    def __init__(self, address: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.conductor_client", address],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if not json.loads(self.proc.stdout.readline()).get("ready"):
+            raise RuntimeError("bench client did not start")
+
+    def run(self, **cmd) -> dict:
+        cpu0 = time.process_time()
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"bench client exited during phase {cmd['prefix']}")
+        result = json.loads(line)
+        result["conductor_cpu_s"] = time.process_time() - cpu0
+        return result
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_conductor(services: dict, items: int):
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from bench.conductor_toys import PIPELINE_INNER_LOOPS, pipeline_graph
+    from conductor.model import ServedModel
+    from conductor.placement import Placement
+    from conductor.service import ConductorService
+    from services.background import BackgroundServer
+    from services.telemetry import Telemetry
+
+    exporter = InMemorySpanExporter()
+    telemetry = Telemetry("conductor", span_processors=[SimpleSpanProcessor(exporter)], environ={})
+    placement = Placement.from_dict({"services": {k: {"replicas": [s.address]} for k, s in services.items()},
+                                     "placement": {"src": "a", "mid": "b", "sink": "c"}})
+    model = ServedModel("pipe", pipeline_graph(items), placement, PIPELINE_INNER_LOOPS)
+    server = BackgroundServer(ConductorService([model], telemetry), telemetry=telemetry)
+    server.start()
+    return server, exporter
+
+
+def hop_us(exporter, prefix: str) -> tuple[float, dict]:
+    """Median p50 of the aggregated per-item edge spans of requests `prefix-*`; per edge too."""
+    by_edge: dict[str, list[float]] = {}
+    for span in exporter.get_finished_spans():
+        attrs = span.attributes or {}
+        if span.name.startswith("edge ") and str(attrs.get("starmesh.request_id", "")).startswith(prefix + "-") \
+                and "starmesh.latency_us.p50" in attrs:
+            by_edge.setdefault(span.name[5:], []).append(attrs["starmesh.latency_us.p50"])
+    every = [v for values in by_edge.values() for v in values]
+    if not every:
+        raise RuntimeError(f"no edge spans for {prefix}")
+    return statistics.median(every), {edge: statistics.median(v) for edge, v in by_edge.items()}
+
+
+def hop_phases(client: Client, exporter, args) -> dict:
+    paced = {"interval_s": args.interval_ms / 1e3}
+    common = {"model": "pipe", "items": args.items, "params": paced}
+    client.run(prefix="warm", requests=4, concurrency=2, **common)
+    results = {}
+    for label, conc, requests in (("c1", 1, args.c1_requests), ("c16", 16, 2 * 16)):
+        exporter.clear()
+        client.run(prefix=label, requests=requests, concurrency=conc, **common)
+        time.sleep(0.2)  # the last closes end their requests on the conductor's thread
+        results[f"hop_us_{label}"], results[f"hop_us_{label}_by_edge"] = hop_us(exporter, label)
+        print(f"hop {label}: {results[f'hop_us_{label}']:.1f} us", flush=True)
+    exporter.clear()
+    return results
+
+
+def saturation_phases(client: Client, exporter, args) -> dict:
+    sweep = []
+    for conc in args.sweep:
+        r = client.run(model="pipe", prefix=f"sat{conc}", requests=args.sweep_rounds * conc, concurrency=conc,
+                       items=args.items, params={"interval_s": 0.0})
+        exporter.clear()
+        point = {"concurrency": conc, "items_per_s": r["items"] / r["wall_s"],
+                 "cpu_us_per_item": r["conductor_cpu_s"] / r["items"] * 1e6,
+                 "cpu_util": r["conductor_cpu_s"] / r["wall_s"]}
+        sweep.append(point)
+        print(f"sweep c={conc:3d}: {point['items_per_s']:8.0f} items/s, conductor {point['cpu_us_per_item']:6.1f} "
+              f"us/item, {100 * point['cpu_util']:5.1f}% of a core", flush=True)
+    best = max(sweep, key=lambda p: p["items_per_s"])
+    at_conc = next((p for p in sweep if p["concurrency"] == args.concurrency), best)
+    return {"sweep": sweep, "conductor_saturation_items_per_s": best["items_per_s"],
+            "conductor_cpu_us_per_item": best["cpu_us_per_item"], "conductor_cpu_util": best["cpu_util"],
+            "saturation_concurrency": best["concurrency"], "mesh_items_per_s": at_conc["items_per_s"]}
+
+
+async def inprocess_items_per_s(items: int, concurrency: int, rounds: int) -> float:
+    import torch
+
+    from bench.conductor_toys import PIPELINE_INNER_LOOPS, make_a, make_b, make_c, pipeline_graph
+    from conductor.runners import inprocess_executor
+
+    async with inprocess_executor(pipeline_graph(items), [make_a(), make_b(), make_c()], PIPELINE_INNER_LOOPS) as ex:
+        async def one(rid: str) -> int:
+            got = 0
+            async with contextlib.aclosing(ex.generate(rid, {"n": (torch.tensor([0.0]),)})) as outputs:
+                async for _ in outputs:
+                    got += 1
+                    if got >= items:
+                        break
+            return got
+
+        await asyncio.gather(*(one(f"warm-{i}") for i in range(concurrency)))
+        t0 = time.perf_counter()
+        total = sum(await asyncio.gather(*(one(f"r{i}") for i in range(rounds * concurrency))))
+        return total / (time.perf_counter() - t0)
+
+
+def run_mesh(services: dict, args) -> dict:
+    from bench.transport import grpc_echo_us
+
+    server, exporter = start_conductor(services, args.items)
+    client = None
+    try:
+        client = Client(server.address)
+        results = hop_phases(client, exporter, args)
+        results["grpc_echo_us"] = asyncio.run(grpc_echo_us(services["b"].address, 200))
+        results.update(saturation_phases(client, exporter, args))
+    finally:
+        if client is not None:
+            client.close()
+        server.stop()
+    return results
+
+
+def start_services(names=tuple(FACTORIES)) -> dict:
+    from services.process import ServiceProcess
+
+    procs = {k: ServiceProcess(FACTORIES[k], ["--host-id", "bench-host"], name=f"bench-{k}") for k in names}
+    started = {}
+    try:
+        for name, proc in procs.items():
+            started[name] = proc.start()
+    except BaseException:
+        for proc in started.values():
+            proc.stop()
+        raise
+    return started
+
+
+def report(results: dict) -> None:
+    rows = [
+        ("hop p50, concurrency 1", "hop_us_c1", "us"),
+        ("hop p50, concurrency 16", "hop_us_c16", "us"),
+        ("bare unary echo", "grpc_echo_us", "us"),
+        ("hop / echo", "hop_over_echo", "x (target <= 2)"),
+        ("conductor CPU per item", "conductor_cpu_us_per_item", f"us (at c={results['saturation_concurrency']})"),
+        ("conductor CPU there", "conductor_cpu_util", "cores"),
+        ("conductor saturation", "conductor_saturation_items_per_s", "items/s"),
+        ("mesh", "mesh_items_per_s", "items/s"),
+        ("in-process", "inprocess_items_per_s", "items/s"),
+        ("mesh / in-process", "mesh_over_inprocess", "x"),
+        ("loop, speculation off", "spec_off_ms", f"ms (formula 9: {results['spec_predicted_serial_ms']:.1f})"),
+        ("loop, speculation on", "spec_on_ms", f"ms (formula 9: {results['spec_predicted_pipe_ms']:.1f})"),
+        ("g (step) / c (check)", "spec_g_ms", f"ms / {results['spec_c_ms']:.2f} ms"),
+        ("spec speedup", "spec_speedup", f"x (formula 9: {results['spec_predicted_speedup']:.2f})"),
+        ("wasted steps per request", "spec_wasted_per_request", ""),
+    ]
+    print("\n" + "\n".join(f"{label:26s} {results[key]:10.2f} {unit}" for label, key, unit in rows))
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m bench.conductor", description=__doc__.split("\n")[0])
+    p.add_argument("--json", metavar="PATH", help="write the figures here")
+    p.add_argument("--items", type=int, default=64, help="items per pipeline request (src loop iterations)")
+    p.add_argument("--interval-ms", type=float, default=2.0, help="src pacing for the hop latency phases")
+    p.add_argument("--c1-requests", type=int, default=10, help="requests of the concurrency-1 hop phase")
+    p.add_argument("--concurrency", type=int, default=16, help="concurrency of mesh vs in-process")
+    p.add_argument("--sweep", type=lambda s: [int(x) for x in s.split(",")], default=[4, 16, 64],
+                   help="concurrency levels searched for the conductor's saturation")
+    p.add_argument("--sweep-rounds", type=int, default=3, help="requests per slot at each sweep level")
+    p.add_argument("--loop-iters", type=int, default=20, help="iterations per speculation-loop request")
+    p.add_argument("--step-ms", type=float, default=4.0, help="step compute (sleep) per iteration")
+    p.add_argument("--check-ms", type=float, default=3.0, help="check host work (CPU spin) per iteration")
+    p.add_argument("--spec-requests", type=int, default=5, help="requests per speculation setting")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    torch.set_num_threads(1)  # like every service process
+    from bench.conductor_spec import run_spec
+
+    t0 = time.perf_counter()
+    services = start_services()
+    try:
+        results = run_mesh(services, args)
+        results.update(asyncio.run(run_spec(services["a"].address, services["b"].address, args.loop_iters,
+                                            args.step_ms / 1e3, args.check_ms / 1e3, args.spec_requests)))
+    finally:
+        for svc in services.values():
+            svc.stop()
+    results["inprocess_items_per_s"] = asyncio.run(inprocess_items_per_s(args.items, args.concurrency, 3))
+    results["hop_over_echo"] = results["hop_us_c1"] / results["grpc_echo_us"]
+    results["mesh_over_inprocess"] = results["mesh_items_per_s"] / results["inprocess_items_per_s"]
+    results["items_per_request"] = args.items
+    results["bench_wall_s"] = time.perf_counter() - t0
+    report(results)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2, sort_keys=True)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

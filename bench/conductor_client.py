@@ -1,0 +1,78 @@
+"""Load generator of the conductor benchmark: a separate process, so the bench
+process's CPU time is the conductor's alone.
+
+    python -m bench.conductor_client ADDRESS
+
+Reads one JSON command per stdin line, {"model", "prefix", "requests", "concurrency",
+"items", "params"}, runs that many `Conductor.Generate` calls (at most `concurrency`
+at a time), and answers one JSON line: {"wall_s", "items", "latency_s": [...]}.
+A call ends once it has `items` tensor events; the client then closes it (a chained
+streaming edge never ends its request yet: see bench.conductor).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+
+def make_request(model: str, request_id: str, params: dict):
+    import torch
+
+    from protos.starmesh.v1 import conductor_pb2 as pb
+    from transport.codec import inline_ref
+    from transport.wire import ref_to_proto
+
+    req = pb.GenerateRequest(model=model, request_id=request_id)
+    ref_to_proto(inline_ref(torch.tensor([0.0])), req.inputs.add(name="n").tensor)
+    req.params.update(params)
+    return req
+
+
+async def one_call(stub, req, items: int) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    call, got = stub.Generate(req), 0
+    try:
+        async for ev in call:
+            if ev.WhichOneof("kind") == "tensor":
+                got += 1
+                if got >= items:
+                    break
+    finally:
+        call.cancel()
+    return got, time.perf_counter() - t0
+
+
+async def run_phase(stub, cmd: dict) -> dict:
+    reqs = [make_request(cmd["model"], f"{cmd['prefix']}-{i}", cmd.get("params", {})) for i in range(cmd["requests"])]
+    limit = asyncio.Semaphore(cmd["concurrency"])
+
+    async def bounded(req):
+        async with limit:
+            return await one_call(stub, req, cmd["items"])
+
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(bounded(r) for r in reqs))
+    wall = time.perf_counter() - t0
+    return {"wall_s": wall, "items": sum(g for g, _ in results), "latency_s": [t for _, t in results]}
+
+
+async def serve(address: str) -> None:
+    import grpc
+
+    from protos.starmesh.v1 import conductor_pb2_grpc
+
+    loop = asyncio.get_running_loop()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = conductor_pb2_grpc.ConductorStub(channel)
+        print(json.dumps({"ready": True}), flush=True)
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line.strip():
+                return
+            print(json.dumps(await run_phase(stub, json.loads(line))), flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(sys.argv[1]))

@@ -1,0 +1,98 @@
+"""Backpressure on the conductor: producers get only as many items as there is room
+for downstream (stream buffers, the client's backlog).
+
+A loop run inside a component gets credits per output port (OpenNode.credits, then
+Credit items as room frees up); any other run starts only when one more output fits.
+Client-bound items are *reserved* when a run is dispatched or credited and released
+when they reach the client's queue, so queue + reserved <= the backlog bound.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from graph.node import WALK_OUTPUT
+
+if TYPE_CHECKING:
+    from conductor.walk_state import Tag, WalkState
+
+UNBOUNDED = 1 << 30
+
+
+class CreditLedger:
+    def __init__(self, state: "WalkState", client_room: Callable[[], int]) -> None:
+        self.state = state
+        self.scope = state.scope
+        self.client_room = client_room  # outputs the client's backlog can still take
+        self.outstanding: dict[tuple[str, Tag, str], int] = {}  # loop run port -> granted, not produced
+        self.reserved = 0  # client-bound items granted or dispatched, not yet queued
+
+    def _client_free(self) -> int:
+        return self.client_room() - self.reserved
+
+    def _to_client(self, node: str, port: str | None = None) -> int:
+        return sum(1 for e in self.scope.out_edges[node]
+                   if e.dst_node == WALK_OUTPUT and (port is None or e.src_port == port))
+
+    def _buffer_room(self, node: str, tag: "Tag", port: str | None = None) -> int:
+        rooms = [self.state.buffer(e, tag[: self.scope.common(node, e.dst_node)]).credit
+                 for e in self.scope.out_edges[node] if e.is_streaming and (port is None or e.src_port == port)]
+        return min(rooms, default=UNBOUNDED)
+
+    def can_run(self, node: str, tag: "Tag") -> bool:
+        """A run producing one item per output may start: room downstream, reserved."""
+        needed = self._to_client(node)
+        if self._buffer_room(node, tag) < 1 or (needed and self._client_free() < needed):
+            return False
+        self.reserved += needed
+        return True
+
+    def initial(self, node: str, tag: "Tag") -> dict[str, int]:
+        """Initial credits of a loop run inside a component, for its bounded ports."""
+        if node not in self.scope.inner:
+            return {}
+        credits = {}
+        for port in {e.src_port for e in self.scope.out_edges[node]}:
+            grant = self._grant(node, tag, port, outstanding=0)
+            if grant is not None:
+                credits[port] = grant
+                self.outstanding[(node, tag, port)] = grant
+        return credits
+
+    def _grant(self, node: str, tag: "Tag", port: str, outstanding: int) -> int | None:
+        """How many more items `port` may produce now; None when it is not bounded."""
+        room = self._buffer_room(node, tag, port)
+        bounded = room < UNBOUNDED
+        room -= outstanding
+        if self._to_client(node, port):
+            room, bounded = min(room, self._client_free()), True
+        if not bounded:
+            return None
+        grant = max(0, room)
+        self.reserved += grant * self._to_client(node, port)
+        return grant
+
+    def replenish(self) -> list[tuple[str, "Tag", str, int]]:
+        """Credit grants (node, run tag, port, amount) for space freed downstream."""
+        grants = []
+        for (node, tag, port), outstanding in list(self.outstanding.items()):
+            if (node, tag) in self.state.done:
+                continue
+            grant = self._grant(node, tag, port, outstanding)
+            if grant:
+                self.outstanding[(node, tag, port)] += grant
+                grants.append((node, tag, port, grant))
+        return grants
+
+    def produced(self, node: str, run_tag: "Tag", outputs) -> None:
+        for port in outputs:
+            key = (node, run_tag, port)
+            if key in self.outstanding:
+                self.outstanding[key] -= 1
+
+    def delivered(self) -> None:
+        """One reserved item reached the client's queue."""
+        self.reserved = max(0, self.reserved - 1)
+
+    def dropped(self, nodes: list[str]) -> None:
+        """Runs discarded after a stop never deliver what they reserved."""
+        self.reserved = max(0, self.reserved - sum(self._to_client(n) for n in nodes))
