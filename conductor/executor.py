@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator, Callable
 from opentelemetry import trace
 
 from conductor.request_run import END, Failure, RequestRun
-from conductor.targets import open_item
+from conductor.targets import run_item
 from conductor.walk_scope import WalkScope
 from conductor.walk_state import WalkState
 from graph.walk import WalkGraph
@@ -102,7 +102,8 @@ class Executor:
                 run.reached[target.name] = target
                 if d.credits:
                     run.targets[(d.node, d.iteration)] = target
-                item = open_item(run.request_id, run.walk, d, run.params, target.convert, traceparent)
+                item = run_item(run.request_id, run.walk, d, run.params, target.convert, traceparent,
+                                run.state.scope)
                 batches.setdefault(target.name, (target, []))[1].append(item)
             for node, tag, port, amount in run.state.credits.replenish():
                 target = run.targets[(node, tag)]

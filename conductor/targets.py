@@ -139,14 +139,26 @@ class RemoteTarget:
         await self.client.close()
 
 
-def open_item(request_id: str, walk: str, dispatch, params: dict, convert, traceparent: str = "") -> OpenNode:
-    from services.items import StopRule
+def run_item(request_id: str, walk: str, dispatch, params: dict, convert, traceparent: str = "", scope=None):
+    """The Run item for a dispatch: an OpenNode, or a PushChunk into an open loop run."""
+    from services.items import PushChunk, StopRule
+
+    if dispatch.push:
+        port, meta = scope.pushed[dispatch.node].dst_port, dispatch.chunk
+        parts = dispatch.inputs.get(port, ())
+        tensors = named_parts({port: parts}, convert) if parts else {}
+        return PushChunk(request_id, dispatch.node, port, dispatch.iteration, tensors, meta["is_last"],
+                         meta["num_context"], meta["num_pad"])
 
     stop = StopRule()
     if dispatch.loop is not None:
         ids = dispatch.loop.stop.stop_token_ids if dispatch.loop.stop is not None else ()
         stop = StopRule(dispatch.loop.max_iters, tuple(ids))
     extra = {"_chunk": dispatch.chunk} if dispatch.chunk else {}
+    pushed = scope.pushed.get(dispatch.node) if scope is not None else None
+    if pushed is not None:
+        extra["_stream"] = {"port": pushed.dst_port,
+                            "continue_after_producer_done": pushed.continue_after_producer_done}
     return OpenNode(
         request_id, dispatch.node, walk, dispatch.iteration, named_parts(dispatch.inputs, convert),
         {**params, **extra}, stop, traceparent, credits=dispatch.credits,

@@ -43,15 +43,16 @@ class WalkScope:
                 if edge.dst_node not in self.inner and edge.dst_port not in self.in_edges[edge.dst_node]:
                     raise GraphError(f"walk {walk.name}: loop {loop.name}: carried port {edge.dst} has no edge "
                                      "for iteration 0 (only a loop run inside its component may start without one)")
+        # A streaming input feeds either one run per chunk (stream_in) or, for a loop
+        # inside a component, PushChunk items into its one open run (pushed).
         self.stream_in: dict[str, GraphEdge] = {}
+        self.pushed: dict[str, GraphEdge] = {}
         for node, edges in self.in_edges.items():
             streaming = [e for e in edges.values() if e.is_streaming]
             if len(streaming) > 1:
                 raise GraphError(f"walk {walk.name}: node {node} has several streaming inputs")
             if streaming:
-                if node in self.inner:
-                    raise GraphError(f"walk {walk.name}: streaming into loop node {node} is not supported yet")
-                self.stream_in[node] = streaming[0]
+                (self.pushed if node in self.inner else self.stream_in)[node] = streaming[0]
 
     def depth(self, node: str) -> int:
         """Tag length of the node's dispatches (an inner loop is dispatched once per entry)."""

@@ -34,6 +34,7 @@ class Dispatch:
     loop: Any = None                      # graph Loop run inside the component
     chunk: dict = field(default_factory=dict)  # chunk metadata of a chunk-fed run
     credits: dict = field(default_factory=dict)  # output port -> items before the run is parked
+    push: bool = False  # a chunk for the open run (node, iteration), not a new run
 
 
 class WalkState:
@@ -95,11 +96,26 @@ class WalkState:
                 if node in self.scope.stream_in:
                     out += self._ready_chunks(node, tag)
                 elif (node, tag) not in self.dispatched:
-                    inputs = self._gather(node, tag)
+                    pushed = self.scope.pushed.get(node)
+                    inputs = self._gather(node, tag, skip=pushed.dst_port if pushed else "")
                     if inputs is not None and (node in self.scope.inner or self.credits.can_run(node, tag)):
                         self.dispatched.add((node, tag))
                         self._record(node, tag, inputs)
                         out.append(Dispatch(node, tag, inputs, self.scope.inner.get(node), credits=self.credits.initial(node, tag)))
+                if node in self.scope.pushed and (node, tag) in self.dispatched and (node, tag) not in self.done:
+                    out += self._ready_pushes(node, tag)
+        return out
+
+    def _ready_pushes(self, node: str, tag: Tag) -> list[Dispatch]:
+        """Chunks for a loop running inside its component; the last one ends the stream."""
+        edge = self.scope.pushed[node]
+        out = []
+        for chunk in self.buffer(edge, tag[: self.scope.common(edge.src_node, node)]).pop_ready():
+            if chunk.items:
+                self._record_chunk(edge, chunk)
+            meta = {"num_context": chunk.num_context, "num_pad": chunk.num_pad, "is_last": chunk.is_last}
+            inputs = {edge.dst_port: chunk.items} if chunk.items else {}
+            out.append(Dispatch(node, tag, inputs, chunk=meta, push=True))
         return out
 
     def produced_us(self, value: Value) -> float:

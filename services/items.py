@@ -48,6 +48,8 @@ class PushChunk:
     iteration: tuple[int, ...] = ()
     tensors: dict[str, TensorRef] = field(default_factory=dict)
     end_of_stream: bool = False
+    num_context: int = 0  # leading items already pushed before (left context)
+    num_pad: int = 0
 
 
 @dataclass(frozen=True)

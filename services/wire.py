@@ -110,7 +110,8 @@ def _push_from_proto(m: pb.PushChunk, field: str) -> PushChunk:
     if not m.request_id or not m.node:
         raise InvalidArgument(f"{field}: request_id and node are required")
     tensors = tensors_from_proto(m.tensors, f"{field}.tensors")
-    return PushChunk(m.request_id, m.node, m.port, tuple(m.iteration), tensors, m.end_of_stream)
+    return PushChunk(m.request_id, m.node, m.port, tuple(m.iteration), tensors, m.end_of_stream,
+                     m.num_context, m.num_pad)
 
 
 def item_from_proto(msg: pb.RunItem, field: str) -> InboundItem:
@@ -172,6 +173,7 @@ def items_to_proto(items: Iterable[InboundItem]) -> pb.RunRequest:
             p = it.push
             p.request_id, p.node, p.port, p.end_of_stream = item.request_id, item.node, item.port, item.end_of_stream
             p.iteration.extend(item.iteration)
+            p.num_context, p.num_pad = item.num_context, item.num_pad
             tensors_to_proto(item.tensors, p.tensors)
         elif isinstance(item, Cancel):
             it.cancel.request_id, it.cancel.reason = item.request_id, item.reason

@@ -151,3 +151,24 @@ def test_sibling_loops_see_the_exit_value():
     toy = Toy("toy", {"a": lambda i, p: {"x": i["x"] * 2}, "b": lambda i, p: {"acc": i["acc"] + i["x"]}})
     out = run(WalkGraph("t", nodes, [walk]), [toy], {"r": {"x": torch.tensor([1]), "acc": torch.tensor([0])}})["r"]
     assert [v.item() for v in out["acc"]] == [8, 16]  # A's last value (8) serves every iteration of B
+
+
+@pytest.mark.parametrize("continue_after", [True, False])
+def test_stream_into_a_loop_inside_a_component(continue_after):
+    """thinker-like loop ~> talker-like loop: items are pushed into the talker's one
+    open run; with continue_after_producer_done it keeps stepping after the stream ends."""
+    nodes = [N("think", ("tok",), ("tok",)), N("talk", ("h", "c"), ("code", "c"))]
+    think = DynamicLoop("T", "think", max_iters=5, stop=StopRule("think.tok", stop_token_ids=(-1,)))
+    talk = DynamicLoop("S", "talk", max_iters=8, stop=StopRule("talk.code", stop_token_ids=(-1,)))
+    walk = Walk("w", Sequential(think, talk), [
+        E("input.tok", "think.tok"), E("input.c", "talk.c"), E("talk.code", "output.code"),
+        StreamingGraphEdge("think.tok", "talk.h", continue_after_producer_done=continue_after)])
+    thinker = Toy("thinker", {"think": lambda i, p: {"tok": i["tok"] + 1}}, loops={"think": {"tok": "tok"}},
+                  step_delay_s=0.003)
+    talker = Toy("talker", {"talk": lambda i, p: {"code": i["h"] * 10 + i["c"], "c": i["c"] + 1}},
+                 loops={"talk": {"c": "c"}})
+    out = run(WalkGraph("t", nodes, [walk]), [thinker, talker],
+              {"r": {"tok": torch.tensor([0]), "c": torch.tensor([0])}}, inner_loops={"T", "S"})["r"]
+    codes = [c.item() for c in out["code"]]
+    assert codes == ([10, 21, 32, 43, 54, 55, 56, 57] if continue_after else [10, 21, 32, 43, 54])
+    assert talker.num_opened == 1  # one open run, fed by pushes

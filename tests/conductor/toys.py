@@ -18,7 +18,15 @@ class LoopRun:
     item: OpenNode
     state: dict
     k: int = 0
+    stream: dict | None = None  # a streamed input: {"port", "continue_after_producer_done"}
+    queue: list = field(default_factory=list)  # pushed items not consumed yet
+    is_eos: bool = False
 
+    @property
+    def is_runnable(self) -> bool:
+        """A loop fed by a stream steps once per pushed item, and after the stream
+        ended only if it continues after its producer is done."""
+        return self.stream is None or bool(self.queue) or self.is_eos
 
 @dataclass
 class Toy:
@@ -46,7 +54,8 @@ class Toy:
             raise RuntimeError(f"toy {self.name} fails request {item.request_id} on purpose")
         self.num_opened += 1
         if item.node in self.loops:
-            self._loops[(item.request_id, item.node, item.iteration)] = LoopRun(item, {k: v.clone() for k, v in inputs.items()})
+            run = LoopRun(item, {k: v.clone() for k, v in inputs.items()}, stream=item.params.get("_stream"))
+            self._loops[(item.request_id, item.node, item.iteration)] = run
             return
         if self.max_delay_s:
             time.sleep(self._rng.uniform(0, self.max_delay_s))
@@ -55,7 +64,10 @@ class Toy:
                          NodeDone(item.request_id, item.node, iteration=item.iteration)]
 
     def push(self, item, tensors) -> None:
-        raise NotImplementedError
+        run = self._loops[(item.request_id, item.node, item.iteration)]
+        if item.port in tensors:
+            run.queue += list(tensors[item.port][item.num_context:].split(1))
+        run.is_eos = item.end_of_stream
 
     def cancel(self, request_id: str) -> None:
         self._events = [e for e in self._events if e.request_id != request_id]
@@ -63,7 +75,7 @@ class Toy:
         self.parked = {k for k in self.parked if k[0] != request_id}
 
     def has_work(self) -> bool:
-        return bool(self._events or set(self._loops) - self.parked)
+        return bool(self._events) or any(k not in self.parked and r.is_runnable for k, r in self._loops.items())
 
     def step(self):
         if self._loops and self.step_delay_s:
@@ -73,7 +85,7 @@ class Toy:
             time.sleep(self.run_delay_s * len(active))
         events, self._events = self._events, []
         for key, run in list(self._loops.items()):
-            if key not in self.parked:
+            if key not in self.parked and run.is_runnable:
                 events += self._advance(key, run)
         return events
 
@@ -85,6 +97,12 @@ class Toy:
 
     def _advance(self, key, run: LoopRun):
         item = run.item
+        if run.stream is not None:
+            if run.queue:
+                run.state[run.stream["port"]] = run.queue.pop(0)
+            elif not run.stream["continue_after_producer_done"]:  # the stream ended: so does the loop
+                del self._loops[key]
+                return [NodeDone(item.request_id, item.node, iteration=item.iteration)]
         outputs = self.fns[item.node](run.state, item.params)
         events = [NodeOutput(item.request_id, item.node, outputs, item.iteration + (run.k,))]
         for out_port, in_port in self.loops[item.node].items():

@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from protos.starmesh.v1 import tensor_pb2 as protos_dot_starmesh_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"protos/starmesh/v1/component.proto\x12\x0bstarmesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fprotos/starmesh/v1/tensor.proto\"5\n\x08StopRule\x12\x11\n\tmax_iters\x18\x01 \x01(\r\x12\x16\n\x0estop_token_ids\x18\x02 \x03(\x03\"\xf3\x02\n\x08OpenNode\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04walk\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x11\n\titeration\x18\x04 \x03(\r\x12(\n\x06inputs\x18\x05 \x03(\x0b\x32\x18.starmesh.v1.NamedTensor\x12\'\n\x06params\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12(\n\tstop_rule\x18\x07 \x01(\x0b\x32\x15.starmesh.v1.StopRule\x12\x13\n\x0btraceparent\x18\x08 \x01(\t\x12\x12\n\ntracestate\x18\t \x01(\t\x12\x19\n\x11\x63onsumer_host_ids\x18\n \x03(\t\x12\x33\n\x07\x63redits\x18\x0b \x03(\x0b\x32\".starmesh.v1.OpenNode.CreditsEntry\x1a.\n\x0c\x43reditsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x90\x01\n\tPushChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x11\n\titeration\x18\x03 \x03(\r\x12\x0c\n\x04port\x18\x04 \x01(\t\x12)\n\x07tensors\x18\x05 \x03(\x0b\x32\x18.starmesh.v1.NamedTensor\x12\x15\n\rend_of_stream\x18\x06 \x01(\x08\",\n\x06\x43\x61ncel\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"0\n\x07Release\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tlease_ids\x18\x02 \x03(\x04\"[\n\x06\x43redit\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x11\n\titeration\x18\x03 \x03(\r\x12\x0c\n\x04port\x18\x04 \x01(\t\x12\x0e\n\x06\x61mount\x18\x05 \x01(\r\"\xd7\x01\n\x07RunItem\x12%\n\x04open\x18\x01 \x01(\x0b\x32\x15.starmesh.v1.OpenNodeH\x00\x12&\n\x04push\x18\x02 \x01(\x0b\x32\x16.starmesh.v1.PushChunkH\x00\x12%\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x13.starmesh.v1.CancelH\x00\x12\'\n\x07release\x18\x04 \x01(\x0b\x32\x14.starmesh.v1.ReleaseH\x00\x12%\n\x06\x63redit\x18\x05 \x01(\x0b\x32\x13.starmesh.v1.CreditH\x00\x42\x06\n\x04kind\"1\n\nRunRequest\x12#\n\x05items\x18\x01 \x03(\x0b\x32\x14.starmesh.v1.RunItem\"0\n\rConsumedLease\x12\r\n\x05\x61rena\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\x04\"\x97\x01\n\nNodeOutput\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x11\n\titeration\x18\x03 \x03(\r\x12)\n\x07outputs\x18\x04 \x03(\x0b\x32\x18.starmesh.v1.NamedTensor\x12)\n\x08metadata\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\"_\n\tNodeError\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x0c\n\x04\x63ode\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x11\n\titeration\x18\x05 \x03(\r\"m\n\x08NodeDone\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12,\n\x08\x63onsumed\x18\x03 \x03(\x0b\x32\x1a.starmesh.v1.ConsumedLease\x12\x11\n\titeration\x18\x04 \x03(\r\"\x8d\x01\n\x08RunEvent\x12)\n\x06output\x18\x01 \x01(\x0b\x32\x17.starmesh.v1.NodeOutputH\x00\x12\'\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x16.starmesh.v1.NodeErrorH\x00\x12%\n\x04\x64one\x18\x03 \x01(\x0b\x32\x15.starmesh.v1.NodeDoneH\x00\x42\x06\n\x04kind\"4\n\x0bRunResponse\x12%\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x15.starmesh.v1.RunEvent\"\x11\n\x0f\x44\x65scribeRequest\"M\n\x0eTransportStats\x12\x12\n\nnum_leases\x18\x01 \x01(\x04\x12\x12\n\nused_bytes\x18\x02 \x01(\x04\x12\x13\n\x0b\x61rena_bytes\x18\x03 \x01(\x04\"\xc2\x01\n\rComponentInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05nodes\x18\x02 \x03(\t\x12\x0f\n\x07host_id\x18\x03 \x01(\t\x12\r\n\x05\x61rena\x18\x04 \x01(\t\x12\x18\n\x10mooncake_session\x18\x05 \x01(\t\x12\x0f\n\x07version\x18\x06 \x01(\t\x12.\n\ttransport\x18\x07 \x01(\x0b\x32\x1b.starmesh.v1.TransportStats\x12\x19\n\x11num_open_requests\x18\x08 \x01(\r2\x8f\x01\n\tComponent\x12<\n\x03Run\x12\x17.starmesh.v1.RunRequest\x1a\x18.starmesh.v1.RunResponse(\x01\x30\x01\x12\x44\n\x08\x44\x65scribe\x12\x1c.starmesh.v1.DescribeRequest\x1a\x1a.starmesh.v1.ComponentInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"protos/starmesh/v1/component.proto\x12\x0bstarmesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fprotos/starmesh/v1/tensor.proto\"5\n\x08StopRule\x12\x11\n\tmax_iters\x18\x01 \x01(\r\x12\x16\n\x0estop_token_ids\x18\x02 \x03(\x03\"\xf3\x02\n\x08OpenNode\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04walk\x18\x02 \x01(\t\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x11\n\titeration\x18\x04 \x03(\r\x12(\n\x06inputs\x18\x05 \x03(\x0b\x32\x18.starmesh.v1.NamedTensor\x12\'\n\x06params\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12(\n\tstop_rule\x18\x07 \x01(\x0b\x32\x15.starmesh.v1.StopRule\x12\x13\n\x0btraceparent\x18\x08 \x01(\t\x12\x12\n\ntracestate\x18\t \x01(\t\x12\x19\n\x11\x63onsumer_host_ids\x18\n \x03(\t\x12\x33\n\x07\x63redits\x18\x0b \x03(\x0b\x32\".starmesh.v1.OpenNode.CreditsEntry\x1a.\n\x0c\x43reditsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\xb6\x01\n\tPushChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x11\n\titeration\x18\x03 \x03(\r\x12\x0c\n\x04port\x18\x04 \x01(\t\x12)\n\x07tensors\x18\x05 \x03(\x0b\x32\x18.starmesh.v1.NamedTensor\x12\x15\n\rend_of_stream\x18\x06 \x01(\x08\x12\x13\n\x0bnum_context\x18\x07 \x01(\r\x12\x0f\n\x07num_pad\x18\x08 \x01(\r\",\n\x06\x43\x61ncel\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"0\n\x07Release\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tlease_ids\x18\x02 \x03(\x04\"[\n\x06\x43redit\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x11\n\titeration\x18\x03 \x03(\r\x12\x0c\n\x04port\x18\x04 \x01(\t\x12\x0e\n\x06\x61mount\x18\x05 \x01(\r\"\xd7\x01\n\x07RunItem\x12%\n\x04open\x18\x01 \x01(\x0b\x32\x15.starmesh.v1.OpenNodeH\x00\x12&\n\x04push\x18\x02 \x01(\x0b\x32\x16.starmesh.v1.PushChunkH\x00\x12%\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x13.starmesh.v1.CancelH\x00\x12\'\n\x07release\x18\x04 \x01(\x0b\x32\x14.starmesh.v1.ReleaseH\x00\x12%\n\x06\x63redit\x18\x05 \x01(\x0b\x32\x13.starmesh.v1.CreditH\x00\x42\x06\n\x04kind\"1\n\nRunRequest\x12#\n\x05items\x18\x01 \x03(\x0b\x32\x14.starmesh.v1.RunItem\"0\n\rConsumedLease\x12\r\n\x05\x61rena\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\x04\"\x97\x01\n\nNodeOutput\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x11\n\titeration\x18\x03 \x03(\r\x12)\n\x07outputs\x18\x04 \x03(\x0b\x32\x18.starmesh.v1.NamedTensor\x12)\n\x08metadata\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\"_\n\tNodeError\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x0c\n\x04\x63ode\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x11\n\titeration\x18\x05 \x03(\r\"m\n\x08NodeDone\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\x12,\n\x08\x63onsumed\x18\x03 \x03(\x0b\x32\x1a.starmesh.v1.ConsumedLease\x12\x11\n\titeration\x18\x04 \x03(\r\"\x8d\x01\n\x08RunEvent\x12)\n\x06output\x18\x01 \x01(\x0b\x32\x17.starmesh.v1.NodeOutputH\x00\x12\'\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x16.starmesh.v1.NodeErrorH\x00\x12%\n\x04\x64one\x18\x03 \x01(\x0b\x32\x15.starmesh.v1.NodeDoneH\x00\x42\x06\n\x04kind\"4\n\x0bRunResponse\x12%\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x15.starmesh.v1.RunEvent\"\x11\n\x0f\x44\x65scribeRequest\"M\n\x0eTransportStats\x12\x12\n\nnum_leases\x18\x01 \x01(\x04\x12\x12\n\nused_bytes\x18\x02 \x01(\x04\x12\x13\n\x0b\x61rena_bytes\x18\x03 \x01(\x04\"\xc2\x01\n\rComponentInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05nodes\x18\x02 \x03(\t\x12\x0f\n\x07host_id\x18\x03 \x01(\t\x12\r\n\x05\x61rena\x18\x04 \x01(\t\x12\x18\n\x10mooncake_session\x18\x05 \x01(\t\x12\x0f\n\x07version\x18\x06 \x01(\t\x12.\n\ttransport\x18\x07 \x01(\x0b\x32\x1b.starmesh.v1.TransportStats\x12\x19\n\x11num_open_requests\x18\x08 \x01(\r2\x8f\x01\n\tComponent\x12<\n\x03Run\x12\x17.starmesh.v1.RunRequest\x1a\x18.starmesh.v1.RunResponse(\x01\x30\x01\x12\x44\n\x08\x44\x65scribe\x12\x1c.starmesh.v1.DescribeRequest\x1a\x1a.starmesh.v1.ComponentInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,35 +42,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPENNODE_CREDITSENTRY']._serialized_start=495
   _globals['_OPENNODE_CREDITSENTRY']._serialized_end=541
   _globals['_PUSHCHUNK']._serialized_start=544
-  _globals['_PUSHCHUNK']._serialized_end=688
-  _globals['_CANCEL']._serialized_start=690
-  _globals['_CANCEL']._serialized_end=734
-  _globals['_RELEASE']._serialized_start=736
-  _globals['_RELEASE']._serialized_end=784
-  _globals['_CREDIT']._serialized_start=786
-  _globals['_CREDIT']._serialized_end=877
-  _globals['_RUNITEM']._serialized_start=880
-  _globals['_RUNITEM']._serialized_end=1095
-  _globals['_RUNREQUEST']._serialized_start=1097
-  _globals['_RUNREQUEST']._serialized_end=1146
-  _globals['_CONSUMEDLEASE']._serialized_start=1148
-  _globals['_CONSUMEDLEASE']._serialized_end=1196
-  _globals['_NODEOUTPUT']._serialized_start=1199
-  _globals['_NODEOUTPUT']._serialized_end=1350
-  _globals['_NODEERROR']._serialized_start=1352
-  _globals['_NODEERROR']._serialized_end=1447
-  _globals['_NODEDONE']._serialized_start=1449
-  _globals['_NODEDONE']._serialized_end=1558
-  _globals['_RUNEVENT']._serialized_start=1561
-  _globals['_RUNEVENT']._serialized_end=1702
-  _globals['_RUNRESPONSE']._serialized_start=1704
-  _globals['_RUNRESPONSE']._serialized_end=1756
-  _globals['_DESCRIBEREQUEST']._serialized_start=1758
-  _globals['_DESCRIBEREQUEST']._serialized_end=1775
-  _globals['_TRANSPORTSTATS']._serialized_start=1777
-  _globals['_TRANSPORTSTATS']._serialized_end=1854
-  _globals['_COMPONENTINFO']._serialized_start=1857
-  _globals['_COMPONENTINFO']._serialized_end=2051
-  _globals['_COMPONENT']._serialized_start=2054
-  _globals['_COMPONENT']._serialized_end=2197
+  _globals['_PUSHCHUNK']._serialized_end=726
+  _globals['_CANCEL']._serialized_start=728
+  _globals['_CANCEL']._serialized_end=772
+  _globals['_RELEASE']._serialized_start=774
+  _globals['_RELEASE']._serialized_end=822
+  _globals['_CREDIT']._serialized_start=824
+  _globals['_CREDIT']._serialized_end=915
+  _globals['_RUNITEM']._serialized_start=918
+  _globals['_RUNITEM']._serialized_end=1133
+  _globals['_RUNREQUEST']._serialized_start=1135
+  _globals['_RUNREQUEST']._serialized_end=1184
+  _globals['_CONSUMEDLEASE']._serialized_start=1186
+  _globals['_CONSUMEDLEASE']._serialized_end=1234
+  _globals['_NODEOUTPUT']._serialized_start=1237
+  _globals['_NODEOUTPUT']._serialized_end=1388
+  _globals['_NODEERROR']._serialized_start=1390
+  _globals['_NODEERROR']._serialized_end=1485
+  _globals['_NODEDONE']._serialized_start=1487
+  _globals['_NODEDONE']._serialized_end=1596
+  _globals['_RUNEVENT']._serialized_start=1599
+  _globals['_RUNEVENT']._serialized_end=1740
+  _globals['_RUNRESPONSE']._serialized_start=1742
+  _globals['_RUNRESPONSE']._serialized_end=1794
+  _globals['_DESCRIBEREQUEST']._serialized_start=1796
+  _globals['_DESCRIBEREQUEST']._serialized_end=1813
+  _globals['_TRANSPORTSTATS']._serialized_start=1815
+  _globals['_TRANSPORTSTATS']._serialized_end=1892
+  _globals['_COMPONENTINFO']._serialized_start=1895
+  _globals['_COMPONENTINFO']._serialized_end=2089
+  _globals['_COMPONENT']._serialized_start=2092
+  _globals['_COMPONENT']._serialized_end=2235
 # @@protoc_insertion_point(module_scope)

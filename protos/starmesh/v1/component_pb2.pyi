@@ -50,20 +50,24 @@ class OpenNode(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ..., credits: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class PushChunk(_message.Message):
-    __slots__ = ("request_id", "node", "iteration", "port", "tensors", "end_of_stream")
+    __slots__ = ("request_id", "node", "iteration", "port", "tensors", "end_of_stream", "num_context", "num_pad")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     END_OF_STREAM_FIELD_NUMBER: _ClassVar[int]
+    NUM_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    NUM_PAD_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     node: str
     iteration: _containers.RepeatedScalarFieldContainer[int]
     port: str
     tensors: _containers.RepeatedCompositeFieldContainer[_tensor_pb2.NamedTensor]
     end_of_stream: bool
-    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., port: _Optional[str] = ..., tensors: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., end_of_stream: _Optional[bool] = ...) -> None: ...
+    num_context: int
+    num_pad: int
+    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., port: _Optional[str] = ..., tensors: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., end_of_stream: _Optional[bool] = ..., num_context: _Optional[int] = ..., num_pad: _Optional[int] = ...) -> None: ...
 
 class Cancel(_message.Message):
     __slots__ = ("request_id", "reason")
