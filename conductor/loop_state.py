@@ -87,6 +87,8 @@ class LoopTracker:
         else:
             self.current[key] = k + 1
             self.state.confirm(loop.name, t + (k + 1,))
+            if k > 0:  # iteration k + 1 reads k (carry); k - 1 is past its last use
+                self.state.forget(loop, t + (k - 1,))
         return True
 
     def _iteration_done(self, loop: Loop, tag: "Tag") -> bool:

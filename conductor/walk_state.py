@@ -195,6 +195,17 @@ class WalkState:
         for key in [k for k in self.values if k[0] in members and k[2][:n] == tag]:
             del self.values[key]
 
+    def forget(self, loop, tag: Tag) -> None:
+        """Releases an iteration's state after its last use; accumulated ports stay
+        until the loop exits (they are its output)."""
+        members, n = self.scope.members[loop.name], len(tag)
+        for key in [k for k in self.values if k[0] in members and k[2][:n] == tag]:
+            if f"{key[0]}.{key[1]}" not in loop.accumulate:
+                for part in self.values.pop(key):
+                    self.stamps.pop(id(part), None)
+        self.done = {key for key in self.done if not (key[0] in members and key[1][:n] == tag)}
+        self.dispatched = {key for key in self.dispatched if not (key[0] in members and key[1][:n] == tag)}
+
     def on_output(self, node: str, iteration: Tag, outputs: dict[str, Any],
                   produced_us: float | None = None) -> None:
         """Stores a run's outputs; returns (walk output name, value) pairs to stream.
@@ -205,6 +216,8 @@ class WalkState:
             return
         if node in self.scope.inner:
             self.credits.produced(node, iteration[:-1], outputs)
+            if iteration[-1] >= 1:  # a loop inside a component: only the last iteration can exit
+                self.forget(self.scope.inner[node], iteration[:-1] + (iteration[-1] - 1,))
         stamp = produced_us or now_us()
         for value in outputs.values():
             self.stamps[id(value)] = stamp
