@@ -102,6 +102,19 @@ def test_cancel_mid_stream_frees_state_everywhere(mesh):
         next(call)  # the first frame arrived: the loop is running on svc_lm
         assert describe(procs["svc_lm"].address).num_open_requests == 1
         call.cancel()
+    executor = server.hosted.executors["toy"]
+    assert wait_until(lambda: not executor.requests, 5.0)  # conductor-side state and buffers gone
+    for proc in procs.values():
+        assert wait_until(lambda: describe(proc.address).num_open_requests == 0, 5.0), proc.name
+
+
+def test_deadline_cancels_everywhere(mesh):
+    server, procs = mesh
+    with grpc.insecure_channel(server.address) as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            list(conductor_pb2_grpc.ConductorStub(channel).Generate(request(1.0, "late"), timeout=0.2))
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert wait_until(lambda: not server.hosted.executors["toy"].requests, 5.0)
     for proc in procs.values():
         assert wait_until(lambda: describe(proc.address).num_open_requests == 0, 5.0), proc.name
 
