@@ -20,6 +20,12 @@ class WalkScope:
         self.path: dict[str, tuple[Loop, ...]] = {n: walk.loop_path(n) for n in self.nodes}
         self.loops = [loop for loop, _ in walk.loops]
         self.members = {loop.name: set(node_names(loop)) for loop in self.loops}
+        self._depth = {loop.name: len(outer) for loop, outer in walk.loops}
+        self._children: dict[str | None, list[Loop]] = {}
+        for loop, outer in walk.loops:
+            self._children.setdefault(outer[-1].name if outer else None, []).append(loop)
+        self._direct = {loop.name: [n for n in self.nodes if self.path[n] and self.path[n][-1] is loop]
+                        for loop in self.loops}
         self.in_edges: dict[str, dict[str, GraphEdge]] = {n: {} for n in self.nodes}
         self.out_edges: dict[str, list[GraphEdge]] = {n: [] for n in self.nodes}
         self.carry_in: dict[str, dict[str, GraphEdge]] = {n: {} for n in self.nodes}
@@ -69,23 +75,15 @@ class WalkScope:
 
     def loop_depth(self, loop: Loop) -> int:
         """Tag length of the scope that contains `loop` (its parent's iterations)."""
-        return self.path[node_names(loop)[0]].index(loop)
+        return self._depth[loop.name]
 
     def direct_members(self, loop: Loop) -> list[str]:
         """Nodes whose innermost enclosing loop is `loop`."""
-        return [n for n in self.members[loop.name] if self.path[n] and self.path[n][-1] is loop]
+        return self._direct[loop.name]
 
     def child_loops(self, loop: Loop | None) -> list[Loop]:
         """Loops directly inside `loop` (top-level loops for None)."""
-        depth = 0 if loop is None else self.loop_depth(loop) + 1
-        out = []
-        for lp in self.loops:
-            if self.loop_depth(lp) == depth and (loop is None or lp.name in self._sub(loop)):
-                out.append(lp)
-        return out
-
-    def _sub(self, loop: Loop) -> set[str]:
-        return {lp.name for lp in self.loops if self.members[lp.name] <= self.members[loop.name] and lp is not loop}
+        return self._children.get(None if loop is None else loop.name, [])
 
     def top_nodes(self) -> list[str]:
         return [n for n in self.nodes if not self.path[n]]
