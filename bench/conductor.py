@@ -18,7 +18,11 @@ one src emission carried end to end: two streaming hops and one client event.
 - grpc_echo_us: a bare unary health Check to service B; hop_over_echo = hop_us_c1 / it.
 - conductor_cpu_us_per_item and conductor_saturation_items_per_s: unpaced src; the
   concurrency sweep point with the most items/s; its conductor CPU (process time /
-  wall, `conductor_cpu_util`, 1.0 = one core) says how close to saturation it was.
+  wall, `conductor_cpu_util`, 1.0 = one core) says how close to saturation it was
+  (each sweep point also records the services' and the client's CPU: on a small
+  machine they share the cores, and the conductor may not reach a whole one);
+  conductor_items_per_core_s = 1e6 / conductor_cpu_us_per_item is the rate one
+  fully busy core would route at that cost.
 - mesh_items_per_s (sweep point at `--concurrency`) vs inprocess_items_per_s (the same
   graph and toys in this process through `inprocess_executor`, same concurrency).
 
@@ -42,43 +46,15 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import statistics
-import subprocess
-import sys
 import time
 
+from bench.conductor_client import Client
+
+STREAM_EDGES = ("src.x -> mid.x", "mid.y -> sink.y")  # the per-item hops (not input.n -> src.n)
 FACTORIES = {"a": "bench.conductor_toys:make_a", "b": "bench.conductor_toys:make_b", "c": "bench.conductor_toys:make_c"}
-
-
-class Client:
-    """The load-generator process; run() times one phase and this process's CPU."""
-
-    def __init__(self, address: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.conductor_client", address],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        if not json.loads(self.proc.stdout.readline()).get("ready"):
-            raise RuntimeError("bench client did not start")
-
-    def run(self, **cmd) -> dict:
-        cpu0 = time.process_time()
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"bench client exited during phase {cmd['prefix']}")
-        result = json.loads(line)
-        result["conductor_cpu_s"] = time.process_time() - cpu0
-        return result
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def start_conductor(services: dict, items: int):
@@ -103,12 +79,11 @@ def start_conductor(services: dict, items: int):
 
 
 def hop_us(exporter, prefix: str) -> tuple[float, dict]:
-    """Median p50 of the aggregated per-item edge spans of requests `prefix-*`; per edge too."""
+    """Median p50 of the aggregated streaming-edge spans of requests `prefix-*`; per edge too."""
     by_edge: dict[str, list[float]] = {}
     for span in exporter.get_finished_spans():
         attrs = span.attributes or {}
-        if span.name.startswith("edge ") and str(attrs.get("starmesh.request_id", "")).startswith(prefix + "-") \
-                and "starmesh.latency_us.p50" in attrs:
+        if span.name[5:] in STREAM_EDGES and str(attrs.get("starmesh.request_id", "")).startswith(prefix + "-"):
             by_edge.setdefault(span.name[5:], []).append(attrs["starmesh.latency_us.p50"])
     every = [v for values in by_edge.values() for v in values]
     if not every:
@@ -139,13 +114,16 @@ def saturation_phases(client: Client, exporter, args) -> dict:
         exporter.clear()
         point = {"concurrency": conc, "items_per_s": r["items"] / r["wall_s"],
                  "cpu_us_per_item": r["conductor_cpu_s"] / r["items"] * 1e6,
-                 "cpu_util": r["conductor_cpu_s"] / r["wall_s"]}
+                 "cpu_util": r["conductor_cpu_s"] / r["wall_s"],
+                 "other_cpu_util": {k: v / r["wall_s"] for k, v in r["other_cpu_s"].items()}}
         sweep.append(point)
         print(f"sweep c={conc:3d}: {point['items_per_s']:8.0f} items/s, conductor {point['cpu_us_per_item']:6.1f} "
-              f"us/item, {100 * point['cpu_util']:5.1f}% of a core", flush=True)
+              f"us/item, {100 * point['cpu_util']:5.1f}% of a core (others: "
+              + ", ".join(f"{k} {100 * v:.0f}%" for k, v in point["other_cpu_util"].items()) + ")", flush=True)
     best = max(sweep, key=lambda p: p["items_per_s"])
     at_conc = next((p for p in sweep if p["concurrency"] == args.concurrency), best)
     return {"sweep": sweep, "conductor_saturation_items_per_s": best["items_per_s"],
+            "conductor_items_per_core_s": 1e6 / best["cpu_us_per_item"],
             "conductor_cpu_us_per_item": best["cpu_us_per_item"], "conductor_cpu_util": best["cpu_util"],
             "saturation_concurrency": best["concurrency"], "mesh_items_per_s": at_conc["items_per_s"]}
 
@@ -178,7 +156,7 @@ def run_mesh(services: dict, args) -> dict:
     server, exporter = start_conductor(services, args.items)
     client = None
     try:
-        client = Client(server.address)
+        client = Client(server.address, {f"svc_{k}": s.pid for k, s in services.items()})
         results = hop_phases(client, exporter, args)
         results["grpc_echo_us"] = asyncio.run(grpc_echo_us(services["b"].address, 200))
         results.update(saturation_phases(client, exporter, args))
@@ -213,6 +191,7 @@ def report(results: dict) -> None:
         ("conductor CPU per item", "conductor_cpu_us_per_item", f"us (at c={results['saturation_concurrency']})"),
         ("conductor CPU there", "conductor_cpu_util", "cores"),
         ("conductor saturation", "conductor_saturation_items_per_s", "items/s"),
+        ("one busy core would route", "conductor_items_per_core_s", "items/s (1e6 / CPU us per item)"),
         ("mesh", "mesh_items_per_s", "items/s"),
         ("in-process", "inprocess_items_per_s", "items/s"),
         ("mesh / in-process", "mesh_over_inprocess", "x"),
@@ -245,6 +224,9 @@ def parse_args(argv):
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # Closing a Generate call mid-stream (see the docstring) makes the OTel aio server
+    # interceptor log "Failed to detach context" with a traceback per call: noise here.
+    logging.getLogger("opentelemetry.context").setLevel(logging.CRITICAL)
     import torch
 
     torch.set_num_threads(1)  # like every service process

@@ -8,11 +8,16 @@ Reads one JSON command per stdin line, {"model", "prefix", "requests", "concurre
 at a time), and answers one JSON line: {"wall_s", "items", "latency_s": [...]}.
 A call ends once it has `items` tensor events; the client then closes it (a chained
 streaming edge never ends its request yet: see bench.conductor).
+
+`Client` is the bench side: it starts this process and times each phase.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import subprocess
 import sys
 import time
 
@@ -72,6 +77,53 @@ async def serve(address: str) -> None:
             if not line.strip():
                 return
             print(json.dumps(await run_phase(stub, json.loads(line))), flush=True)
+
+
+# ---- the bench side ------------------------------------------------------------
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of another process (Linux /proc; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Client:
+    """The load-generator process; run() times one phase, this process's CPU (the
+    conductor's) and that of the `watch`ed processes (services, the client)."""
+
+    def __init__(self, address: str, watch: dict[str, int]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.conductor_client", address],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.watch = {**watch, "client": self.proc.pid}
+        line = self.proc.stdout.readline()
+        if not line or not json.loads(line).get("ready"):
+            self.close()
+            raise RuntimeError("bench client did not start")
+
+    def run(self, **cmd) -> dict:
+        cpu0, others0 = time.process_time(), {k: proc_cpu_s(pid) for k, pid in self.watch.items()}
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"bench client exited during phase {cmd['prefix']}")
+        result = json.loads(line)
+        result["conductor_cpu_s"] = time.process_time() - cpu0
+        result["other_cpu_s"] = {k: proc_cpu_s(pid) - others0[k] for k, pid in self.watch.items()}
+        return result
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 if __name__ == "__main__":
