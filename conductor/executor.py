@@ -41,6 +41,7 @@ class Executor:
         self.scopes = {w.name: WalkScope(w, frozenset(inner_loops), speculative) for w in graph.walks}
         self.num_wasted = 0  # speculative runs discarded at a stop, over all requests
         self.max_backlog = max_backlog  # outputs held for a client that does not read
+        self._outbox: dict[str, tuple[Any, list]] = {}  # target name -> (target, items) of this round
         self.materialize = materialize or (lambda value: value)
         self.requests: dict[str, RequestRun] = {}
         self.tracer = tracer or trace.get_tracer("starmesh.conductor")
@@ -57,6 +58,7 @@ class Executor:
         try:
             self._enter_walk(run, self.graph.start(run.inputs), run.inputs)
             self._pump(run)
+            self._flush()
             while True:
                 item = await run.queue.get()
                 if item is END:
@@ -65,9 +67,11 @@ class Executor:
                     raise RequestFailed(item.status, item.message)
                 yield item
                 self._pump(run)  # the client took one: producers may get credit again
+                self._flush()
         finally:
             if not run.is_finished:
                 self._finish(run, "cancelled")
+                self._flush()
             self.requests.pop(request_id, None)
             for span in reversed(run.spans):
                 span.end()
@@ -93,24 +97,28 @@ class Executor:
 
     # ---- ready -> dispatch ---------------------------------------------------------
 
+    def _send(self, target, item) -> None:
+        """Queues an item; `_flush` sends each target's items of this round as ONE
+        message, whatever requests they belong to (one engine step, one message)."""
+        self._outbox.setdefault(target.name, (target, []))[1].append(item)
+
+    def _flush(self) -> None:
+        outbox, self._outbox = self._outbox, {}
+        for target, items in outbox.values():
+            target.post(items)
+
     def _pump(self, run: RequestRun) -> None:
         while not run.is_finished:
-            batches: dict[str, tuple[Any, list]] = {}
             traceparent, _ = inject_context(trace.set_span_in_context(run.spans[-1]))
             for d in run.state.ready():
                 target = self.route(d.node, run.walk, run.request_id)
                 run.reached[target.name] = target
                 if d.credits:
                     run.targets[(d.node, d.iteration)] = target
-                item = run_item(run.request_id, run.walk, d, run.params, target.convert, traceparent,
-                                run.state.scope)
-                batches.setdefault(target.name, (target, []))[1].append(item)
+                self._send(target, run_item(run.request_id, run.walk, d, run.params, target.convert,
+                                            traceparent, run.state.scope))
             for node, tag, port, amount in run.state.credits.replenish():
-                target = run.targets[(node, tag)]
-                batches.setdefault(target.name, (target, []))[1].append(
-                    Credit(run.request_id, node, port, amount, tag))
-            for target, items in batches.values():
-                target.post(items)
+                self._send(run.targets[(node, tag)], Credit(run.request_id, node, port, amount, tag))
             if not run.state.is_complete:
                 return
             self._next_walk(run)
@@ -134,6 +142,7 @@ class Executor:
         if not events and target is not None and getattr(target, "broken", None) is not None:
             for run in [r for r in self.requests.values() if target.name in r.reached]:
                 self._fail(run, "UNAVAILABLE", f"service {target.name} is unavailable: {target.broken}")
+            self._flush()
             return
         touched = {}
         for ev in events:
@@ -150,6 +159,7 @@ class Executor:
                 self._fail(run, getattr(e, "status", "INTERNAL"), f"node {ev.node}: {e}")
         for run in touched.values():
             self._pump(run)
+        self._flush()
 
     def _collect(self, run: RequestRun, ev: OutboundEvent) -> None:
         if isinstance(ev, NodeOutput):
@@ -173,4 +183,4 @@ class Executor:
             self.num_wasted += run.state.num_wasted
         run.state = None
         for target in run.reached.values():
-            target.post([Cancel(run.request_id, reason)])
+            self._send(target, Cancel(run.request_id, reason))

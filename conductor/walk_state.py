@@ -155,6 +155,7 @@ class WalkState:
             out.append(Dispatch(node, tag + (runs[1],), inputs, chunk=meta))
             runs[0] += 1
             runs[1] += 1
+        self._close_if_drained(node, tag)
         return out
 
     def _record_chunk(self, edge: GraphEdge, chunk) -> None:
@@ -165,6 +166,12 @@ class WalkState:
         else:
             stamped = [(item, self.stamps.get(id(item), self.started_us)) for item in chunk.items]
             self.recorder.chunk(str(edge), stamped, chunk.num_context, now)
+
+    def _close_if_drained(self, node: str, tag: Tag) -> None:
+        """A chunk-fed node ends its own outgoing streams once its input stream is
+        closed and every chunk run is done (two streaming edges in a row)."""
+        if self.is_node_done(node, tag):
+            self.finish_streams(node, tag, len(self.scope.path[node]))
 
     def buffer(self, edge: GraphEdge, tag: Tag) -> StreamBuffer:
         key = (edge, tag)
@@ -259,6 +266,8 @@ class WalkState:
             return
         if node in self.scope.stream_in:
             self.chunk_runs[(node, iteration[:-1])][0] -= 1
+            self._close_if_drained(node, iteration[:-1])
+            self.loops.update()
             return
         self.done.add((node, iteration))
         if node in self.scope.inner:

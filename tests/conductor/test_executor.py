@@ -172,3 +172,14 @@ def test_stream_into_a_loop_inside_a_component(continue_after):
     codes = [c.item() for c in out["code"]]
     assert codes == ([10, 21, 32, 43, 54, 55, 56, 57] if continue_after else [10, 21, 32, 43, 54])
     assert talker.num_opened == 1  # one open run, fed by pushes
+
+
+def test_two_streaming_edges_in_a_row_finish():
+    nodes = [N("src", ("n",), ("x",)), N("mid", ("x",), ("y",)), N("sink", ("y",), ("z",))]
+    walk = Walk("w", Sequential(Loop("gen", "src", max_iters=7, carry=[E("src.x", "src.n")]), "mid", "sink"), [
+        E("input.n", "src.n"), StreamingGraphEdge("src.x", "mid.x"), StreamingGraphEdge("mid.y", "sink.y"),
+        E("sink.z", "output.z")])
+    toy = Toy("toy", {"src": lambda i, p: {"x": i["n"] + 1}, "mid": lambda i, p: {"y": i["x"] * 2},
+                      "sink": lambda i, p: {"z": i["y"] + 1}})
+    out = run(WalkGraph("t", nodes, [walk]), [toy], {"r": {"n": torch.tensor([0])}})["r"]
+    assert [z.item() for z in out["z"]] == [2 * k + 1 for k in range(1, 8)]
