@@ -141,7 +141,7 @@ class RemoteTarget:
 
 def run_item(request_id: str, walk: str, dispatch, params: dict, convert, traceparent: str = "", scope=None):
     """The Run item for a dispatch: an OpenNode, or a PushChunk into an open loop run."""
-    from services.items import PushChunk, StopRule
+    from services.items import ChunkInfo, PushChunk, StopRule, StreamInput
 
     if dispatch.push:
         port, meta = scope.pushed[dispatch.node].dst_port, dispatch.chunk
@@ -154,12 +154,10 @@ def run_item(request_id: str, walk: str, dispatch, params: dict, convert, tracep
     if dispatch.loop is not None:
         ids = dispatch.loop.stop.stop_token_ids if dispatch.loop.stop is not None else ()
         stop = StopRule(dispatch.loop.max_iters, tuple(ids))
-    extra = {"_chunk": dispatch.chunk} if dispatch.chunk else {}
+    chunk = ChunkInfo(**dispatch.chunk) if dispatch.chunk else None
     pushed = scope.pushed.get(dispatch.node) if scope is not None else None
-    if pushed is not None:
-        extra["_stream"] = {"port": pushed.dst_port,
-                            "continue_after_producer_done": pushed.continue_after_producer_done}
+    stream = StreamInput(pushed.dst_port, pushed.continue_after_producer_done) if pushed is not None else None
     return OpenNode(
         request_id, dispatch.node, walk, dispatch.iteration, named_parts(dispatch.inputs, convert),
-        {**params, **extra}, stop, traceparent, credits=dispatch.credits,
+        params, stop, traceparent, credits=dispatch.credits, chunk=chunk, stream=stream,
     )

@@ -18,6 +18,24 @@ class StopRule:
 
 
 @dataclass(frozen=True)
+class ChunkInfo:
+    """Where a chunk-fed run sits in its stream."""
+
+    start: int = 0
+    num_context: int = 0
+    is_last: bool = False
+    num_pad: int = 0
+
+
+@dataclass(frozen=True)
+class StreamInput:
+    """A loop run inside the component fed by PushChunk items on `port`."""
+
+    port: str
+    continue_after_producer_done: bool = False
+
+
+@dataclass(frozen=True)
 class OpenNode:
     """Opens a node run for one request; `inputs` are references until resolved."""
 
@@ -32,6 +50,8 @@ class OpenNode:
     tracestate: str = ""
     consumer_host_ids: tuple[str, ...] = ()
     credits: dict[str, int] = field(default_factory=dict)  # output port -> items before parking
+    chunk: ChunkInfo | None = None
+    stream: StreamInput | None = None
 
     def __post_init__(self) -> None:
         if not self.request_id:

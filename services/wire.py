@@ -16,6 +16,8 @@ from google.protobuf import json_format, struct_pb2
 from protos.starmesh.v1 import component_pb2 as pb
 from services.items import (
     Cancel,
+    ChunkInfo,
+    StreamInput,
     Credit,
     ConsumedLease,
     InboundItem,
@@ -103,6 +105,9 @@ def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
         tracestate=m.tracestate,
         consumer_host_ids=tuple(m.consumer_host_ids),
         credits=dict(m.credits),
+        chunk=ChunkInfo(m.chunk.start, m.chunk.num_context, m.chunk.is_last, m.chunk.num_pad)
+        if m.HasField("chunk") else None,
+        stream=StreamInput(m.stream.port, m.stream.continue_after_producer_done) if m.HasField("stream") else None,
     )
 
 
@@ -169,6 +174,13 @@ def items_to_proto(items: Iterable[InboundItem]) -> pb.RunRequest:
             o.traceparent, o.tracestate = item.traceparent, item.tracestate
             o.consumer_host_ids.extend(item.consumer_host_ids)
             o.credits.update(item.credits)
+            if item.chunk is not None:
+                c = item.chunk
+                o.chunk.start, o.chunk.num_context, o.chunk.is_last, o.chunk.num_pad = (
+                    c.start, c.num_context, c.is_last, c.num_pad)
+            if item.stream is not None:
+                o.stream.port = item.stream.port
+                o.stream.continue_after_producer_done = item.stream.continue_after_producer_done
         elif isinstance(item, PushChunk):
             p = it.push
             p.request_id, p.node, p.port, p.end_of_stream = item.request_id, item.node, item.port, item.end_of_stream

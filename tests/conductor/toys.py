@@ -54,12 +54,15 @@ class Toy:
             raise RuntimeError(f"toy {self.name} fails request {item.request_id} on purpose")
         self.num_opened += 1
         if item.node in self.loops:
-            run = LoopRun(item, {k: v.clone() for k, v in inputs.items()}, stream=item.params.get("_stream"))
+            stream = item.stream and {"port": item.stream.port,
+                                      "continue_after_producer_done": item.stream.continue_after_producer_done}
+            run = LoopRun(item, {k: v.clone() for k, v in inputs.items()}, stream=stream)
             self._loops[(item.request_id, item.node, item.iteration)] = run
             return
         if self.max_delay_s:
             time.sleep(self._rng.uniform(0, self.max_delay_s))
-        outputs = self.fns[item.node](inputs, item.params)
+        params = {**item.params, "_chunk": vars(item.chunk)} if item.chunk else item.params
+        outputs = self.fns[item.node](inputs, params)
         self._events += [NodeOutput(item.request_id, item.node, outputs, item.iteration),
                          NodeDone(item.request_id, item.node, iteration=item.iteration)]
 

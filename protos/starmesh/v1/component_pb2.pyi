@@ -16,8 +16,28 @@ class StopRule(_message.Message):
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, max_iters: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class ChunkInfo(_message.Message):
+    __slots__ = ("start", "num_context", "is_last", "num_pad")
+    START_FIELD_NUMBER: _ClassVar[int]
+    NUM_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    IS_LAST_FIELD_NUMBER: _ClassVar[int]
+    NUM_PAD_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    num_context: int
+    is_last: bool
+    num_pad: int
+    def __init__(self, start: _Optional[int] = ..., num_context: _Optional[int] = ..., is_last: _Optional[bool] = ..., num_pad: _Optional[int] = ...) -> None: ...
+
+class StreamInput(_message.Message):
+    __slots__ = ("port", "continue_after_producer_done")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    CONTINUE_AFTER_PRODUCER_DONE_FIELD_NUMBER: _ClassVar[int]
+    port: str
+    continue_after_producer_done: bool
+    def __init__(self, port: _Optional[str] = ..., continue_after_producer_done: _Optional[bool] = ...) -> None: ...
+
 class OpenNode(_message.Message):
-    __slots__ = ("request_id", "walk", "node", "iteration", "inputs", "params", "stop_rule", "traceparent", "tracestate", "consumer_host_ids", "credits")
+    __slots__ = ("request_id", "walk", "node", "iteration", "inputs", "params", "stop_rule", "traceparent", "tracestate", "consumer_host_ids", "credits", "chunk", "stream")
     class CreditsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +56,8 @@ class OpenNode(_message.Message):
     TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_HOST_IDS_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     walk: str
     node: str
@@ -47,7 +69,9 @@ class OpenNode(_message.Message):
     tracestate: str
     consumer_host_ids: _containers.RepeatedScalarFieldContainer[str]
     credits: _containers.ScalarMap[str, int]
-    def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ..., credits: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    chunk: ChunkInfo
+    stream: StreamInput
+    def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ..., credits: _Optional[_Mapping[str, int]] = ..., chunk: _Optional[_Union[ChunkInfo, _Mapping]] = ..., stream: _Optional[_Union[StreamInput, _Mapping]] = ...) -> None: ...
 
 class PushChunk(_message.Message):
     __slots__ = ("request_id", "node", "iteration", "port", "tensors", "end_of_stream", "num_context", "num_pad")
