@@ -14,7 +14,9 @@ one src emission carried end to end: two streaming hops and one client event.
 - hop_us_c1 / hop_us_c16: the median, over requests and both streaming edges, of the
   p50 of each aggregated `edge` span (production of an item -> dispatch of its
   consumer), at concurrency 1 and 16, with src paced (`--interval-ms` per engine
-  step) so that a hop is measured, not the queue behind a burst.
+  step) so that a hop is measured, not the queue behind a burst: the default 30 ms
+  offers 16 / 0.03 = 533 items/s at c=16, below the conductor's saturation here
+  (~750 items/s); at 2 ms the c=16 figure is queueing (~40 ms), not a hop.
 - grpc_echo_us: a bare unary health Check to service B; hop_over_echo = hop_us_c1 / it.
 - conductor_cpu_us_per_item and conductor_saturation_items_per_s: unpaced src; the
   concurrency sweep point with the most items/s; its conductor CPU (process time /
@@ -208,7 +210,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m bench.conductor", description=__doc__.split("\n")[0])
     p.add_argument("--json", metavar="PATH", help="write the figures here")
     p.add_argument("--items", type=int, default=64, help="items per pipeline request (src loop iterations)")
-    p.add_argument("--interval-ms", type=float, default=2.0, help="src pacing for the hop latency phases")
+    p.add_argument("--interval-ms", type=float, default=30.0, help="src pacing for the hop latency phases")
     p.add_argument("--c1-requests", type=int, default=10, help="requests of the concurrency-1 hop phase")
     p.add_argument("--concurrency", type=int, default=16, help="concurrency of mesh vs in-process")
     p.add_argument("--sweep", type=lambda s: [int(x) for x in s.split(",")], default=[4, 16, 64],
