@@ -47,13 +47,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import statistics
 import time
 
 from bench.conductor_client import Client
+from bench.output import print_table, write_json
 
 STREAM_EDGES = ("src.x -> mid.x", "mid.y -> sink.y")  # the per-item hops (not input.n -> src.n)
 FACTORIES = {"a": "bench.conductor_toys:make_a", "b": "bench.conductor_toys:make_b", "c": "bench.conductor_toys:make_c"}
@@ -203,7 +203,7 @@ def report(results: dict) -> None:
         ("spec speedup", "spec_speedup", f"x (formula 9: {results['spec_predicted_speedup']:.2f})"),
         ("wasted steps per request", "spec_wasted_per_request", ""),
     ]
-    print("\n" + "\n".join(f"{label:26s} {results[key]:10.2f} {unit}" for label, key, unit in rows))
+    print_table(rows, results)
 
 
 def parse_args(argv):
@@ -249,11 +249,7 @@ def main(argv=None) -> int:
     results["items_per_request"] = args.items
     results["bench_wall_s"] = time.perf_counter() - t0
     report(results)
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2, sort_keys=True)
-        print(f"\nwrote {args.json}")
+    write_json(args.json, results)
     return 0
 
 

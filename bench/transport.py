@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import time
+
+from bench.output import print_table, write_json
 
 MiB = 1 << 20
 HEADLINE_BYTES = 64 * MiB
@@ -198,7 +199,7 @@ def report(results: dict) -> None:
     ]
     rows += [(f"{m} alpha / beta", f"{m}_alpha_us", f"us / {results[f'{m}_beta_gbps']:.2f} GB/s")
              for m in ("inline", "shm", "mooncake")]
-    print("\n" + "\n".join(f"{label:24s} {results[key]:10.3f} {unit}" for label, key, unit in rows))
+    print_table(rows, results)
 
 
 def main(argv=None) -> int:
@@ -223,11 +224,7 @@ def main(argv=None) -> int:
     results["shm_over_memcpy"] = results["shm_gbps"] / results["memcpy_gbps"]
     results["small_handoff_over_echo"] = results["small_handoff_us"] / results["grpc_echo_us"]
     report(results)
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2, sort_keys=True)
-        print(f"\nwrote {args.json}")
+    write_json(args.json, results)
     return 0
 
 
