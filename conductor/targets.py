@@ -152,8 +152,9 @@ def run_item(request_id: str, walk: str, dispatch, params: dict, convert, tracep
 
     stop = StopRule()
     if dispatch.loop is not None:
-        ids = dispatch.loop.stop.stop_token_ids if dispatch.loop.stop is not None else ()
-        stop = StopRule(dispatch.loop.max_iters, tuple(ids))
+        rule = dispatch.loop.stop
+        stop = StopRule(dispatch.loop.max_iters, tuple(rule.stop_token_ids) if rule else (),
+                        rule.component_predicate if rule else "")
     chunk = ChunkInfo(**dispatch.chunk) if dispatch.chunk else None
     pushed = scope.pushed.get(dispatch.node) if scope is not None else None
     stream = StreamInput(pushed.dst_port, pushed.continue_after_producer_done) if pushed is not None else None

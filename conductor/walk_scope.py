@@ -37,6 +37,10 @@ class WalkScope:
         for loop in self.loops:
             for edge in loop.carry:
                 self.carry_in[edge.dst_node][edge.dst_port] = edge
+        for loop in self.loops:
+            if loop.stop is not None and loop.stop.component_predicate and loop.name not in inner_loops:
+                raise GraphError(f"walk {walk.name}: loop {loop.name}: a component stop predicate needs the "
+                                 "loop to run inside its component (inner_loops)")
         # A single-node loop whose component can run it runs inside that component
         # (DESIGN 5): one dispatch per entry, outputs tagged per iteration.
         self.inner: dict[str, Loop] = {}

@@ -69,16 +69,19 @@ class StopRule:
     watch: "node.port" whose value decides. stop_token_ids: stop once the value holds
     one of them (serialisable: a loop inside a service evaluates it there).
     predicate: a conductor-side rule on the watched value, for loops the conductor drives.
+    component_predicate: the name of a rule the component registered, evaluated inside
+    the service (only for a loop that runs inside its component).
     """
 
     watch: str = ""
     stop_token_ids: tuple[int, ...] = ()
     predicate: Callable[[Any], bool] | None = None
+    component_predicate: str = ""
 
     def __post_init__(self) -> None:
         if self.watch:
             split_endpoint(self.watch)
-        if (self.stop_token_ids or self.predicate) and not self.watch:
+        if (self.stop_token_ids or self.predicate or self.component_predicate) and not self.watch:
             raise GraphError("StopRule with stop_token_ids or a predicate needs a watch 'node.port'")
 
     def should_stop(self, value) -> bool:

@@ -15,6 +15,7 @@ from transport.refs import ConsumedLease, TensorRef  # noqa: F401  (ConsumedLeas
 class StopRule:
     max_iters: int = 0  # 0: the node's own bound
     stop_token_ids: tuple[int, ...] = ()
+    predicate: str = ""  # a stop rule the component registered, by name
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
         iteration=tuple(m.iteration),
         inputs=tensors_from_proto(m.inputs, f"{field}.inputs"),
         params=params_from_struct(m.params),
-        stop_rule=StopRule(m.stop_rule.max_iters, tuple(m.stop_rule.stop_token_ids)),
+        stop_rule=StopRule(m.stop_rule.max_iters, tuple(m.stop_rule.stop_token_ids), m.stop_rule.predicate),
         traceparent=m.traceparent,
         tracestate=m.tracestate,
         consumer_host_ids=tuple(m.consumer_host_ids),
@@ -171,6 +171,7 @@ def items_to_proto(items: Iterable[InboundItem]) -> pb.RunRequest:
             params_to_struct(item.params, o.params, "open.params")
             o.stop_rule.max_iters = item.stop_rule.max_iters
             o.stop_rule.stop_token_ids.extend(item.stop_rule.stop_token_ids)
+            o.stop_rule.predicate = item.stop_rule.predicate
             o.traceparent, o.tracestate = item.traceparent, item.tracestate
             o.consumer_host_ids.extend(item.consumer_host_ids)
             o.credits.update(item.credits)

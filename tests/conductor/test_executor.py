@@ -183,3 +183,20 @@ def test_two_streaming_edges_in_a_row_finish():
                       "sink": lambda i, p: {"z": i["y"] + 1}})
     out = run(WalkGraph("t", nodes, [walk]), [toy], {"r": {"n": torch.tensor([0])}})["r"]
     assert [z.item() for z in out["z"]] == [2 * k + 1 for k in range(1, 8)]
+
+
+def test_a_stop_predicate_registered_by_the_component():
+    nodes = [N("decode", ("tok",), ("tok",))]
+    loop = DynamicLoop("gen", "decode", max_iters=50, stop=StopRule("decode.tok", component_predicate="past_10"))
+    walk = Walk("w", loop, [E("input.tok", "decode.tok"), E("decode.tok", "output.tok")])
+    graph = WalkGraph("t", nodes, [walk])
+    lm = Toy("lm", {"decode": lambda i, p: {"tok": i["tok"] + 3}}, loops={"decode": {"tok": "tok"}},
+             predicates={"past_10": lambda out: bool(out["tok"].item() > 10)})
+    out = run(graph, [lm], {"r": {"tok": torch.tensor([0])}}, inner_loops={"gen"})["r"]
+    assert [t.item() for t in out["tok"]] == [3, 6, 9, 12]
+    unknown = DynamicLoop("gen", "decode", max_iters=5, stop=StopRule("decode.tok", component_predicate="nope"))
+    graph = WalkGraph("t", nodes, [Walk("w", unknown, walk.edges)])
+    failed = run(graph, [lm], {"r": {"tok": torch.tensor([0])}}, inner_loops={"gen"})["r"]
+    assert isinstance(failed, RequestFailed) and failed.status == "INVALID_ARGUMENT" and "nope" in str(failed)
+    with pytest.raises(Exception, match="needs the loop to run inside its component"):
+        run(graph, [lm], {"r": {"tok": torch.tensor([0])}})

@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 
 from services.items import NodeDone, NodeError, NodeOutput, OpenNode
+from transport.errors import InvalidArgument
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Toy:
     fail_on: str = ""  # a request id whose runs raise
     step_delay_s: float = 0.0  # a slow engine step while loops are open (cancellation tests)
     run_delay_s: float = 0.0  # per loop run advanced in a step: a batch costs more with more runs
+    predicates: dict[str, Callable] = field(default_factory=dict)  # registered stop rules, by name
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -53,6 +55,8 @@ class Toy:
         if item.request_id == self.fail_on:
             raise RuntimeError(f"toy {self.name} fails request {item.request_id} on purpose")
         self.num_opened += 1
+        if item.stop_rule.predicate and item.stop_rule.predicate not in self.predicates:
+            raise InvalidArgument(f"stop_rule.predicate {item.stop_rule.predicate!r} is not registered by {self.name}")
         if item.node in self.loops:
             stream = item.stream and {"port": item.stream.port,
                                       "continue_after_producer_done": item.stream.continue_after_producer_done}
@@ -113,6 +117,8 @@ class Toy:
         run.k += 1
         stop_ids = set(item.stop_rule.stop_token_ids)
         hit = any(int(v) in stop_ids for v in next(iter(outputs.values())).reshape(-1).tolist())
+        if item.stop_rule.predicate:
+            hit = hit or self.predicates[item.stop_rule.predicate](outputs)
         if hit or run.k >= item.stop_rule.max_iters:
             del self._loops[key]
             self.parked.discard(key)

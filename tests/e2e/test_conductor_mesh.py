@@ -138,3 +138,14 @@ def test_a_failing_node_fails_only_its_request(mesh):
     assert isinstance(doomed, grpc.aio.AioRpcError) and doomed.code() == grpc.StatusCode.INTERNAL
     assert "on purpose" in doomed.details()
     assert fine == inprocess(2.0)
+
+
+def test_list_models_and_unknown_model(mesh):
+    server, _ = mesh
+    with grpc.insecure_channel(server.address) as channel:
+        stub = conductor_pb2_grpc.ConductorStub(channel)
+        models = stub.ListModels(pb.ListModelsRequest()).models
+        assert [(m.name, list(m.walks)) for m in models] == [("toy", ["speak"])]
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Generate(pb.GenerateRequest(model="nope")))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in err.value.details()

@@ -9,12 +9,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class StopRule(_message.Message):
-    __slots__ = ("max_iters", "stop_token_ids")
+    __slots__ = ("max_iters", "stop_token_ids", "predicate")
     MAX_ITERS_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    PREDICATE_FIELD_NUMBER: _ClassVar[int]
     max_iters: int
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, max_iters: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    predicate: str
+    def __init__(self, max_iters: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., predicate: _Optional[str] = ...) -> None: ...
 
 class ChunkInfo(_message.Message):
     __slots__ = ("start", "num_context", "is_last", "num_pad")
