@@ -90,6 +90,9 @@ class Executor:
         ctx = trace.set_span_in_context(run.spans[0])
         run.spans.append(self.tracer.start_span(f"walk {walk}", context=ctx,
                                                 attributes={"starmesh.request_id": run.request_id}))
+        missing = [name for name in self.scopes[walk].walk.input_names if name not in inputs]
+        if missing:
+            raise RequestFailed("INVALID_ARGUMENT", f"walk {walk} needs input(s) {missing}; got {sorted(inputs)}")
         run.walk = walk
         run.state = WalkState(self.scopes[walk], inputs, run.client_room)
         run.state.loops.materialize = self.materialize
@@ -132,7 +135,10 @@ class Executor:
             run.queue.put_nowait(END)
             return
         inputs = {**run.inputs, **{name: tuple(values) for name, values in outputs.items()}}
-        self._enter_walk(run, following, inputs)
+        try:
+            self._enter_walk(run, following, inputs)
+        except RequestFailed as e:
+            self._fail(run, e.status, str(e))
 
     # ---- collect --------------------------------------------------------------------
 

@@ -200,3 +200,9 @@ def test_a_stop_predicate_registered_by_the_component():
     assert isinstance(failed, RequestFailed) and failed.status == "INVALID_ARGUMENT" and "nope" in str(failed)
     with pytest.raises(Exception, match="needs the loop to run inside its component"):
         run(graph, [lm], {"r": {"tok": torch.tensor([0])}})
+
+
+def test_a_missing_walk_input_is_invalid_argument():
+    graph = WalkGraph("t", [N("a", ("x",), ("y",))], [Walk("w", "a", [E("input.x", "a.x"), E("a.y", "output.y")])])
+    result = run(graph, [Toy("toy", {"a": lambda i, p: {"y": i["x"]}})], {"r": {}})["r"]
+    assert isinstance(result, RequestFailed) and result.status == "INVALID_ARGUMENT" and "'x'" in str(result)
