@@ -7,7 +7,7 @@ import os
 import sys
 
 # Later issues append their subcommand modules here.
-COMMANDS = ("client.commands.version", "client.commands.serve", "client.commands.health")
+COMMANDS = ("client.commands.version", "client.commands.serve", "client.commands.health", "client.commands.generate")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,5 +30,5 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     "${PIP[@]}" "torch==2.13.0"
   fi
 fi
-"${PIP[@]}" -e ".[test,mooncake]"
+"${PIP[@]}" -e ".[test,mooncake,reference]"
 echo "setup: ready ($("$VENV/bin/python" -c 'import torch, grpc; print("torch", torch.__version__, "grpcio", grpc.__version__)'))"

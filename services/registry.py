@@ -11,7 +11,9 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-_FACTORIES: dict[str, str] = {}
+_FACTORIES: dict[str, str] = {
+    "thinker": "services.thinker.component:ThinkerComponent.from_checkpoint",
+}
 
 
 def register(name: str, factory_path: str) -> None:

@@ -17,6 +17,9 @@ def add_parser(sub) -> None:
         description="Serve a registered component, or a 'module:callable' factory returning one.",
     )
     p.add_argument("component", help="registered component name or 'module:callable' factory")
+    p.add_argument("--checkpoint", metavar="DIR", help="model checkpoint (Hugging Face layout) for model components")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="component option passed to its factory (repeatable; VALUE parsed as JSON when it can be)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
     p.add_argument("--port-file", metavar="PATH", help="write the bound port here once SERVING")
@@ -49,6 +52,21 @@ def _transport_config(args: argparse.Namespace):
     return TransportConfig(**kwargs)
 
 
+def _factory_kwargs(args: argparse.Namespace) -> dict:
+    import json
+
+    kwargs = {"checkpoint": args.checkpoint} if args.checkpoint else {}
+    for option in args.option:
+        key, sep, value = option.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--option {option!r} is not KEY=VALUE")
+        try:
+            kwargs[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kwargs[key] = value
+    return kwargs
+
+
 def write_port_file(path: str, port: int) -> None:
     """Atomic: a reader polling for the file never sees it half-written."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -70,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from services.registry import build_component
     from services.server import ServerConfig, configure_torch, serve
     from services.telemetry import Telemetry
+    from transport.errors import StarmeshError
     from transport.transport import Transport
 
     server_config = ServerConfig(
@@ -82,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
     transport_config = _transport_config(args)
     configure_torch(server_config.torch_threads)  # before the factory loads any weights
     try:
-        component = build_component(args.component)
-    except (ValueError, ImportError) as e:
+        component = build_component(args.component, **_factory_kwargs(args))
+    except (ValueError, ImportError, StarmeshError) as e:
         print(f"starmesh serve: {e}", file=sys.stderr)
         return 2
     try:

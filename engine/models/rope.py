@@ -1,0 +1,68 @@
+"""Rotary position embedding, computed the way transformers does (fp32 angles, cos/sin cast
+to the activation dtype, rotate-half layout), so fp32 logits match it exactly.
+
+Supported scalings: none ("default") and Llama 3.1 ("llama3"). The Qwen3-Omni thinker's
+multimodal rope reduces to this 1-D rope for text-only positions (all three position ids
+equal): see engine/checkpoint.py.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from engine.model_config import Llama3RopeScaling, ModelConfig
+
+
+def default_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
+    """[head_dim // 2] fp32 inverse frequencies theta^(-2i/d)."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
+    return 1.0 / (theta ** exponents)
+
+
+def llama3_inv_freq(inv_freq: torch.Tensor, s: Llama3RopeScaling) -> torch.Tensor:
+    """Llama 3.1 scaling: long wavelengths divided by factor, a smooth blend in between."""
+    low_freq_wavelen = s.original_max_position / s.low_freq_factor
+    high_freq_wavelen = s.original_max_position / s.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+class RotaryEmbedding:
+    """cos/sin for a step's positions; shared by all layers of a model.
+
+    Not an nn.Module and holds no buffers, so a model built on the meta device and
+    materialized with to_empty() keeps exact frequencies.
+    """
+
+    def __init__(self, config: ModelConfig):
+        inv_freq = default_inv_freq(config.head_dim, config.rope_theta)
+        if config.rope_scaling is not None:
+            inv_freq = llama3_inv_freq(inv_freq, config.rope_scaling)
+        self._inv_freq = inv_freq  # fp32 [D/2], CPU master copy
+        self._by_device: dict[torch.device, torch.Tensor] = {}
+
+    def inv_freq(self, device: torch.device) -> torch.Tensor:
+        if device not in self._by_device:
+            self._by_device[device] = self._inv_freq.to(device)
+        return self._by_device[device]
+
+    def __call__(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [T] -> (cos, sin), each [T, 1, D] in `dtype` (broadcast over heads)."""
+        freqs = positions[:, None].float() * self.inv_freq(positions.device)  # [T, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1)  # [T, D]
+        return emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, H, D], cos/sin [T, 1, D] -> [T, H, D]."""
+    return x * cos + rotate_half(x) * sin

@@ -1,0 +1,111 @@
+"""Next-token choice, per request and independent of the batch.
+
+Every row is processed with its own request's parameters only, and a seeded request
+draws from a generator seeded by (seed, number of tokens it has produced): the same
+seed gives the same tokens whatever else is in the batch, whichever step the request
+joined, and after a preemption (which recomputes but never resamples).
+
+Processing order is transformers' (repetition penalty, then temperature, top-k,
+top-p), so processed logits can be compared with its logits processors.
+"""
+from __future__ import annotations
+
+import torch
+
+from engine.sequence import Sequence
+
+_MASK64 = (1 << 64) - 1
+
+
+class Sampler:
+    def __init__(self, seed: int | None = None) -> None:
+        # The process RNG for unseeded requests; a seed here only makes tests repeatable.
+        self._rng = torch.Generator()
+        if seed is None:
+            self._rng.seed()
+        else:
+            self._rng.manual_seed(seed & _MASK64)
+
+    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
+        """logits [N, V], one row per sequence (its last token's next-token logits)."""
+        if logits.dim() != 2 or logits.shape[0] != len(seqs):
+            raise ValueError(f"logits {tuple(logits.shape)} for {len(seqs)} sequences")
+        logits = logits.float()
+        out = [0] * len(seqs)
+        # Plain greedy rows (the common case) share one argmax and one device sync.
+        plain = [i for i, s in enumerate(seqs) if s.params.greedy and not s.params.needs_logit_processing]
+        if plain:
+            for i, t in zip(plain, logits[plain].argmax(dim=-1).tolist()):
+                out[i] = t
+        plain_set = set(plain)
+        for i, seq in enumerate(seqs):
+            if i not in plain_set:
+                out[i] = self._sample_row(logits[i], seq)
+        return out
+
+    def _sample_row(self, row: torch.Tensor, seq: Sequence) -> int:
+        p = seq.params
+        row = processed_logits(row, seq)
+        if p.greedy:
+            return int(row.argmax())
+        probs = torch.softmax(row, dim=-1).cpu()
+        gen = self._rng if p.seed is None else seeded_generator(p.seed, seq.num_output_tokens)
+        return int(torch.multinomial(probs, 1, generator=gen))
+
+
+def processed_logits(row: torch.Tensor, seq: Sequence) -> torch.Tensor:
+    """The logits a row is sampled from: penalties, and for sampled requests temperature,
+    top-k and top-p (greedy takes the argmax of the penalized logits, as HF does)."""
+    p = seq.params
+    row = penalize(row, seq)
+    if p.greedy:
+        return row
+    return top_p_filter(top_k_filter(row / p.temperature, p.top_k), p.top_p)
+
+
+def penalize(row: torch.Tensor, seq: Sequence) -> torch.Tensor:
+    """Repetition penalty over the request's tokens (prompt + output), then suppressed ids."""
+    p = seq.params
+    if p.repetition_penalty != 1.0:
+        row = repetition_penalty(row, seq.token_ids, p.repetition_penalty)
+    if p.suppress_token_ids:
+        row = row.clone()
+        row[list(p.suppress_token_ids)] = float("-inf")
+    return row
+
+
+def repetition_penalty(row: torch.Tensor, token_ids: list[int], penalty: float) -> torch.Tensor:
+    """HF semantics: seen ids' logits are divided by the penalty if > 0, else multiplied."""
+    idx = torch.tensor(token_ids, dtype=torch.long, device=row.device)
+    seen = row.gather(0, idx)
+    seen = torch.where(seen < 0, seen * penalty, seen / penalty)
+    return row.scatter(0, idx, seen)
+
+
+def top_k_filter(row: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the k highest logits (and ties with the k-th); 0 means off."""
+    if k <= 0 or k >= row.shape[-1]:
+        return row
+    kth = torch.topk(row, k).values[..., -1:]
+    return row.masked_fill(row < kth, float("-inf"))
+
+
+def top_p_filter(row: torch.Tensor, p: float) -> torch.Tensor:
+    """Nucleus: the smallest set of top tokens whose probability reaches p; at least one."""
+    if p >= 1.0:
+        return row
+    sorted_logits, order = torch.sort(row, descending=False)
+    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    drop_sorted = cumulative <= (1 - p)
+    drop_sorted[..., -1:] = False
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return row.masked_fill(drop, float("-inf"))
+
+
+def seeded_generator(seed: int, step: int) -> torch.Generator:
+    """A generator for draw number `step` of a seeded request. The seed is mixed with
+    splitmix64, not Python's hash(), so it is the same in every process."""
+    x = (seed * 0x9E3779B97F4A7C15 + step + 1) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return torch.Generator().manual_seed(x ^ (x >> 31))

@@ -1,0 +1,97 @@
+"""Tiny random Hugging Face checkpoints for tests, written by transformers' own classes.
+
+`make_tiny(family, dir, **overrides)` builds Qwen3ForCausalLM / Qwen3MoeForCausalLM /
+LlamaForCausalLM (or a Qwen3OmniMoeForConditionalGeneration whose thinker text model is
+tiny) with a fixed seed in fp32 and saves it with `save_pretrained(safe_serialization=True)`.
+Overrides are config fields (e.g. num_hidden_layers=3, tie_word_embeddings=True); `sharded`
+writes several shards plus model.safetensors.index.json; `with_tokenizer` adds a byte-level
+tokenizer whose 256 ids are the 256 bytes. No network access is needed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+FAMILIES = ("qwen3", "qwen3_moe", "llama", "qwen3_omni_moe")
+
+BASE = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=512, rms_norm_eps=1e-6,
+            initializer_range=0.05, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
+            pad_token_id=None)
+MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True)
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+OMNI_ROPE = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3], "interleaved": True,
+             "mrope_interleaved": True}
+SHARD_BYTES = 64 * 1024
+
+
+def _model(family: str, overrides: dict):
+    import transformers as tf
+
+    if family == "qwen3":
+        return tf.Qwen3ForCausalLM(tf.Qwen3Config(**{**BASE, **overrides}))
+    if family == "qwen3_moe":
+        return tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(**{**BASE, **MOE, **overrides}))
+    if family == "llama":
+        return tf.LlamaForCausalLM(tf.LlamaConfig(**{**BASE, **overrides}))
+    if family == "qwen3_omni_moe":
+        return tf.Qwen3OmniMoeForConditionalGeneration(_omni_config(overrides))
+    raise ValueError(f"make_tiny: family {family!r} is not one of {FAMILIES}")
+
+
+def _omni_config(overrides: dict):
+    import transformers as tf
+
+    tie = overrides.pop("tie_word_embeddings", False)
+    text = {**BASE, **MOE, "rope_parameters": OMNI_ROPE, **overrides}
+    text.pop("tie_word_embeddings")
+    audio = dict(d_model=32, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, output_dim=64,
+                 num_mel_bins=16, downsample_hidden_size=8)
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                  deepstack_visual_indexes=[0])
+    thinker = dict(text_config=text, audio_config=audio, vision_config=vision, tie_word_embeddings=tie,
+                   initializer_range=text["initializer_range"])
+    return tf.Qwen3OmniMoeConfig(thinker_config=thinker, enable_audio_output=False)
+
+
+def write_byte_tokenizer(directory: str | Path) -> None:
+    """A byte-level BPE tokenizer without merges: token id == byte value (256 ids)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    byte_chars = _byte_to_unicode()
+    vocab = {byte_chars[b]: b for b in range(256)}
+    assert set(vocab) == set(pre_tokenizers.ByteLevel.alphabet())
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer).save_pretrained(str(directory))
+
+
+def _byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map (what ByteLevel pre-tokenizes to)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def make_tiny(family: str, directory: str | Path, *, sharded: bool = False, with_tokenizer: bool = False,
+              seed: int = 0, **overrides) -> Path:
+    """Write a tiny random fp32 checkpoint of `family` to `directory`; returns the path."""
+    directory = Path(directory)
+    torch.manual_seed(seed)
+    model = _model(family, dict(overrides)).to(torch.float32).eval()
+    kwargs = {"max_shard_size": SHARD_BYTES} if sharded else {}
+    model.save_pretrained(str(directory), safe_serialization=True, **kwargs)
+    if with_tokenizer:
+        write_byte_tokenizer(directory)
+    return directory

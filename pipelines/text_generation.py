@@ -1,0 +1,25 @@
+"""Text generation: prefill (prompt -> first token) then a decode loop that runs inside
+the thinker service (one open, one token per engine step until EOS / max tokens)."""
+from __future__ import annotations
+
+from graph.composites import DynamicLoop, Sequential, StopRule
+from graph.edge import GraphEdge
+from graph.node import GraphNode
+from graph.walk import Walk, WalkGraph
+
+DECODE_LOOP = "decode_loop"  # run inside the thinker: pass it in a ServedModel's inner_loops
+
+
+def text_generation_graph(max_new_tokens: int = 4096, name: str = "text") -> WalkGraph:
+    nodes = [
+        GraphNode("prefill", ("input_ids",), ("token", "hidden", "embeds"), stateful=True),
+        GraphNode("decode", ("token",), ("token", "hidden", "embeds"), stateful=True),
+    ]
+    loop = DynamicLoop(DECODE_LOOP, "decode", max_iters=max_new_tokens, stop=StopRule("decode.token"))
+    walk = Walk("generate", Sequential("prefill", loop), [
+        GraphEdge("input.input_ids", "prefill.input_ids"),
+        GraphEdge("prefill.token", "decode.token"),
+        GraphEdge("prefill.token", "output.first_token"),
+        GraphEdge("decode.token", "output.token"),
+    ])
+    return WalkGraph(name, nodes, [walk])

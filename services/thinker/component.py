@@ -1,0 +1,139 @@
+"""The thinker as a component: `prefill` (prompt -> first token) and `decode` (a loop
+run inside the service: one token per engine step until a stop rule, DESIGN 5).
+
+Between prefill and decode the request keeps its KV context and is parked (not
+polled) until decode opens. Every open request advances in the same engine step
+(continuous batching); one step's outputs leave as one batch of events.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.llm_engine import EngineConfig, LLMEngine
+from services.items import NodeDone, NodeOutput, OpenNode
+from services.thinker.params import sampling_params
+from transport.errors import InvalidArgument
+
+
+@dataclass
+class ThinkerRun:
+    """One request on the thinker: its prefill and decode node runs."""
+
+    prefill: OpenNode
+    decode: OpenNode | None = None
+    num_decoded: int = 0
+    is_finished: bool = False     # the sequence stopped (at prefill or later)
+    parts: dict = field(default_factory=lambda: {"hidden": [], "embeds": []})  # rows since the last token
+
+
+def eos_ids(checkpoint: str) -> tuple[int, ...]:
+    """EOS ids from generation_config.json, else config.json (int or list)."""
+    for name in ("generation_config.json", "config.json"):
+        path = os.path.join(checkpoint, name)
+        if os.path.exists(path):
+            with open(path) as f:
+                eos = json.load(f).get("eos_token_id")
+            if eos is not None:
+                return tuple(eos) if isinstance(eos, list) else (int(eos),)
+    return ()
+
+
+class ThinkerComponent:
+    name = "thinker"
+    nodes = ("prefill", "decode")
+
+    def __init__(self, engine: LLMEngine, eos_token_ids: tuple[int, ...] = ()) -> None:
+        self.engine = engine
+        self.eos_token_ids = eos_token_ids
+        self.runs: dict[str, ThinkerRun] = {}
+        self._events: list = []
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: str, **engine_options) -> "ThinkerComponent":
+        engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, **engine_options))
+        return cls(engine, eos_ids(checkpoint))
+
+    def open(self, item: OpenNode, inputs) -> None:
+        if item.node == "prefill":
+            self._open_prefill(item, inputs)
+        elif item.node == "decode":
+            self._open_decode(item)
+        else:
+            raise InvalidArgument(f"open.node {item.node!r}: the thinker runs prefill and decode")
+
+    def _open_prefill(self, item: OpenNode, inputs) -> None:
+        if "input_ids" not in inputs:
+            raise InvalidArgument("open.inputs: prefill needs input_ids")
+        prompt = inputs["input_ids"].reshape(-1).tolist()
+        params = sampling_params(item.params, self.eos_token_ids, item.stop_rule.stop_token_ids)
+        self.engine.add_request(item.request_id, prompt, params)
+        self.runs[item.request_id] = ThinkerRun(item)
+
+    def _open_decode(self, item: OpenNode) -> None:
+        run = self.runs.get(item.request_id)
+        if run is None:
+            raise InvalidArgument(f"open.request_id {item.request_id!r}: decode before prefill")
+        run.decode = item
+        if run.is_finished:  # the first token already ended it
+            self._finish(run)
+        else:
+            self.engine.unpark(item.request_id)
+
+    def push(self, item, tensors) -> None:
+        raise InvalidArgument(f"push.node {item.node!r}: the thinker takes no streamed input")
+
+    def cancel(self, request_id: str) -> None:
+        self.runs.pop(request_id, None)
+        self.engine.abort(request_id)
+        self._events = [e for e in self._events if e.request_id != request_id]
+
+    def has_work(self) -> bool:
+        return bool(self._events) or self.engine.has_work()
+
+    def step(self) -> list:
+        for out in self.engine.step():
+            run = self.runs.get(out.request_id)
+            if run is not None:
+                self._collect(run, out)
+        events, self._events = self._events, []
+        return events
+
+    def _collect(self, run: ThinkerRun, out) -> None:
+        for name in ("hidden", "embeds"):
+            if getattr(out, name) is not None:
+                run.parts[name].append(getattr(out, name))
+        if out.token_id is None:
+            return  # a prefill chunk: no token yet
+        tensors = {"token": torch.tensor([out.token_id])}
+        for name, rows in run.parts.items():
+            if rows:  # [q, hidden] of every token computed since the last token (prefill chunks included)
+                tensors[name] = torch.cat(rows)
+                rows.clear()
+        run.is_finished = out.is_finished
+        if run.decode is None:  # the first token ends prefill; decode opens next
+            self._events += [NodeOutput(run.prefill.request_id, "prefill", tensors, run.prefill.iteration),
+                             NodeDone(run.prefill.request_id, "prefill", iteration=run.prefill.iteration)]
+            if not out.is_finished:
+                self.engine.park(out.request_id)
+            return
+        d = run.decode
+        self._events.append(NodeOutput(d.request_id, "decode", tensors, d.iteration + (run.num_decoded,)))
+        run.num_decoded += 1
+        if out.is_finished or (d.stop_rule.max_iters and run.num_decoded >= d.stop_rule.max_iters):
+            self._finish(run)
+
+    def _finish(self, run: ThinkerRun) -> None:
+        d = run.decode
+        self._events.append(NodeDone(d.request_id, "decode", iteration=d.iteration))
+        self.runs.pop(d.request_id, None)
+        self.engine.abort(d.request_id)  # no-op when the sequence already finished
+
+    def ready(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.runs.clear()

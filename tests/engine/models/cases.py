@@ -1,0 +1,21 @@
+"""The tiny checkpoints the model tests build, and random prompts."""
+from __future__ import annotations
+
+import torch
+
+from engine.tiny import LLAMA3_ROPE
+
+# case name -> (family for engine.tiny.make_tiny, config overrides)
+PARITY_CASES = {
+    "qwen3": ("qwen3", {}),
+    "qwen3_moe": ("qwen3_moe", {}),
+    "qwen3_moe_sparse_step": ("qwen3_moe", {"decoder_sparse_step": 2, "mlp_only_layers": [3],
+                                            "num_hidden_layers": 4, "norm_topk_prob": False}),
+    "llama": ("llama", {}),
+    "llama3_rope": ("llama", {"rope_parameters": LLAMA3_ROPE, "tie_word_embeddings": True}),
+    "qwen3_omni_moe": ("qwen3_omni_moe", {}),
+}
+
+
+def random_prompt(length: int, seed: int = 1, vocab: int = 256) -> list[int]:
+    return torch.randint(0, vocab, (length,), generator=torch.Generator().manual_seed(seed)).tolist()

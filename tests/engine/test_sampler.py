@@ -1,0 +1,139 @@
+"""Sampler: greedy, suppression, and processed logits equal to transformers' own
+processors; seeded draws independent of the batch."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers.generation.logits_process import (
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from engine.sampler import Sampler, processed_logits, repetition_penalty, seeded_generator, top_k_filter, top_p_filter
+from engine.sampling import SamplingParams
+from engine.sequence import Sequence
+
+V = 50
+
+
+def make(rid="r", prompt=(1, 2, 3), **params) -> Sequence:
+    return Sequence(rid, list(prompt), SamplingParams(max_new_tokens=64, **params), 0, 1000, V)
+
+
+def randn(*shape, seed=0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+def test_greedy_is_argmax():
+    logits = randn(6, V)
+    seqs = [make(f"r{i}") for i in range(6)]
+    assert Sampler()(logits, seqs) == logits.argmax(-1).tolist()
+
+
+def test_shape_mismatch_is_rejected():
+    with pytest.raises(ValueError, match="2 sequences"):
+        Sampler()(randn(3, V), [make(), make()])
+
+
+def test_suppressed_ids_are_never_chosen():
+    logits = randn(1, V)
+    top = logits[0].topk(3).indices.tolist()
+    greedy = make(suppress_token_ids=tuple(top))
+    assert Sampler()(logits, [greedy])[0] not in top
+    hot = make(suppress_token_ids=tuple(top), temperature=5.0)  # nearly uniform over the rest
+    sampler = Sampler(seed=0)
+    draws = {sampler(logits, [hot])[0] for _ in range(300)}
+    assert not draws & set(top) and len(draws) > 5
+
+
+@pytest.mark.parametrize("penalty", [0.5, 1.0, 1.3, 2.0])
+def test_repetition_penalty_matches_transformers(penalty):
+    scores = randn(1, V, seed=1)
+    ids = [3, 7, 7, 0, 49, 12, 3]  # repeats, and both ends of the vocab
+    hf = RepetitionPenaltyLogitsProcessor(penalty)(torch.tensor([ids]), scores.clone())
+    assert torch.equal(repetition_penalty(scores[0], ids, penalty), hf[0])
+    seq = make(prompt=ids[:4], repetition_penalty=penalty)
+    for t in ids[4:]:
+        seq.append_token(t)  # prompt and output both count
+    assert torch.equal(processed_logits(scores[0], seq), hf[0])
+
+
+@pytest.mark.parametrize("k", [1, 2, 10, V - 1, V, V + 5])
+def test_top_k_matches_transformers(k):
+    scores = randn(1, V, seed=2)
+    scores[0, 5] = scores[0, 6] = scores[0].max() + 1  # a tie at the top
+    hf = TopKLogitsWarper(top_k=k)(None, scores.clone())
+    assert torch.equal(top_k_filter(scores[0], k), hf[0])
+
+
+@pytest.mark.parametrize("p", [1e-6, 0.1, 0.5, 0.9, 0.999])
+def test_top_p_matches_transformers(p):
+    for seed in range(5):
+        scores = randn(1, V, seed=seed)
+        hf = TopPLogitsWarper(top_p=p)(None, scores.clone())
+        ours = top_p_filter(scores[0], p)
+        assert torch.equal(ours, hf[0])
+        assert torch.isfinite(ours).sum() >= 1  # at least one survives
+
+
+def test_full_pipeline_matches_transformers_chain():
+    scores = randn(1, V, seed=3)
+    ids = [1, 2, 3, 9, 9]
+    params = dict(repetition_penalty=1.7, temperature=0.7, top_k=12, top_p=0.8)
+    seq = make(prompt=ids, **params)
+    hf = scores.clone()
+    for proc in (RepetitionPenaltyLogitsProcessor(1.7), TemperatureLogitsWarper(0.7),
+                 TopKLogitsWarper(12), TopPLogitsWarper(0.8)):
+        hf = proc(torch.tensor([ids]), hf)
+    assert torch.allclose(processed_logits(scores[0], seq), hf[0])
+    assert torch.equal(torch.isinf(processed_logits(scores[0], seq)), torch.isinf(hf[0]))
+
+
+def test_top_k_one_samples_the_argmax():
+    logits = randn(4, V, seed=4)
+    seqs = [make(f"r{i}", temperature=1.5, top_k=1) for i in range(4)]
+    assert Sampler()(logits, seqs) == logits.argmax(-1).tolist()
+
+
+def run_seeded(step_logits, others_per_step, row_per_step, process_seed):
+    """Samples the seeded request for len(step_logits) steps, with varying batch company."""
+    sampler = Sampler(seed=process_seed)
+    seq = make("target", temperature=1.0, top_p=0.95, top_k=20, repetition_penalty=1.1, seed=1234)
+    out = []
+    for t, logits in enumerate(step_logits):
+        others = [make(f"o{t}{j}", temperature=1.0, seed=None if j % 2 else j) for j in range(others_per_step[t])]
+        batch = others[:]
+        row = min(row_per_step[t], len(others))
+        batch.insert(row, seq)
+        rows = [randn(V, seed=100 + t * 10 + j) for j in range(len(others))]
+        rows.insert(row, logits)
+        token = sampler(torch.stack(rows), batch)[row]
+        seq.append_token(token)
+        out.append(token)
+    return out
+
+
+def test_seeded_request_is_independent_of_the_batch():
+    step_logits = [randn(V, seed=900 + t) / 3 for t in range(12)]
+    alone = run_seeded(step_logits, [0] * 12, [0] * 12, process_seed=1)
+    crowded = run_seeded(step_logits, [3, 0, 5, 1, 2, 7, 0, 4, 1, 3, 2, 6], [2, 0, 1, 1, 0, 7, 0, 3, 1, 0, 2, 6],
+                         process_seed=99)
+    assert alone == crowded
+    assert len(set(alone)) > 1  # it really sampled
+
+
+def test_seeded_generator_is_a_pure_function():
+    a = torch.rand(4, generator=seeded_generator(7, 3))
+    assert torch.equal(a, torch.rand(4, generator=seeded_generator(7, 3)))
+    assert not torch.equal(a, torch.rand(4, generator=seeded_generator(7, 4)))
+    assert not torch.equal(a, torch.rand(4, generator=seeded_generator(8, 3)))
+    seeded_generator(-1, 0), seeded_generator(2**80, 0)  # any int seed is accepted
+
+
+def test_unseeded_requests_use_the_process_rng():
+    logits = randn(1, V, seed=5) / 3
+    draws = lambda sampler: [sampler(logits, [make(temperature=1.0)])[0] for _ in range(20)]  # noqa: E731
+    assert draws(Sampler(seed=3)) == draws(Sampler(seed=3))
+    assert len(set(draws(Sampler()))) > 1
