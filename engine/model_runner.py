@@ -24,7 +24,12 @@ class ModelRunner:
                  return_embeddings: bool = False) -> None:
         from engine.models import kv_cache_shape
 
+        from engine.attention.torch_backend import TorchAttentionBackend
+
         self.model = model
+        if isinstance(model.attn_backend, TorchAttentionBackend):
+            # the caches below start zeroed and hold only what the model writes
+            model.set_attention_backend(TorchAttentionBackend(zero_padding=False))
         self.block_size = block_size
         self.capture_layer = capture_layer
         self.return_embeddings = return_embeddings

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from engine.attention.metadata import AttentionMetadata
 
@@ -29,10 +30,11 @@ class TorchAttentionPlan:
     decode_rows: torch.Tensor       # int64 [S_d] query rows of the sequences with one query token
     decode_blocks: torch.Tensor     # int64 [S_d, nb] their block tables (padding clamped to block 0)
     decode_valid: torch.Tensor      # bool [S_d, L] key t < seq_len (L = longest decode seq_len)
+    zero_padding: bool              # zero gathered padding (caches that may hold NaN/inf garbage)
     prefill: list[tuple[int, int, int, int]]  # (seq, first row, query_len, seq_len)
 
 
-def plan_attention(meta: AttentionMetadata) -> TorchAttentionPlan:
+def plan_attention(meta: AttentionMetadata, zero_padding: bool = True) -> TorchAttentionPlan:
     starts = meta.query_start_loc.tolist()
     seq_lens = meta.seq_lens.tolist()
     decode, prefill = [], []
@@ -52,39 +54,46 @@ def plan_attention(meta: AttentionMetadata) -> TorchAttentionPlan:
     return TorchAttentionPlan(
         meta=meta, decode_rows=torch.tensor([starts[i] for i in decode], dtype=torch.int64, device=device),
         decode_blocks=meta.block_tables[decode_seqs, :num_blocks].long().clamp_min(0),
-        decode_valid=valid, prefill=prefill)
+        decode_valid=valid, zero_padding=zero_padding, prefill=prefill)
+
+
+def gather_heads(cache: torch.Tensor, blocks: torch.Tensor, length: int) -> torch.Tensor:
+    """Cached tokens of block rows, heads first (one copy, contiguous for attention):
+    cache [N, B, Hkv, D], blocks int64 [S, nb] -> [S, Hkv, length, D]."""
+    num_seqs, num_blocks = blocks.shape
+    block_size, num_kv_heads, head_dim = cache.shape[1:]
+    # index_select over whole blocks as rows: ~8x faster on CPU than advanced indexing
+    rows = torch.index_select(cache.view(cache.shape[0], -1), 0, blocks.reshape(-1))
+    gathered = rows.view(num_seqs, num_blocks, block_size, num_kv_heads, head_dim).permute(0, 3, 1, 2, 4)
+    return gathered.reshape(num_seqs, num_kv_heads, num_blocks * block_size, head_dim)[:, :, :length]
 
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
     """One sequence's first seq_len cached tokens: cache [N, B, Hkv, D] -> [seq_len, Hkv, D]."""
-    block_size = cache.shape[1]
-    num_blocks = -(-seq_len // block_size)
-    blocks = block_table[:num_blocks].long()
-    return cache[blocks].flatten(0, 1)[:seq_len]
+    num_blocks = -(-seq_len // cache.shape[1])
+    return gather_heads(cache, block_table[None, :num_blocks].long(), seq_len)[0].transpose(0, 1)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
             scale: float) -> torch.Tensor:
-    """q [S, Q, H, D], k/v [S, L, Hkv, D], allowed bool [S, Q, L] -> [S, Q, H, D] (GQA)."""
-    num_seqs, query_len, num_heads, head_dim = q.shape
-    num_kv_heads = k.shape[2]
-    group = num_heads // num_kv_heads
-    qg = q.view(num_seqs, query_len, num_kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)  # [S, Hkv, G, Q, D]
-    kt = k.permute(0, 2, 3, 1)[:, :, None]  # [S, Hkv, 1, D, L]
-    scores = torch.matmul(qg.float(), kt.float()) * scale  # [S, Hkv, G, Q, L]
-    scores = scores.masked_fill(~allowed[:, None, None], float("-inf"))
-    probs = torch.softmax(scores, dim=-1).to(v.dtype)
-    out = torch.matmul(probs, v.permute(0, 2, 1, 3)[:, :, None])  # [S, Hkv, G, Q, D]
-    return out.permute(0, 3, 1, 2, 4).reshape(num_seqs, query_len, num_heads, head_dim)
+    """q [S, Q, H, D], k/v [S, Hkv, L, D], allowed bool [S, Q, L] -> [S, Q, H, D] (GQA).
+
+    torch's fused SDPA: scores and softmax accumulate in fp32 on CPU."""
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=allowed[:, None], scale=scale,
+                                         enable_gqa=True)  # [S, H, Q, D]
+    return out.transpose(1, 2)
 
 
 def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: TorchAttentionPlan,
             scale: float) -> torch.Tensor:
     """All one-token rows at once, keys padded to the longest: -> [S_d, H, D]."""
     max_len = plan.decode_valid.shape[1]
-    k = k_cache[plan.decode_blocks].flatten(1, 2)[:, :max_len]  # [S_d, L, Hkv, D]
-    v = v_cache[plan.decode_blocks].flatten(1, 2)[:, :max_len]
-    v = v.masked_fill(~plan.decode_valid[:, :, None, None], 0)  # padding may hold garbage (NaN * 0 = NaN)
+    k = gather_heads(k_cache, plan.decode_blocks, max_len)  # [S_d, Hkv, L, D]
+    v = gather_heads(v_cache, plan.decode_blocks, max_len)
+    if plan.zero_padding:  # masked keys still enter q.k and p.v: NaN garbage would poison both
+        invalid = ~plan.decode_valid[:, None, :, None]
+        k.masked_fill_(invalid, 0)
+        v.masked_fill_(invalid, 0)
     out = _attend(q[plan.decode_rows][:, None], k, v, plan.decode_valid[:, None, :], scale)
     return out[:, 0]
 
@@ -92,11 +101,12 @@ def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan:
 def _prefill_one(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                  query_len: int, seq_len: int, scale: float) -> torch.Tensor:
     """q [Q, H, D] of one sequence, causal over its seq_len tokens -> [Q, H, D]."""
-    k = gather_kv(k_cache, block_table, seq_len)  # [L, Hkv, D]
-    v = gather_kv(v_cache, block_table, seq_len)
+    blocks = block_table[None, : -(-seq_len // k_cache.shape[1])].long()
+    k = gather_heads(k_cache, blocks, seq_len)  # [1, Hkv, L, D]
+    v = gather_heads(v_cache, blocks, seq_len)
     query_pos = torch.arange(seq_len - query_len, seq_len, device=q.device)
     allowed = torch.arange(seq_len, device=q.device)[None, :] <= query_pos[:, None]  # [Q, L]
-    return _attend(q[None], k[None], v[None], allowed[None], scale)[0]
+    return _attend(q[None], k, v, allowed[None], scale)[0]
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
@@ -113,12 +123,20 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 
 
 class TorchAttentionBackend:
-    """The backend interface models call: prepare() once per step, forward() per layer."""
+    """The backend interface models call: prepare() once per step, forward() per layer.
+
+    zero_padding=False skips zeroing the padded keys/values of decode batches: safe
+    (and ~25% faster here) when the caches start zeroed and only ever hold values the
+    model wrote, as the engine's ModelRunner guarantees; masked keys then only ever
+    hold finite numbers."""
 
     name = "torch"
 
+    def __init__(self, zero_padding: bool = True) -> None:
+        self.zero_padding = zero_padding
+
     def prepare(self, meta: AttentionMetadata) -> TorchAttentionPlan:
-        return plan_attention(meta)
+        return plan_attention(meta, self.zero_padding)
 
     def forward(self, plan: TorchAttentionPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:
