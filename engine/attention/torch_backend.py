@@ -109,16 +109,29 @@ def _prefill_one(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     return _attend(q[None], k, v, allowed[None], scale)[0]
 
 
+def _fresh_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """A sequence with nothing cached attends only to this step's own k/v: causal SDPA
+    straight on them, no gather. q [Q, H, D], k/v [Q, Hkv, D] -> [Q, H, D]."""
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                         is_causal=True, scale=scale, enable_gqa=True)
+    return out[0].transpose(0, 1)
+
+
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
-                    scale: float, plan: TorchAttentionPlan | None = None) -> torch.Tensor:
-    """q [T, H, D] over the paged cache (this step's K/V already stored) -> [T, H, D]."""
+                    scale: float, plan: TorchAttentionPlan | None = None, k: torch.Tensor | None = None,
+                    v: torch.Tensor | None = None) -> torch.Tensor:
+    """q [T, H, D] over the paged cache (this step's K/V already stored) -> [T, H, D].
+    With this step's k/v [T, Hkv, D], fresh prefills skip the cache."""
     plan = plan if plan is not None else plan_attention(meta)
     out = torch.empty_like(q)
     if plan.decode_rows.numel():
         out[plan.decode_rows] = _decode(q, k_cache, v_cache, plan, scale)
     for seq, row, query_len, seq_len in plan.prefill:
         rows = slice(row, row + query_len)
-        out[rows] = _prefill_one(q[rows], k_cache, v_cache, meta.block_tables[seq], query_len, seq_len, scale)
+        if k is not None and query_len == seq_len:
+            out[rows] = _fresh_prefill(q[rows], k[rows], v[rows], scale)
+        else:
+            out[rows] = _prefill_one(q[rows], k_cache, v_cache, meta.block_tables[seq], query_len, seq_len, scale)
     return out
 
 
@@ -142,4 +155,4 @@ class TorchAttentionBackend:
                 k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:
         """q [T, H, D], k/v [T, Hkv, D]: store k/v, then attend -> [T, H, D]."""
         store_kv(k, v, k_cache, v_cache, plan.meta.slot_mapping)
-        return paged_attention(q, k_cache, v_cache, plan.meta, scale, plan)
+        return paged_attention(q, k_cache, v_cache, plan.meta, scale, plan, k, v)
