@@ -128,7 +128,6 @@ class Executor:
 
     def _next_walk(self, run: RequestRun) -> None:
         outputs = run.state.outputs
-        run.walk_outputs[run.walk] = outputs
         following = self.graph.after(run.inputs, run.walk, outputs)
         if following is None:
             self._finish(run, "done")

@@ -28,7 +28,6 @@ class RequestRun:
     state: WalkState | None
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     reached: dict[str, Any] = field(default_factory=dict)  # target name -> target
-    walk_outputs: dict[str, dict[str, list]] = field(default_factory=dict)
     spans: list = field(default_factory=list)  # request span, walk span
     max_backlog: int = 256  # outputs queued for a client that does not read: the bound
     targets: dict = field(default_factory=dict)  # (node, iteration) -> target of that run

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 SAMPLING = ("max_new_tokens", "temperature", "top_p", "top_k", "seed", "repetition_penalty")
@@ -33,12 +32,13 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _tokenizer(checkpoint: str):
-    if not any(os.path.exists(os.path.join(checkpoint, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+def _tokenizer(path):
+    """The checkpoint's tokenizer (engine.checkpoint found its files), or None."""
+    if path is None:
         return None
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(checkpoint, local_files_only=True)
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
 def _prompt_ids(spec: dict, tokenizer) -> list[int]:
@@ -61,15 +61,15 @@ def _requests(args: argparse.Namespace) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     from engine.llm_engine import EngineConfig, LLMEngine
-    from services.thinker.component import eos_ids
     from services.thinker.params import sampling_params
     from transport.errors import StarmeshError
 
     try:
         engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=args.checkpoint, dtype=args.dtype))
-        tokenizer = _tokenizer(args.checkpoint)
+        tokenizer = _tokenizer(engine.model.tokenizer_path)
+        eos = engine.model.config.eos_token_ids
         for i, spec in enumerate(_requests(args)):
-            params = sampling_params({k: spec[k] for k in SAMPLING if k in spec}, eos_ids(args.checkpoint))
+            params = sampling_params({k: spec[k] for k in SAMPLING if k in spec}, eos)
             engine.add_request(str(spec.get("request_id", i)), _prompt_ids(spec, tokenizer), params)
     except (StarmeshError, ValueError, OSError) as e:
         print(f"starmesh generate: {e}", file=sys.stderr)

@@ -7,8 +7,6 @@ polled) until decode opens. Every open request advances in the same engine step
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 
 import torch
@@ -30,18 +28,6 @@ class ThinkerRun:
     parts: dict = field(default_factory=lambda: {"hidden": [], "embeds": []})  # rows since the last token
 
 
-def eos_ids(checkpoint: str) -> tuple[int, ...]:
-    """EOS ids from generation_config.json, else config.json (int or list)."""
-    for name in ("generation_config.json", "config.json"):
-        path = os.path.join(checkpoint, name)
-        if os.path.exists(path):
-            with open(path) as f:
-                eos = json.load(f).get("eos_token_id")
-            if eos is not None:
-                return tuple(eos) if isinstance(eos, list) else (int(eos),)
-    return ()
-
-
 class ThinkerComponent:
     name = "thinker"
     nodes = ("prefill", "decode")
@@ -55,7 +41,7 @@ class ThinkerComponent:
     @classmethod
     def from_checkpoint(cls, checkpoint: str, **engine_options) -> "ThinkerComponent":
         engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, **engine_options))
-        return cls(engine, eos_ids(checkpoint))
+        return cls(engine, engine.model.config.eos_token_ids)  # config + generation_config, as the loader read them
 
     def open(self, item: OpenNode, inputs) -> None:
         if item.node == "prefill":
