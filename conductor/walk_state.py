@@ -68,11 +68,18 @@ class WalkState:
             return self.values.get((node, port, tag[:depth]))
         return self.loops.exit_value(self.scope.path[node][len(tag)], node, port, tag)
 
-    def input_value(self, node: str, port: str, tag: Tag) -> Value | None:
+    def feeding_edge(self, node: str, port: str, tag: Tag) -> tuple[GraphEdge, bool]:
+        """The edge that feeds `node.port` at `tag`, and whether it is the loop's carry
+        (iterations after the first of a conductor-driven loop)."""
         carry = self.scope.carry_in[node].get(port)
         if carry is not None and tag and tag[-1] > 0 and node not in self.scope.inner:
-            return self.values.get((carry.src_node, carry.src_port, tag[:-1] + (tag[-1] - 1,)))
-        edge = self.scope.in_edges[node][port]
+            return carry, True
+        return self.scope.in_edges[node][port], False
+
+    def input_value(self, node: str, port: str, tag: Tag) -> Value | None:
+        edge, is_carry = self.feeding_edge(node, port, tag)
+        if is_carry:
+            return self.values.get((edge.src_node, edge.src_port, tag[:-1] + (tag[-1] - 1,)))
         if edge.src_node == WALK_INPUT:
             return self.inputs.get(edge.src_port)
         common = self.scope.common(edge.src_node, node)
@@ -121,15 +128,13 @@ class WalkState:
     def produced_us(self, value: Value) -> float:
         return max((self.stamps.get(id(p), self.started_us) for p in value), default=self.started_us)
 
-    def _record(self, node: str, tag: Tag, inputs: dict[str, Value], skip: str = "") -> None:
+    def _record(self, node: str, tag: Tag, inputs: dict[str, Value]) -> None:
         """Edge latency: each input's production -> this dispatch."""
         now = now_us()
         for port, value in inputs.items():
-            if port == skip or not value:
-                continue
-            carry = self.scope.carry_in[node].get(port)
-            edge = carry if carry is not None and tag and tag[-1] > 0 else self.scope.in_edges[node][port]
-            self.recorder.hop(str(edge), self.produced_us(value), now, value[0])
+            if value:
+                edge, _ = self.feeding_edge(node, port, tag)
+                self.recorder.hop(str(edge), self.produced_us(value), now, value[0])
 
     def _ready_chunks(self, node: str, tag: Tag) -> list[Dispatch]:
         edge = self.scope.stream_in[node]
