@@ -7,7 +7,8 @@ import os
 import sys
 
 # Later issues append their subcommand modules here.
-COMMANDS = ("client.commands.version", "client.commands.serve", "client.commands.health", "client.commands.generate")
+COMMANDS = ("client.commands.version", "client.commands.serve", "client.commands.health", "client.commands.generate",
+            "client.commands.make_tiny")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -95,3 +95,8 @@ def make_tiny(family: str, directory: str | Path, *, sharded: bool = False, with
     if with_tokenizer:
         write_byte_tokenizer(directory)
     return directory
+
+
+def make_tiny_text(directory: str | Path, *, kind: str = "qwen3", seed: int = 0) -> Path:
+    """`starmesh make-tiny` for the text families: with a tokenizer, so --prompt works."""
+    return make_tiny(kind.replace("-", "_"), directory, seed=seed, with_tokenizer=True)

@@ -1,0 +1,119 @@
+"""The stateless engine: one-shot work items from many requests, batched when they match.
+
+Engines without per-request state between calls (a codec decoding a window of codes,
+a DiT running one denoising step, a VAE decode) queue `WorkItem`s here. A step reads
+schedule -> run -> postprocess:
+
+    schedule     the oldest queued item fixes the batch key; up to `max_batch_size` items
+                 with the same key join it, oldest first (no item waits behind a newer one
+                 of its key, and a key never starves: the oldest item always runs next);
+    run          `run_batch(items)` -> one output per item, in order;
+    postprocess  one WorkResult per item. If the batch raises, each item is retried alone
+                 so one bad item fails only its own request.
+
+The key is whatever makes items batchable (tensor shapes, node, dtype): the engine
+never looks inside payloads.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+
+@dataclass(frozen=True)
+class StatelessConfig:
+    max_batch_size: int = 8
+    max_queued: int = 1024  # add() refuses beyond this many queued items (can_add() says so first)
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1 or self.max_queued < 1:
+            raise ValueError(f"StatelessConfig: max_batch_size ({self.max_batch_size}) and max_queued "
+                             f"({self.max_queued}) must be >= 1")
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    request_id: str
+    key: Hashable     # items batch together only when their keys are equal
+    payload: Any      # what run_batch reads
+    tag: Any = None   # carried to the result untouched (e.g. the node run it answers)
+
+
+@dataclass(frozen=True)
+class WorkResult:
+    item: WorkItem
+    output: Any = None
+    error: BaseException | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class StatelessEngine:
+    def __init__(self, run_batch: Callable[[list[WorkItem]], list[Any]],
+                 config: StatelessConfig = StatelessConfig()) -> None:
+        self.run_batch = run_batch
+        self.config = config
+        self.queue: deque[WorkItem] = deque()
+        self.num_steps = 0
+        self.num_items = 0  # items run so far (num_items / num_steps = mean batch size)
+
+    def can_add(self) -> bool:
+        return len(self.queue) < self.config.max_queued
+
+    def add(self, item: WorkItem) -> None:
+        if not self.can_add():
+            raise OverflowError(f"stateless engine queue is full ({self.config.max_queued} items)")
+        self.queue.append(item)
+
+    def abort(self, request_id: str) -> int:
+        """Drops the queued items of `request_id`; returns how many."""
+        before = len(self.queue)
+        self.queue = deque(i for i in self.queue if i.request_id != request_id)
+        return before - len(self.queue)
+
+    def has_work(self) -> bool:
+        return bool(self.queue)
+
+    @property
+    def num_queued(self) -> int:
+        return len(self.queue)
+
+    def step(self) -> list[WorkResult]:
+        batch = self._schedule()
+        if not batch:
+            return []
+        results = self._run(batch)
+        self.num_steps += 1
+        self.num_items += len(batch)
+        return results
+
+    def _schedule(self) -> list[WorkItem]:
+        if not self.queue:
+            return []
+        key = self.queue[0].key
+        batch, rest = [], deque()
+        for item in self.queue:
+            if item.key == key and len(batch) < self.config.max_batch_size:
+                batch.append(item)
+            else:
+                rest.append(item)
+        self.queue = rest
+        return batch
+
+    def _run(self, batch: list[WorkItem]) -> list[WorkResult]:
+        try:
+            outputs = self.run_batch(batch)
+            if len(outputs) != len(batch):
+                raise RuntimeError(f"run_batch returned {len(outputs)} outputs for {len(batch)} items")
+            return [WorkResult(item, out) for item, out in zip(batch, outputs)]
+        except Exception as e:  # noqa: BLE001 - isolate the failing item below
+            if len(batch) == 1:
+                return [WorkResult(batch[0], error=e)]
+        return [r for item in batch for r in self._run([item])]
+
+    def check_integrity(self) -> None:
+        ids = [id(i) for i in self.queue]
+        assert len(ids) == len(set(ids)), "an item is queued twice"
