@@ -84,12 +84,14 @@ class LLMEngine:
     def max_context(self) -> int:
         return min(self.model.config.max_position, self.config.num_blocks * self.config.block_size)
 
-    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Sequence:
-        """Validates and queues a request; it joins at the next step."""
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                    prompt_embeds=None) -> Sequence:
+        """Validates and queues a request; it joins at the next step. prompt_embeds
+        [len(prompt_ids), hidden], when given, are the prompt's input rows (not the ids')."""
         if request_id in self.sequences:
             raise InvalidArgument(f"request_id {request_id!r} is already running")
         seq = Sequence(request_id, list(prompt_ids), params, next(self._arrivals), self.max_context,
-                       self.model.config.vocab_size)
+                       self.model.config.vocab_size, prompt_embeds)
         self.sequences[request_id] = seq
         self.scheduler.add(seq)
         return seq

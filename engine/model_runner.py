@@ -15,6 +15,7 @@ from engine.attention.metadata import AttentionMetadata
 @dataclass
 class ForwardOutput:
     logits: torch.Tensor            # [num_sampled, vocab] fp32: rows of sequences that sample this step
+    sampled_hidden: torch.Tensor | None = None  # [num_sampled, hidden] final normed hidden of those rows
     hidden: list | None = None      # per sequence: [q_i, hidden] captured layer states of its query tokens
     embeds: list | None = None      # per sequence: [q_i, hidden] input embeddings of its query tokens
 
@@ -39,6 +40,17 @@ class ModelRunner:
         self.kv_caches = [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
                           for _ in range(model.config.num_layers)]
 
+    @staticmethod
+    def input_embeds(batch) -> torch.Tensor | None:
+        """[T, hidden] input rows of sequences fed embeddings (all or none of a batch)."""
+        fed = [s.input_embeds is not None for s in batch.seqs]
+        if not any(fed):
+            return None
+        if not all(fed):
+            raise ValueError("a batch mixes sequences fed ids with sequences fed embeddings")
+        return torch.cat([s.input_embeds.rows(s.num_cached_tokens, s.num_cached_tokens + n)
+                          for s, n in zip(batch.seqs, batch.num_query_tokens)])
+
     def prepare(self, batch, pool) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
         ids, positions, slots, starts, seq_lens = [], [], [], [0], []
         for seq, n in zip(batch.seqs, batch.num_query_tokens):
@@ -62,9 +74,11 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, batch, pool) -> ForwardOutput:
         input_ids, positions, meta = self.prepare(batch, pool)
-        hidden, captured = self.model(input_ids, positions, meta, self.kv_caches, capture_layer=self.capture_layer)
+        hidden, captured = self.model(input_ids, positions, meta, self.kv_caches, capture_layer=self.capture_layer,
+                                      inputs_embeds=self.input_embeds(batch))
         rows = meta.last_token_rows[torch.tensor(batch.sample_mask, dtype=torch.bool)]
-        out = ForwardOutput(self.model.compute_logits(hidden[rows]).float())
+        sampled_hidden = hidden[rows]
+        out = ForwardOutput(self.model.compute_logits(sampled_hidden).float(), sampled_hidden)
         bounds = meta.query_start_loc.tolist()
         if captured is not None:
             out.hidden = [captured[a:b] for a, b in zip(bounds, bounds[1:])]

@@ -64,13 +64,19 @@ def processed_logits(row: torch.Tensor, seq: Sequence) -> torch.Tensor:
 
 
 def penalize(row: torch.Tensor, seq: Sequence) -> torch.Tensor:
-    """Repetition penalty over the request's tokens (prompt + output), then suppressed ids."""
+    """Repetition penalty over the request's tokens (prompt + output, or output only), then
+    suppressed ids (and EOS ids before min_new_tokens)."""
     p = seq.params
     if p.repetition_penalty != 1.0:
-        row = repetition_penalty(row, seq.token_ids, p.repetition_penalty)
-    if p.suppress_token_ids:
+        seen = seq.token_ids if p.penalize_prompt else seq.output_ids
+        if seen:
+            row = repetition_penalty(row, seen, p.repetition_penalty)
+    suppressed = list(p.suppress_token_ids)
+    if seq.num_output_tokens < p.min_new_tokens:
+        suppressed += p.eos_token_ids
+    if suppressed:
         row = row.clone()
-        row[list(p.suppress_token_ids)] = float("-inf")
+        row[suppressed] = float("-inf")
     return row
 
 

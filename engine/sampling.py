@@ -17,7 +17,9 @@ class SamplingParams:
     # HF semantics: logits of already-seen ids (prompt + output) are divided by the
     # penalty when positive, multiplied when negative. 1 -> off.
     repetition_penalty: float = 1.0
+    penalize_prompt: bool = True   # False: the penalty sees output ids only (HF with inputs_embeds)
     suppress_token_ids: tuple[int, ...] = ()   # never sampled
+    min_new_tokens: int = 0           # EOS ids are suppressed until this many tokens (HF semantics)
     seed: int | None = None
     # The eos/stop token that ends a request is kept in its output ids (as HF generate does).
     eos_token_ids: tuple[int, ...] = ()
@@ -30,7 +32,7 @@ class SamplingParams:
             if any(not _is_int(i) or i < 0 for i in ids):
                 raise InvalidArgument(f"{name} must be non-negative integers, got {list(ids)}")
             object.__setattr__(self, name, tuple(int(i) for i in ids))
-        for name in ("max_new_tokens", "top_k"):
+        for name in ("max_new_tokens", "top_k", "min_new_tokens"):
             if not _is_int(getattr(self, name)):
                 raise InvalidArgument(f"{name} must be an integer, got {getattr(self, name)!r}")
             object.__setattr__(self, name, int(getattr(self, name)))  # numpy ints -> int
@@ -43,6 +45,8 @@ class SamplingParams:
             raise InvalidArgument(f"max_new_tokens must be > 0, got {self.max_new_tokens}")
         if not self.temperature >= 0:  # also rejects NaN
             raise InvalidArgument(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise InvalidArgument(f"min_new_tokens must be in 0..max_new_tokens, got {self.min_new_tokens}")
         if self.top_k < 0:
             raise InvalidArgument(f"top_k must be >= 0, got {self.top_k}")
         if not 0 < self.top_p <= 1:
@@ -59,7 +63,7 @@ class SamplingParams:
     @property
     def needs_logit_processing(self) -> bool:
         """Whether anything but a plain argmax/draw touches this request's logits."""
-        return self.repetition_penalty != 1.0 or bool(self.suppress_token_ids)
+        return self.repetition_penalty != 1.0 or bool(self.suppress_token_ids) or self.min_new_tokens > 0
 
 
 def _is_int(x: object) -> bool:

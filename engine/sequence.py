@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 
+from engine.embed_rows import EmbedRows
 from engine.sampling import SamplingParams
 from transport.errors import InvalidArgument
 
@@ -28,6 +29,7 @@ class Sequence:
         arrival: int,
         max_context: int,
         vocab_size: int,
+        prompt_embeds=None,
     ) -> None:
         _validate(prompt_ids, params, max_context, vocab_size)
         self.request_id = request_id
@@ -43,6 +45,13 @@ class Sequence:
         # must not be rebuilt each time.
         self._token_ids: list[int] = [int(t) for t in prompt_ids]
         self._num_prompt = len(self._token_ids)
+        # Fed embeddings instead of ids (the talker): row p is the input at position p;
+        # the ids still say what was sampled (stop rules, repetition penalty).
+        self.input_embeds: EmbedRows | None = None
+        if prompt_embeds is not None:
+            self.input_embeds = EmbedRows(prompt_embeds)
+            if len(self.input_embeds) != self._num_prompt:
+                raise InvalidArgument(f"prompt has {self._num_prompt} ids but {len(self.input_embeds)} embedding rows")
 
     def __repr__(self) -> str:
         return (f"Sequence({self.request_id!r}, {self.status.name}, tokens={self.num_tokens}, "
@@ -81,6 +90,11 @@ class Sequence:
     @property
     def num_uncached_tokens(self) -> int:
         return self.num_tokens - self.num_cached_tokens
+
+    @property
+    def has_next_input(self) -> bool:
+        """Whether every position has its input (always, for sequences fed ids)."""
+        return self.input_embeds is None or len(self.input_embeds) == self.num_tokens
 
     @property
     def is_finished(self) -> bool:

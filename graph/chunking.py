@@ -18,7 +18,8 @@ End of stream (`done`), with r = the residual (0 < r < the full new-item count):
   the final window stays at its regular position (the next window's start) with
   its r new items, and num_pad = S - r (W - n for a stream shorter than W)
   padding items complete it to W items. Either way the consumer sees W inputs.
-In every pad_final case `len(new_items) + num_pad == policy.full_new(start)`.
+In every pad_final case `len(new_items) + num_pad == policy.full_new(delivered)`, with
+`delivered` the stream position of the chunk's first new item.
 A stream that ends on a chunk boundary gets an empty final chunk (is_last, no
 items, num_pad 0), so the consumer always learns the end.
 
@@ -69,8 +70,8 @@ class ChunkPolicy:
         """Earliest stream position any future chunk can need (older items are dropped)."""
         raise NotImplementedError
 
-    def full_new(self, start: int) -> int:
-        """New items of a full chunk (the padding target)."""
+    def full_new(self, delivered: int) -> int:
+        """New items of a full chunk whose first new item is at `delivered` (the padding target)."""
         raise NotImplementedError
 
 
@@ -97,7 +98,7 @@ class FixedChunk(ChunkPolicy):
     def keep_from(self, delivered):
         return delivered
 
-    def full_new(self, start):
+    def full_new(self, delivered):
         return self.size
 
 
@@ -142,37 +143,41 @@ class SlidingWindow(ChunkPolicy):
             return max(0, self._next_end(delivered) - self.window)
         return max(0, delivered + 1 - self.window)  # a residual window may reach back W - 1
 
-    def full_new(self, start):
-        return self.window if start == 0 else self.stride
+    def full_new(self, delivered):
+        return self.window if delivered == 0 else self.stride
 
 
 @dataclass(frozen=True)
 class LeftContext(ChunkPolicy):
     """Chunks of C new items plus the L items before them (Talker -> Code2Wav).
 
-    Input items per new item tend to 1 + L / C (formula (7)).
+    Input items per new item tend to 1 + L / C (formula (7)). `first` > 0 makes the
+    first chunk that many items (a small first chunk cuts time to first audio).
     """
 
     chunk: int
     left: int
     pad_final: bool = False
+    first: int = 0
 
     def __post_init__(self) -> None:
-        if self.chunk < 1 or self.left < 0:
-            raise GraphError(f"LeftContext needs chunk >= 1 and left >= 0, got C={self.chunk} L={self.left}")
+        if self.chunk < 1 or self.left < 0 or self.first < 0:
+            raise GraphError(f"LeftContext needs chunk >= 1, left >= 0 and first >= 0, "
+                             f"got C={self.chunk} L={self.left} first={self.first}")
 
     @property
     def min_buffer(self) -> int:
-        return self.chunk + self.left
+        return max(self.chunk, self.first) + self.left
 
     def next_window(self, delivered, available, done):
         start = max(0, delivered - self.left)
-        if available >= delivered + self.chunk:
-            return start, delivered + self.chunk
+        size = self.full_new(delivered)
+        if available >= delivered + size:
+            return start, delivered + size
         return (start, available) if done and available > delivered else None
 
     def keep_from(self, delivered):
         return max(0, delivered - self.left)
 
-    def full_new(self, start):
-        return self.chunk
+    def full_new(self, delivered):
+        return self.first if delivered == 0 and self.first else self.chunk

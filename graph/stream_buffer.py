@@ -72,7 +72,7 @@ class StreamBuffer:
         is_last = self.is_done and end == self.available
         num_pad = 0
         if is_last and self.policy.pad_final:
-            num_pad = max(0, self.policy.full_new(start) - (end - start - num_context))
+            num_pad = max(0, self.policy.full_new(self.delivered) - (end - start - num_context))
         self.delivered = end
         self.is_closed = is_last
         keep = self.policy.keep_from(self.delivered)

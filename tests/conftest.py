@@ -43,5 +43,13 @@ def no_leaks(request):
     assert wait_until(lambda: not leaked()), f"{request.node.name} left shm segments: {sorted(leaked())}"
 
 
+@pytest.fixture(scope="session")
+def tiny_omni(tmp_path_factory):
+    """The tiny random Qwen3-Omni checkpoint (thinker + talker + code2wav), built once."""
+    from engine.tiny_omni import make_tiny_omni
+
+    return make_tiny_omni(tmp_path_factory.mktemp("omni") / "ckpt")
+
+
 # Session-scoped component services (echo, flaky) for tests/services.
 pytest_plugins = ("tests.fixtures.service_plugin",)

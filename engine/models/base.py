@@ -74,8 +74,11 @@ class CausalLM(nn.Module):
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
-                capture_layer: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                capture_layer: int | None = None,
+                inputs_embeds: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """input_ids/positions [T] -> (final normed hidden [T, hidden], captured [T, hidden] | None).
+
+        inputs_embeds [T, hidden], when given, replaces the embedding of input_ids.
 
         captured follows HF's hidden_states[capture_layer]: 0 = the input embeddings, i = the
         output of decoder layer i-1, num_layers = the final normed hidden (as HF returns it).
@@ -86,7 +89,7 @@ class CausalLM(nn.Module):
         if len(kv_caches) != num_layers:
             raise ValueError(f"kv_caches has {len(kv_caches)} layers, the model {num_layers}")
         plan = self.attn_backend.prepare(meta)
-        x = self.embed(input_ids)  # [T, hidden]
+        x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds  # [T, hidden]
         cos_sin = self.rotary(positions, x.dtype)
         captured = x if capture_layer == 0 else None
         for i, layer in enumerate(self.model.layers):

@@ -1,0 +1,89 @@
+"""One request on the talker: the thinker rows it has received and where its text stands.
+
+The thinker's rows arrive in position order: its prompt's input embeddings (and the
+accept-layer hidden states), then one row per decode step (the embedding of the token
+that step fed). The last generated token is never fed, so it never arrives; the end of
+the stream says the thinker is done (HF: `thinker_embed` is hidden_states[0] of every
+generate step).
+
+Following HF's Qwen3OmniMoeForConditionalGeneration.generate for one sequence, with
+`a` the last `<|im_start|>assistant` position of the prompt and R the rows received:
+  prompt   = user rows (projected) + the 9-row assistant head, which needs rows a..a+3;
+  text(g)  = text_projection(R[a+4+g]) while that row exists,
+             tts_eos at g = max(0, len(R) - (a+4)) once the thinker is done, tts_pad after.
+"""
+from __future__ import annotations
+
+import torch
+
+from engine.sampling import SamplingParams
+from transport.errors import InvalidArgument
+
+HEAD_ROWS = 4  # <|im_start|> assistant \n + the first text token
+
+
+class TalkerRequest:
+    def __init__(self, request_id: str, prompt_ids: list[int], params: SamplingParams, speaker_id: int,
+                 tokens: dict) -> None:
+        self.request_id = request_id
+        self.prompt_ids = [int(t) for t in prompt_ids]
+        self.params = params
+        self.speaker_id = speaker_id
+        self.assistant_start = _assistant_start(self.prompt_ids, tokens)
+        self.embeds: list[torch.Tensor] = []   # [n, thinker_hidden] chunks, position order
+        self.hidden: list[torch.Tensor] = []   # same, accept-layer hidden (multimodal prompts)
+        self.num_rows = 0
+        self.thinker_done = False
+        self.started = False                   # its prompt went into the engine
+        self.generation_step = 0               # g: the text row the next input takes
+        self.pending: torch.Tensor | None = None  # [hidden] codec part of the next input, waiting for text
+        self.num_frames = 0
+
+    def add_rows(self, embeds: torch.Tensor, hidden: torch.Tensor | None) -> None:
+        """embeds (and hidden) [n, thinker_hidden] of the next thinker positions."""
+        if self.thinker_done:
+            raise InvalidArgument(f"request {self.request_id!r}: thinker rows after the end of its stream")
+        if embeds.dim() != 2 or (hidden is not None and hidden.shape != embeds.shape):
+            raise InvalidArgument(f"thinker rows must be [n, hidden] (embeds and hidden alike), got "
+                                  f"{tuple(embeds.shape)} / {None if hidden is None else tuple(hidden.shape)}")
+        self.embeds.append(embeds)
+        if hidden is not None:
+            self.hidden.append(hidden)
+        self.num_rows += embeds.shape[0]
+
+    def rows(self, start: int, end: int, hidden: bool = False) -> torch.Tensor:
+        """Thinker rows start:end ([end - start, thinker_hidden])."""
+        chunks = self.hidden if hidden else self.embeds
+        if len(chunks) > 1:  # keep one tensor: rows are read again every step
+            chunks[:] = [torch.cat(chunks)]
+        if hidden and (not chunks or chunks[0].shape[0] < end):
+            raise InvalidArgument(f"request {self.request_id!r}: multimodal prompt positions need the "
+                                  "thinker's hidden states")
+        return chunks[0][start:end]
+
+    @property
+    def can_start(self) -> bool:
+        """The assistant head's rows are here (the thinker fed its first text token)."""
+        return self.num_rows >= self.assistant_start + HEAD_ROWS
+
+    @property
+    def never_starts(self) -> bool:
+        """The thinker ended before feeding a text token: nothing to speak (HF cannot either)."""
+        return self.thinker_done and not self.can_start
+
+    def text_source(self, g: int) -> str | int | None:
+        """What text row g is: a thinker row index, "eos", "pad", or None (not arrived yet)."""
+        index = self.assistant_start + HEAD_ROWS + g
+        if index < self.num_rows:
+            return index
+        if not self.thinker_done:
+            return None
+        return "eos" if g == max(0, self.num_rows - self.assistant_start - HEAD_ROWS) else "pad"
+
+
+def _assistant_start(ids: list[int], tokens: dict) -> int:
+    start, assistant = tokens["im_start_token_id"], tokens["assistant_token_id"]
+    found = [i for i in range(len(ids) - 1) if ids[i] == start and ids[i + 1] == assistant]
+    if not found:
+        raise InvalidArgument("prompt has no '<|im_start|>assistant' turn for the talker to speak")
+    return found[-1]
