@@ -1,0 +1,135 @@
+"""The talker as a component: node `talker`, a loop run inside the service (DESIGN 5).
+
+open(inputs):  prompt_ids [P] (the chat prompt the thinker saw), embeds [n, thinker_hidden]
+               (and optionally hidden [n, thinker_hidden]): the thinker rows known so far,
+               usually its prompt's; params: speaker, max_frames, min_frames, temperature,
+               top_k, top_p, repetition_penalty, seed.
+push(port "thinker"): further rows, one per thinker decode step; end_of_stream = the
+               thinker is done. The talker goes on after that until its codec EOS.
+outputs:       one NodeOutput per frame, {"codes": int64 [1, G]} at iteration + (k,);
+               NodeDone at the run's iteration once the talker stops.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.llm_engine import EngineConfig
+from engine.talker_engine import TalkerEngine
+from services.items import NodeDone, NodeError, NodeOutput, OpenNode
+from transport.errors import InvalidArgument
+
+_INTS = ("max_frames", "min_frames", "top_k", "seed")
+_FLOATS = ("temperature", "top_p", "repetition_penalty")
+
+
+@dataclass
+class TalkerRun:
+    item: OpenNode
+    num_frames: int = 0
+
+
+def talker_kwargs(params: dict) -> dict:
+    """Request params (a Struct: numbers arrive as floats) -> TalkerEngine.talker_params kwargs."""
+    out = {}
+    for name in _INTS:
+        if params.get(name) is not None:
+            value = params[name]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
+                raise InvalidArgument(f"params.{name} must be an integer, got {value!r}")
+            out[name] = int(value)
+    for name in _FLOATS:
+        if params.get(name) is not None:
+            if isinstance(params[name], bool) or not isinstance(params[name], (int, float)):
+                raise InvalidArgument(f"params.{name} must be a number, got {params[name]!r}")
+            out[name] = float(params[name])
+    renames = {"max_frames": "max_new_tokens", "min_frames": "min_new_tokens"}
+    return {renames.get(k, k): v for k, v in out.items()}
+
+
+class TalkerComponent:
+    name = "talker"
+    nodes = ("talker",)
+
+    def __init__(self, engine: TalkerEngine) -> None:
+        self.engine = engine
+        self.runs: dict[str, TalkerRun] = {}
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: str, **engine_options) -> "TalkerComponent":
+        return cls(TalkerEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, **engine_options)))
+
+    def open(self, item: OpenNode, inputs) -> None:
+        if item.node != "talker":
+            raise InvalidArgument(f"open.node {item.node!r}: the talker runs node 'talker'")
+        if "prompt_ids" not in inputs or "embeds" not in inputs:
+            raise InvalidArgument("open.inputs: the talker needs prompt_ids and embeds (thinker rows)")
+        prompt = inputs["prompt_ids"]
+        if prompt.dtype.is_floating_point or prompt.numel() == 0:
+            raise InvalidArgument("open.inputs.prompt_ids must be non-empty integer ids")
+        params = item.params or {}
+        speaker = str(params.get("speaker", "ethan"))
+        sampling = self.engine.talker_params(**{"temperature": 0.0, **talker_kwargs(params)})
+        self.engine.add_request(item.request_id, prompt.reshape(-1).tolist(), sampling, speaker)
+        self.runs[item.request_id] = TalkerRun(item)
+        try:
+            self._rows(item.request_id, inputs)
+        except Exception:
+            self.cancel(item.request_id)
+            raise
+
+    def push(self, item, tensors) -> None:
+        if item.request_id not in self.runs:
+            return  # the talker already stopped (codec EOS before the thinker's end): rows not needed
+        if tensors:
+            self._rows(item.request_id, tensors)
+        if item.end_of_stream and item.request_id in self.engine.requests:
+            self.engine.end_thinker(item.request_id)
+
+    def _rows(self, request_id: str, tensors) -> None:
+        embeds = tensors.get("embeds")
+        if embeds is None:
+            raise InvalidArgument("thinker rows need 'embeds' [n, thinker_hidden]")
+        embeds = embeds.reshape(-1, embeds.shape[-1]).to(torch.float32)
+        hidden = tensors.get("hidden")
+        if hidden is not None:
+            hidden = hidden.reshape(-1, hidden.shape[-1]).to(torch.float32)
+        if request_id in self.engine.requests:  # the talker may have finished before the thinker
+            self.engine.push_thinker(request_id, embeds.clone(), None if hidden is None else hidden.clone())
+
+    def cancel(self, request_id: str) -> None:
+        self.runs.pop(request_id, None)
+        self.engine.abort(request_id)
+
+    def has_work(self) -> bool:
+        return self.engine.has_work()
+
+    def step(self) -> list:
+        events = []
+        for out in self.engine.step():
+            run = self.runs.get(out.request_id)
+            if run is None:
+                continue
+            item = run.item
+            if out.frame is not None:
+                codes = torch.tensor([out.frame], dtype=torch.int64)  # [1, G]
+                events.append(NodeOutput(item.request_id, item.node, {"codes": codes},
+                                         item.iteration + (run.num_frames,)))
+                run.num_frames += 1
+            if out.is_finished:
+                del self.runs[out.request_id]
+                if out.finish_reason == "no_text":
+                    events.append(NodeError(item.request_id, item.node, "INVALID_ARGUMENT",
+                                            "the thinker ended before its first text token: nothing to speak",
+                                            item.iteration))
+                else:
+                    events.append(NodeDone(item.request_id, item.node, iteration=item.iteration))
+        return events
+
+    def ready(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        for request_id in list(self.runs):
+            self.cancel(request_id)
