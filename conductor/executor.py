@@ -34,11 +34,15 @@ class RequestFailed(StarmeshError):
 
 class Executor:
     def __init__(self, graph: WalkGraph, route: Route, inner_loops=frozenset(), materialize=None,
-                 tracer: trace.Tracer | None = None, speculate: bool = True, max_backlog: int = 256) -> None:
+                 tracer: trace.Tracer | None = None, speculate: bool = True, max_backlog: int = 256,
+                 colocated=lambda src, dst, walk: False) -> None:
+        """colocated(src, dst, walk): both nodes run in one process, so a streaming edge between
+        them may be handed over there (WalkScope.local_in)."""
         self.graph = graph
         self.route = route
         speculative = frozenset(n.name for n in graph.nodes if n.speculative and speculate)
-        self.scopes = {w.name: WalkScope(w, frozenset(inner_loops), speculative) for w in graph.walks}
+        self.scopes = {w.name: WalkScope(w, frozenset(inner_loops), speculative, colocated) for w in graph.walks}
+        self.num_dispatched: dict[str, int] = {}  # node -> node runs and pushes sent, over all requests
         self.num_wasted = 0  # speculative runs discarded at a stop, over all requests
         self.max_backlog = max_backlog  # outputs held for a client that does not read
         self._outbox: dict[str, tuple[Any, list]] = {}  # target name -> (target, items) of this round
@@ -118,6 +122,7 @@ class Executor:
                 run.reached[target.name] = target
                 if d.credits:
                     run.targets[(d.node, d.iteration)] = target
+                self.num_dispatched[d.node] = self.num_dispatched.get(d.node, 0) + 1
                 self._send(target, run_item(run.request_id, run.walk, d, run.params, target.convert,
                                             traceparent, run.state.scope))
             for node, tag, port, amount in run.state.credits.replenish():

@@ -35,8 +35,10 @@ async def inprocess_executor(graph: WalkGraph, components, inner_loops=frozenset
     """Every node runs on a component of this process (one engine thread each)."""
     loop = asyncio.get_running_loop()
     by_node, targets = {}, []
+    hosts = {node: i for i, c in enumerate(components) for node in c.nodes}
     executor = Executor(graph, lambda node, walk, rid: by_node[node], inner_loops, _materialize,
-                        speculate=speculate, max_backlog=max_backlog)
+                        speculate=speculate, max_backlog=max_backlog,
+                        colocated=lambda src, dst, walk: src in hosts and hosts.get(dst) == hosts[src])
     for component in components:
         target = InProcessTarget(component, loop, executor.on_events)
         targets.append(target)
@@ -62,7 +64,8 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
     def route(node: str, walk: str, request_id: str) -> RemoteTarget:
         return targets[selector.choose(request_id, graph.node_by_name[node], walk).endpoint]
 
-    executor = Executor(graph, route, inner_loops, _materialize, tracer, speculate=speculate)
+    executor = Executor(graph, route, inner_loops, _materialize, tracer, speculate=speculate,
+                        colocated=placement.is_colocated)
     try:
         for spec in placement.services.values():
             for endpoint in spec.replicas:

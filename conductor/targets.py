@@ -161,4 +161,16 @@ def run_item(request_id: str, walk: str, dispatch, params: dict, convert, tracep
     return OpenNode(
         request_id, dispatch.node, walk, dispatch.iteration, named_parts(dispatch.inputs, convert),
         params, stop, traceparent, credits=dispatch.credits, chunk=chunk, stream=stream,
+        local_streams=local_streams(scope, dispatch),
     )
+
+
+def local_streams(scope, dispatch) -> tuple:
+    """The co-located streaming edges out of an inner-loop run (WalkScope.local_out)."""
+    from services.items import LocalStream
+
+    if scope is None:
+        return ()
+    return tuple(LocalStream(e.src_port, e.dst_node, e.dst_port, e.chunk_policy,
+                             dispatch.iteration[:scope.common(e.src_node, e.dst_node)], e.max_buffered)
+                 for e in scope.local_out.get(dispatch.node, ()))

@@ -13,7 +13,7 @@ Tag = tuple[int, ...]
 
 class WalkScope:
     def __init__(self, walk: Walk, inner_loops: frozenset[str] = frozenset(),
-                 speculative: frozenset[str] = frozenset()) -> None:
+                 speculative: frozenset[str] = frozenset(), colocated=lambda src, dst, walk: False) -> None:
         self.walk = walk
         self.speculative = speculative  # nodes that may run one DynamicLoop iteration ahead
         self.nodes = walk.node_names
@@ -63,6 +63,20 @@ class WalkScope:
                 raise GraphError(f"walk {walk.name}: node {node} has several streaming inputs")
             if streaming:
                 (self.pushed if node in self.inner else self.stream_in)[node] = streaming[0]
+        self._find_local_edges(colocated)
+
+    def _find_local_edges(self, colocated) -> None:
+        """Streaming edges the producer's service hands over in-process (co-location): from
+        a loop run inside a component to a chunk-fed node of the same process, outside that
+        loop. The conductor sends nothing on them; the service opens the chunk runs."""
+        self.local_in: dict[str, GraphEdge] = {}
+        self.local_out: dict[str, list[GraphEdge]] = {n: [] for n in self.nodes}
+        for node, edge in self.stream_in.items():
+            src = edge.src_node
+            if (src in self.inner and self.depth(node) == self.common(src, node)
+                    and colocated(src, node, self.walk.name)):
+                self.local_in[node] = edge
+                self.local_out[src].append(edge)
 
     def depth(self, node: str) -> int:
         """Tag length of the node's dispatches (an inner loop is dispatched once per entry)."""

@@ -37,6 +37,20 @@ class StreamInput:
 
 
 @dataclass(frozen=True)
+class LocalStream:
+    """A streaming edge whose consumer runs in this process (co-location): the service
+    cuts `policy`'s chunks from the run's `src_port` outputs and opens `dst_node` runs at
+    dst_iteration + (k,), then a NodeDone at dst_iteration once all of them are done."""
+
+    src_port: str
+    dst_node: str
+    dst_port: str
+    policy: Any  # a graph.chunking.ChunkPolicy
+    dst_iteration: tuple[int, ...] = ()
+    max_buffered: int = 4096
+
+
+@dataclass(frozen=True)
 class OpenNode:
     """Opens a node run for one request; `inputs` are references until resolved."""
 
@@ -53,6 +67,7 @@ class OpenNode:
     credits: dict[str, int] = field(default_factory=dict)  # output port -> items before parking
     chunk: ChunkInfo | None = None
     stream: StreamInput | None = None
+    local_streams: tuple[LocalStream, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.request_id:

@@ -26,6 +26,7 @@ from services.backpressure import CreditGate
 from services.component import Component
 from services.errors import FieldError, failure
 from services.items import Cancel, Credit, NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent, PushChunk, Release
+from services.local_streams import LocalStreams
 from services.outbox import Outbox, Sink
 from services.parts import join_parts
 from services.request_table import RequestTable
@@ -46,6 +47,7 @@ class StepLoop:
         self.transport = transport
         self._table = RequestTable(tracer or trace.NoOpTracer())
         self._credits = CreditGate(self._table, component)
+        self.local = LocalStreams()  # co-located streaming edges: consumers opened here
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._outbox = Outbox()
         self._lock = threading.Lock()
@@ -167,8 +169,19 @@ class StepLoop:
             inputs = self._resolve_all(item.inputs, f"{field}.open.inputs", run.handles, item.request_id)
             with trace.use_span(span, end_on_exit=False):  # a component may inject this span's context
                 self.component.open(item, inputs)
+            self.local.register(item)
         except Exception as e:
             self._fail(item.request_id, item.node, *failure(e, f"{field}.open (node {item.node})"), item.iteration)
+
+    def _open_local(self, stream_id: str, opens: list) -> None:
+        """Consumer runs of co-located streaming edges: opened here, not by the conductor."""
+        for item, tensors in opens:
+            _, span = self._table.open_run(stream_id, item)
+            try:
+                with trace.use_span(span, end_on_exit=False):
+                    self.component.open(item, tensors)
+            except Exception as e:
+                self._fail(item.request_id, item.node, *failure(e, f"local open (node {item.node})"), item.iteration)
 
     def _push(self, stream_id: str, field: str, item: PushChunk) -> None:
         run = self._table.runs.get((item.request_id, item.node, item.iteration))
@@ -195,6 +208,7 @@ class StepLoop:
         return join_parts(tensors)
 
     def _cancel(self, request_id: str) -> None:
+        self.local.cancel(request_id)
         try:
             self.component.cancel(request_id)
         except Exception:
@@ -212,6 +226,7 @@ class StepLoop:
     def _detach(self, stream_id: str) -> None:
         self._outbox.detach(stream_id)
         for rid in self._table.drop_stream(stream_id):
+            self.local.cancel(rid)
             try:
                 self.component.cancel(rid)
             except Exception:
@@ -281,9 +296,14 @@ class StepLoop:
             # t_us: when the output was produced, for the conductor's edge latency spans.
             metadata = {**ev.metadata, "t_us": time.time() * 1e6}
             self._emit(state.stream_id, NodeOutput(ev.request_id, ev.node, refs, ev.iteration, metadata))
+            self._open_local(state.stream_id, self.local.on_output(ev.request_id, ev.node, ev.iteration, ev.tensors))
         elif isinstance(ev, NodeDone):
             consumed = self._table.end_run(ev.request_id, ev.node, ev.iteration)
             self._emit(state.stream_id, NodeDone(ev.request_id, ev.node, ev.consumed + consumed, ev.iteration))
+            opens, markers = self.local.on_done(ev.request_id, ev.node, ev.iteration)
+            self._open_local(state.stream_id, opens)
+            for marker in markers:
+                self._emit(state.stream_id, marker)
         elif isinstance(ev, NodeError):
             self._fail(ev.request_id, ev.node, ev.status, ev.message, ev.iteration)
 

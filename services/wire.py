@@ -30,6 +30,7 @@ from services.items import (
     Release,
     StopRule,
 )
+from services.wire_local import local_streams_from_proto, local_streams_to_proto
 from transport.errors import InvalidArgument, StarmeshError
 from transport.refs import TensorRef
 from transport.wire import ref_from_proto, ref_to_proto
@@ -67,7 +68,18 @@ def params_to_struct(params: dict[str, Any], out: struct_pb2.Struct, field: str 
 
 def params_from_struct(msg: struct_pb2.Struct) -> dict[str, Any]:
     # Struct numbers are doubles on the wire: 3 comes back as 3.0.
-    return json_format.MessageToDict(msg)
+    try:
+        return json_format.MessageToDict(msg)
+    except ValueError:  # NaN or an infinity has no JSON number: keep it a float for the node to judge
+        return _plain(msg)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, struct_pb2.Struct):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, struct_pb2.ListValue):
+        return [_plain(v) for v in value]
+    return value
 
 
 def tensors_from_proto(named: Iterable, field: str) -> dict[str, TensorRef]:
@@ -108,6 +120,7 @@ def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
         chunk=ChunkInfo(m.chunk.start, m.chunk.num_context, m.chunk.is_last, m.chunk.num_pad)
         if m.HasField("chunk") else None,
         stream=StreamInput(m.stream.port, m.stream.continue_after_producer_done) if m.HasField("stream") else None,
+        local_streams=local_streams_from_proto(m.local_streams, field),
     )
 
 
@@ -182,6 +195,7 @@ def items_to_proto(items: Iterable[InboundItem]) -> pb.RunRequest:
             if item.stream is not None:
                 o.stream.port = item.stream.port
                 o.stream.continue_after_producer_done = item.stream.continue_after_producer_done
+            local_streams_to_proto(item.local_streams, o.local_streams)
         elif isinstance(item, PushChunk):
             p = it.push
             p.request_id, p.node, p.port, p.end_of_stream = item.request_id, item.node, item.port, item.end_of_stream

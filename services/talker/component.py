@@ -1,11 +1,12 @@
 """The talker as a component: node `talker`, a loop run inside the service (DESIGN 5).
 
-open(inputs):  prompt_ids [P] (the chat prompt the thinker saw), embeds [n, thinker_hidden]
-               (and optionally hidden [n, thinker_hidden]): the thinker rows known so far,
-               usually its prompt's; params: speaker, max_frames, min_frames, temperature,
-               top_k, top_p, repetition_penalty, seed.
-push(port "thinker"): further rows, one per thinker decode step; end_of_stream = the
-               thinker is done. The talker goes on after that until its codec EOS.
+open(inputs):  prompt_ids [P] (the chat prompt the thinker saw), prompt_embeds
+               [n, thinker_hidden] (and optionally prompt_hidden): the thinker rows known so
+               far, usually its prompt's; params: speaker, max_frames, min_frames, seed and
+               talker_temperature, talker_top_k, talker_top_p, talker_repetition_penalty
+               (the thinker reads the unprefixed sampling params of the same request).
+push(stream port, e.g. "embeds"): further rows, one per thinker decode step (and "hidden");
+               end_of_stream = the thinker is done. The talker goes on until its codec EOS.
 outputs:       one NodeOutput per frame, {"codes": int64 [1, G]} at iteration + (k,);
                NodeDone at the run's iteration once the talker stops.
 """
@@ -20,8 +21,8 @@ from engine.talker_engine import TalkerEngine
 from services.items import NodeDone, NodeError, NodeOutput, OpenNode
 from transport.errors import InvalidArgument
 
-_INTS = ("max_frames", "min_frames", "top_k", "seed")
-_FLOATS = ("temperature", "top_p", "repetition_penalty")
+_INTS = ("max_frames", "min_frames", "talker_top_k", "seed")
+_FLOATS = ("talker_temperature", "talker_top_p", "talker_repetition_penalty")
 
 
 @dataclass
@@ -45,7 +46,7 @@ def talker_kwargs(params: dict) -> dict:
                 raise InvalidArgument(f"params.{name} must be a number, got {params[name]!r}")
             out[name] = float(params[name])
     renames = {"max_frames": "max_new_tokens", "min_frames": "min_new_tokens"}
-    return {renames.get(k, k): v for k, v in out.items()}
+    return {renames.get(k, k.removeprefix("talker_")): v for k, v in out.items()}
 
 
 class TalkerComponent:
@@ -63,18 +64,22 @@ class TalkerComponent:
     def open(self, item: OpenNode, inputs) -> None:
         if item.node != "talker":
             raise InvalidArgument(f"open.node {item.node!r}: the talker runs node 'talker'")
-        if "prompt_ids" not in inputs or "embeds" not in inputs:
-            raise InvalidArgument("open.inputs: the talker needs prompt_ids and embeds (thinker rows)")
+        if "prompt_ids" not in inputs or "prompt_embeds" not in inputs:
+            raise InvalidArgument("open.inputs: the talker needs prompt_ids and prompt_embeds (thinker rows)")
         prompt = inputs["prompt_ids"]
         if prompt.dtype.is_floating_point or prompt.numel() == 0:
             raise InvalidArgument("open.inputs.prompt_ids must be non-empty integer ids")
         params = item.params or {}
         speaker = str(params.get("speaker", "ethan"))
-        sampling = self.engine.talker_params(**{"temperature": 0.0, **talker_kwargs(params)})
+        kwargs = {"temperature": 0.0, **talker_kwargs(params)}
+        if item.stop_rule.max_iters:  # the loop's own bound (the graph's max frames)
+            kwargs["max_new_tokens"] = min(kwargs.get("max_new_tokens", item.stop_rule.max_iters),
+                                           item.stop_rule.max_iters)
+        sampling = self.engine.talker_params(**kwargs)
         self.engine.add_request(item.request_id, prompt.reshape(-1).tolist(), sampling, speaker)
         self.runs[item.request_id] = TalkerRun(item)
         try:
-            self._rows(item.request_id, inputs)
+            self._rows(item.request_id, inputs.get("prompt_embeds"), inputs.get("prompt_hidden"))
         except Exception:
             self.cancel(item.request_id)
             raise
@@ -83,16 +88,16 @@ class TalkerComponent:
         if item.request_id not in self.runs:
             return  # the talker already stopped (codec EOS before the thinker's end): rows not needed
         if tensors:
-            self._rows(item.request_id, tensors)
+            self._rows(item.request_id, tensors.get(item.port, tensors.get("embeds")), tensors.get("hidden"))
         if item.end_of_stream and item.request_id in self.engine.requests:
             self.engine.end_thinker(item.request_id)
 
-    def _rows(self, request_id: str, tensors) -> None:
-        embeds = tensors.get("embeds")
+    def _rows(self, request_id: str, embeds, hidden) -> None:
         if embeds is None:
-            raise InvalidArgument("thinker rows need 'embeds' [n, thinker_hidden]")
+            raise InvalidArgument("thinker rows need embeddings [n, thinker_hidden]")
+        if embeds.dim() == 0 or embeds.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise InvalidArgument(f"thinker rows must be floating [n, thinker_hidden], got {embeds.dtype}")
         embeds = embeds.reshape(-1, embeds.shape[-1]).to(torch.float32)
-        hidden = tensors.get("hidden")
         if hidden is not None:
             hidden = hidden.reshape(-1, hidden.shape[-1]).to(torch.float32)
         if request_id in self.engine.requests:  # the talker may have finished before the thinker

@@ -17,6 +17,22 @@ from services.thinker.params import sampling_params
 from transport.errors import InvalidArgument
 
 
+def talker_feed_options(checkpoint: str) -> dict:
+    """A Qwen3-Omni checkpoint with a talker: return what the talker consumes (the input
+    embeddings, and the accept layer's hidden states) with every token."""
+    import json
+    from pathlib import Path
+
+    try:
+        cfg = json.loads((Path(checkpoint) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}  # the loader reports a bad checkpoint with a clear error
+    talker = cfg.get("talker_config") if cfg.get("enable_audio_output", True) else None
+    if not isinstance(talker, dict):
+        return {}
+    return {"return_embeddings": True, "capture_layer": int(talker.get("accept_hidden_layer", 0))}
+
+
 @dataclass
 class ThinkerRun:
     """One request on the thinker: its prefill and decode node runs."""
@@ -40,6 +56,7 @@ class ThinkerComponent:
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str, **engine_options) -> "ThinkerComponent":
+        engine_options = {**talker_feed_options(checkpoint), **engine_options}
         engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, **engine_options))
         return cls(engine, engine.model.config.eos_token_ids)  # config + generation_config, as the loader read them
 

@@ -55,7 +55,7 @@ def thinker_rows(thinker: LLMEngine, prompt: list[int], max_text: int) -> list[t
 
 
 def open_talker(rid: str, prompt: list[int], embeds: torch.Tensor, **params) -> OpenNode:
-    inputs = {"prompt_ids": inline_ref(torch.tensor(prompt)), "embeds": inline_ref(embeds)}
+    inputs = {"prompt_ids": inline_ref(torch.tensor(prompt)), "prompt_embeds": inline_ref(embeds)}
     return OpenNode(request_id=rid, node="talker", iteration=(0,), inputs=inputs, params=params,
                     stream=StreamInput("thinker", continue_after_producer_done=True))
 
@@ -99,7 +99,7 @@ BAD = {
     "no assistant turn": (lambda p, e: (p[:-3], e[:-3]), {}, "assistant"),
     "speaker": (lambda p, e: (p, e), {"speaker": "nobody"}, "speaker"),
     "max_frames": (lambda p, e: (p, e), {"max_frames": 2.5}, "params.max_frames"),
-    "temperature": (lambda p, e: (p, e), {"temperature": -1.0}, "temperature"),
+    "talker_temperature": (lambda p, e: (p, e), {"talker_temperature": -1.0}, "temperature"),
 }
 
 

@@ -38,8 +38,40 @@ class StreamInput(_message.Message):
     continue_after_producer_done: bool
     def __init__(self, port: _Optional[str] = ..., continue_after_producer_done: _Optional[bool] = ...) -> None: ...
 
+class ChunkPolicySpec(_message.Message):
+    __slots__ = ("kind", "size", "stride", "left", "first", "pad_final")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    STRIDE_FIELD_NUMBER: _ClassVar[int]
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    PAD_FINAL_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    size: int
+    stride: int
+    left: int
+    first: int
+    pad_final: bool
+    def __init__(self, kind: _Optional[str] = ..., size: _Optional[int] = ..., stride: _Optional[int] = ..., left: _Optional[int] = ..., first: _Optional[int] = ..., pad_final: _Optional[bool] = ...) -> None: ...
+
+class LocalStream(_message.Message):
+    __slots__ = ("src_port", "dst_node", "dst_port", "dst_iteration", "policy", "max_buffered")
+    SRC_PORT_FIELD_NUMBER: _ClassVar[int]
+    DST_NODE_FIELD_NUMBER: _ClassVar[int]
+    DST_PORT_FIELD_NUMBER: _ClassVar[int]
+    DST_ITERATION_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    MAX_BUFFERED_FIELD_NUMBER: _ClassVar[int]
+    src_port: str
+    dst_node: str
+    dst_port: str
+    dst_iteration: _containers.RepeatedScalarFieldContainer[int]
+    policy: ChunkPolicySpec
+    max_buffered: int
+    def __init__(self, src_port: _Optional[str] = ..., dst_node: _Optional[str] = ..., dst_port: _Optional[str] = ..., dst_iteration: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[ChunkPolicySpec, _Mapping]] = ..., max_buffered: _Optional[int] = ...) -> None: ...
+
 class OpenNode(_message.Message):
-    __slots__ = ("request_id", "walk", "node", "iteration", "inputs", "params", "stop_rule", "traceparent", "tracestate", "consumer_host_ids", "credits", "chunk", "stream")
+    __slots__ = ("request_id", "walk", "node", "iteration", "inputs", "params", "stop_rule", "traceparent", "tracestate", "consumer_host_ids", "credits", "chunk", "stream", "local_streams")
     class CreditsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +92,7 @@ class OpenNode(_message.Message):
     CREDITS_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_STREAMS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     walk: str
     node: str
@@ -73,7 +106,8 @@ class OpenNode(_message.Message):
     credits: _containers.ScalarMap[str, int]
     chunk: ChunkInfo
     stream: StreamInput
-    def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ..., credits: _Optional[_Mapping[str, int]] = ..., chunk: _Optional[_Union[ChunkInfo, _Mapping]] = ..., stream: _Optional[_Union[StreamInput, _Mapping]] = ...) -> None: ...
+    local_streams: _containers.RepeatedCompositeFieldContainer[LocalStream]
+    def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ..., credits: _Optional[_Mapping[str, int]] = ..., chunk: _Optional[_Union[ChunkInfo, _Mapping]] = ..., stream: _Optional[_Union[StreamInput, _Mapping]] = ..., local_streams: _Optional[_Iterable[_Union[LocalStream, _Mapping]]] = ...) -> None: ...
 
 class PushChunk(_message.Message):
     __slots__ = ("request_id", "node", "iteration", "port", "tensors", "end_of_stream", "num_context", "num_pad")

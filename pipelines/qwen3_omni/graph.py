@@ -1,0 +1,53 @@
+"""The Qwen3-Omni speech walk: thinker prefill -> thinker decode loop ~> talker loop ~>
+code2wav -> audio to the client (notes 5 and 9.1).
+
+    prefill --token--> decode loop (inside the thinker)
+       |  embeds                 \\ embeds, one row per step: FixedChunk(1), and the
+       v                          v talker continues after the thinker is done
+    talker loop (inside the talker) --codes--> LeftContext(C, L) --> code2wav --> audio
+
+The talker opens on the thinker's prompt rows and starts speaking on the first text
+token's row; code2wav starts on the first window of C frames (`first_chunk` frames when
+set, to cut time to first audio). C and L are per deployment.
+"""
+from __future__ import annotations
+
+from graph.chunking import FixedChunk, LeftContext
+from graph.composites import DynamicLoop, Sequential, StopRule
+from graph.edge import GraphEdge as E
+from graph.edge import StreamingGraphEdge
+from graph.node import GraphNode
+from graph.walk import Walk, WalkGraph
+
+DECODE_LOOP = "decode_loop"   # runs inside the thinker
+TALKER_LOOP = "talker_loop"   # runs inside the talker
+INNER_LOOPS = frozenset({DECODE_LOOP, TALKER_LOOP})
+ROWS = ("token", "hidden", "embeds")
+
+
+def speech_graph(chunk_size: int = 300, left_context: int = 25, first_chunk: int = 0,
+                 max_text_tokens: int = 4096, max_frames: int = 4096, name: str = "qwen3_omni") -> WalkGraph:
+    nodes = [
+        GraphNode("prefill", ("input_ids",), ROWS, stateful=True),
+        GraphNode("decode", ("token",), ROWS, stateful=True),
+        GraphNode("talker", ("prompt_ids", "prompt_embeds", "embeds"), ("codes",), stateful=True),
+        GraphNode("code2wav", ("codes",), ("audio",)),
+    ]
+    decode = DynamicLoop(DECODE_LOOP, "decode", max_iters=max_text_tokens, stop=StopRule("decode.token"))
+    talk = DynamicLoop(TALKER_LOOP, "talker", max_iters=max_frames, stop=StopRule("talker.codes"))
+    frames = LeftContext(chunk_size, left_context, first=first_chunk)
+    walk = Walk("speak", Sequential("prefill", decode, talk, "code2wav"), [
+        E("input.input_ids", "prefill.input_ids"),
+        E("input.input_ids", "talker.prompt_ids"),
+        E("prefill.token", "decode.token"),
+        E("prefill.embeds", "talker.prompt_embeds"),
+        StreamingGraphEdge("decode.embeds", "talker.embeds", chunk_policy=FixedChunk(1),
+                           continue_after_producer_done=True),
+        StreamingGraphEdge("talker.codes", "code2wav.codes", chunk_policy=frames,
+                           max_buffered=max(4096, frames.min_buffer)),
+        E("prefill.token", "output.first_token"),
+        E("decode.token", "output.token"),
+        E("talker.codes", "output.codes"),
+        E("code2wav.audio", "output.audio"),
+    ])
+    return WalkGraph(name, nodes, [walk])
