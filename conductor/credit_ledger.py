@@ -89,6 +89,13 @@ class CreditLedger:
             if key in self.outstanding:
                 self.outstanding[key] -= 1
 
+    def finished(self, node: str, run_tag: "Tag") -> None:
+        """A loop run inside a component ended: credit it was granted but never used
+        is no longer reserved (else nodes after the loop could wait for client room forever)."""
+        for key in [k for k in self.outstanding if k[0] == node and k[1] == run_tag]:
+            unused = max(0, self.outstanding.pop(key))
+            self.reserved = max(0, self.reserved - unused * self._to_client(node, key[2]))
+
     def delivered(self) -> None:
         """One reserved item reached the client's queue."""
         self.reserved = max(0, self.reserved - 1)

@@ -100,6 +100,8 @@ class WalkState:
         out = []
         for node in self.scope.nodes:
             for tag in self.loops.active_tags(self.scope.depth(node), node):
+                if node in self.scope.local_in:
+                    continue  # co-located: its producer's service opens its chunk runs
                 if node in self.scope.stream_in:
                     out += self._ready_chunks(node, tag)
                 elif (node, tag) not in self.dispatched:
@@ -262,12 +264,18 @@ class WalkState:
                 self.outputs.setdefault(edge.dst_port, []).append(value)
                 self.emitted.append((edge.dst_port, value))
                 self.credits.delivered()
-            elif edge.is_streaming:
+            elif edge.is_streaming and edge.dst_node not in self.scope.local_in:
                 common = self.scope.common(node, edge.dst_node)
                 self.buffer(edge, iteration[:common]).push([value])
 
     def on_done(self, node: str, iteration: Tag) -> None:
         if self.loops.is_discarded(node, iteration):
+            return
+        if node in self.scope.local_in:
+            if len(iteration) == self.scope.depth(node):  # the service's "every chunk run ended"
+                self.done.add((node, iteration))
+                self.finish_streams(node, iteration, len(self.scope.path[node]))
+            self.loops.update()
             return
         if node in self.scope.stream_in:
             self.chunk_runs[(node, iteration[:-1])][0] -= 1
@@ -276,6 +284,7 @@ class WalkState:
             return
         self.done.add((node, iteration))
         if node in self.scope.inner:
+            self.credits.finished(node, iteration)
             self.loops.finish_inner(self.scope.inner[node], node, iteration)
         else:
             self.finish_streams(node, iteration, len(self.scope.path[node]))
@@ -288,6 +297,8 @@ class WalkState:
                 self.buffer(edge, tag[:depth]).finish()
 
     def is_node_done(self, node: str, tag: Tag) -> bool:
+        if node in self.scope.local_in:
+            return (node, tag) in self.done
         if node in self.scope.stream_in:
             edge = self.scope.stream_in[node]
             buf = self.buffers.get((edge, tag[: self.scope.common(edge.src_node, node)]))
