@@ -8,7 +8,8 @@ import sys
 
 # Later issues append their subcommand modules here.
 COMMANDS = ("client.commands.version", "client.commands.serve", "client.commands.health", "client.commands.generate",
-            "client.commands.make_tiny")
+            "client.commands.make_tiny",
+            "client.commands.imagine")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ import uuid
 
 import grpc
 
+from conductor.client_outputs import ClientOutputs
 from conductor.executor import Executor
 from conductor.model import ServedModel
 from conductor.runners import remote_executor
@@ -19,10 +20,8 @@ from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc
 from services.errors import map_errors
 from services.wire import params_from_struct
-from transport.codec import inline_ref
 from transport.errors import InvalidArgument, NotFound
-from transport.refs import TensorRef
-from transport.wire import ref_from_proto, ref_to_proto
+from transport.wire import ref_from_proto
 
 log = logging.getLogger(__name__)
 CONDUCTOR_SERVICE = pb.DESCRIPTOR.services_by_name["Conductor"].full_name
@@ -41,13 +40,6 @@ def request_inputs(req: pb.GenerateRequest) -> dict[str, tuple]:
     return inputs
 
 
-def output_event(request_id: str, name: str, value) -> pb.GenerateEvent:
-    event = pb.GenerateEvent(request_id=request_id)
-    event.tensor.name = name
-    ref_to_proto(value if isinstance(value, TensorRef) else inline_ref(value), event.tensor.tensor)
-    return event
-
-
 class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
     def __init__(self, service: "ConductorService") -> None:
         self.service = service
@@ -62,7 +54,7 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
         async for name, value in executor.generate(request_id, request_inputs(request),
                                                    params_from_struct(request.params)):
             num_outputs += 1
-            yield output_event(request_id, name, value)
+            yield self.service.outputs.event(request_id, name, value)
         usage = pb.Usage()
         usage.metrics.update({"num_outputs": num_outputs})
         yield pb.GenerateEvent(request_id=request_id, usage=usage)
@@ -83,6 +75,7 @@ class ConductorService:
         self.models = models
         self.telemetry = telemetry
         self.executors: dict[str, Executor] = {}
+        self.outputs = ClientOutputs()
         self._stack = contextlib.AsyncExitStack()
         self._task = None
 
@@ -116,4 +109,4 @@ class ConductorService:
         await self._stack.aclose()
 
     def close(self) -> None:
-        pass
+        self.outputs.close()

@@ -93,16 +93,19 @@ class RemoteTarget:
     post() never blocks: a writer task sends each batch as one RunRequest, in order."""
 
     def __init__(self, address: str, sink, max_message_bytes: int = 64 << 20, interceptors=None) -> None:
-        from client.component_client import ComponentClient
-
         self.name = address
-        self.client = ComponentClient(address, max_message_bytes, interceptors)
+        self._client_args = (address, max_message_bytes, interceptors)
+        self.client = None
         self.sink = sink
         self.outbox: asyncio.Queue = asyncio.Queue()
         self._tasks: list[asyncio.Task] = []
         self.broken: BaseException | None = None
+        self.num_reconnects = 0
 
     async def start(self) -> "RemoteTarget":
+        from client.component_client import ComponentClient
+
+        self.client = ComponentClient(*self._client_args)
         await self.client.__aenter__()
         self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._write())]
         return self
@@ -111,8 +114,33 @@ class RemoteTarget:
         return value if isinstance(value, TensorRef) else inline_ref(value)
 
     def post(self, items: list[InboundItem]) -> None:
-        if self.broken is None:
-            self.outbox.put_nowait(items)
+        if self.broken is not None:
+            if not any(isinstance(i, OpenNode) for i in items):
+                return  # cancels and credits for requests the broken stream already failed
+            self._reconnect()
+        self.outbox.put_nowait(items)
+
+    def _reconnect(self) -> None:
+        """A new stream for new requests once a replica broke (it may be back: a restart).
+        Every request of the old stream has failed already; if the replica is still
+        down, the new stream breaks too and fails the requests sent on it."""
+        old_client, old_tasks = self.client, self._tasks
+        self.broken, self.outbox, self._tasks = None, asyncio.Queue(), []
+        self.num_reconnects += 1
+
+        async def restart() -> None:
+            for task in old_tasks:
+                task.cancel()
+            try:
+                await old_client.close()
+            except Exception:  # noqa: BLE001 - the old stream is already broken
+                pass
+            try:
+                await self.start()
+            except Exception as e:  # noqa: BLE001
+                self._break(e)
+
+        self._tasks = [asyncio.create_task(restart())]
 
     async def _write(self) -> None:
         try:
@@ -136,7 +164,8 @@ class RemoteTarget:
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        await self.client.close()
+        if self.client is not None:
+            await self.client.close()
 
 
 def run_item(request_id: str, walk: str, dispatch, params: dict, convert, traceparent: str = "", scope=None):

@@ -21,6 +21,9 @@ run once it no longer uses its inputs; after NodeDone or NodeError they are rele
 A port value sent in parts (a chunk of streamed items, an accumulated loop output)
 arrives concatenated along dim 0 (services.parts).
 
+Load (optional): a component with `load() -> dict[str, number]` reports its engine's
+state in Describe (KV blocks used/total, requests waiting/running/parked, queue depth).
+
 Backpressure (optional): a component that has `park(request_id, node, iteration)`
 and `resume(...)` skips a parked run in step() until resumed; the step loop parks a
 run whose output credit (OpenNode.credits, Credit items) is spent. Other runs and

@@ -17,14 +17,14 @@ import time
 
 class ServiceProcess:
     def __init__(self, component: str, args: list[str] = (), env: dict[str, str] | None = None,
-                 name: str | None = None, start_timeout_s: float = 60.0) -> None:
+                 name: str | None = None, start_timeout_s: float = 60.0, port: int = 0) -> None:
         self.component = component
         self.args = list(args)
         self.env = {**os.environ, **(env or {})}
         self.name = name or component.rsplit(":", 1)[-1]
         self.start_timeout_s = start_timeout_s
         self.proc: subprocess.Popen | None = None
-        self.port: int | None = None
+        self.port: int | None = port or None  # kept across restarts: clients reconnect to it
         self._tmp = tempfile.TemporaryDirectory(prefix="starmesh-proc-")
 
     @property
@@ -38,7 +38,9 @@ class ServiceProcess:
     def start(self) -> "ServiceProcess":
         """Starts the process and waits until it is SERVING (its port file appears)."""
         port_file = os.path.join(self._tmp.name, "port")
-        cmd = [sys.executable, "-m", "client", "serve", self.component, "--port", "0",
+        if os.path.exists(port_file):
+            os.unlink(port_file)
+        cmd = [sys.executable, "-m", "client", "serve", self.component, "--port", str(self.port or 0),
                "--port-file", port_file, *self.args]
         self.proc = subprocess.Popen(cmd, env=self.env)
         deadline = time.monotonic() + self.start_timeout_s

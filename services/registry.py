@@ -13,6 +13,13 @@ from typing import Any, Callable
 
 _FACTORIES: dict[str, str] = {
     "thinker": "services.thinker.component:ThinkerComponent.from_checkpoint",
+    "talker": "services.talker.component:TalkerComponent.from_checkpoint",
+    "talker+codec": "services.talker.colocated:make_talker_codec",
+    "dit": "services.dit.denoiser:DitComponent.from_checkpoint",
+    "vae": "services.dit.vae:VaeComponent.from_checkpoint",
+    "text_encoder": "services.dit.text:TextEncoderComponent.from_checkpoint",
+    "sd3": "services.dit.colocated:make_sd3",
+    "codec": "services.codec.component:CodecComponent.from_checkpoint",
 }
 
 

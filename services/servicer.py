@@ -55,7 +55,7 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
 
     @map_errors
     async def Describe(self, request, context) -> component_pb2.ComponentInfo:
-        return component_pb2.ComponentInfo(
+        info = component_pb2.ComponentInfo(
             name=self._component.name,
             nodes=list(self._component.nodes),
             host_id=self._transport.host_id,
@@ -65,6 +65,10 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
             transport=self._transport_stats(),
             num_open_requests=self._step_loop.num_open_requests,
         )
+        load = getattr(self._component, "load", None)
+        if load is not None:  # read without the engine thread: a momentary view
+            info.load.update({k: float(v) for k, v in load().items()})
+        return info
 
     def _transport_stats(self) -> component_pb2.TransportStats:
         stats = self._transport.stats()

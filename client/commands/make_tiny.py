@@ -16,6 +16,7 @@ BUILDERS = {
     "qwen3": "engine.tiny:make_tiny_text",
     "qwen3-moe": "engine.tiny:make_tiny_text",
     "llama": "engine.tiny:make_tiny_text",
+    "sd3": "engine.tiny_sd3:make_tiny_sd3",
 }
 
 

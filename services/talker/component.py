@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.engine_load import scheduler_load
 from engine.llm_engine import EngineConfig
 from engine.talker_engine import TalkerEngine
 from services.items import NodeDone, NodeError, NodeOutput, OpenNode
@@ -131,6 +132,9 @@ class TalkerComponent:
                 else:
                     events.append(NodeDone(item.request_id, item.node, iteration=item.iteration))
         return events
+
+    def load(self) -> dict:
+        return scheduler_load(self.engine.scheduler)
 
     def ready(self) -> bool:
         return True

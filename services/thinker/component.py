@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.engine_load import scheduler_load
 from engine.llm_engine import EngineConfig, LLMEngine
 from services.items import NodeDone, NodeOutput, OpenNode
 from services.thinker.params import sampling_params
@@ -134,6 +135,9 @@ class ThinkerComponent:
         self._events.append(NodeDone(d.request_id, "decode", iteration=d.iteration))
         self.runs.pop(d.request_id, None)
         self.engine.abort(d.request_id)  # no-op when the sequence already finished
+
+    def load(self) -> dict:
+        return scheduler_load(self.engine.scheduler)
 
     def ready(self) -> bool:
         return True

@@ -258,7 +258,7 @@ class TransportStats(_message.Message):
     def __init__(self, num_leases: _Optional[int] = ..., used_bytes: _Optional[int] = ..., arena_bytes: _Optional[int] = ...) -> None: ...
 
 class ComponentInfo(_message.Message):
-    __slots__ = ("name", "nodes", "host_id", "arena", "mooncake_session", "version", "transport", "num_open_requests")
+    __slots__ = ("name", "nodes", "host_id", "arena", "mooncake_session", "version", "transport", "num_open_requests", "load")
     NAME_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -267,6 +267,7 @@ class ComponentInfo(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     NUM_OPEN_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
     name: str
     nodes: _containers.RepeatedScalarFieldContainer[str]
     host_id: str
@@ -275,4 +276,5 @@ class ComponentInfo(_message.Message):
     version: str
     transport: TransportStats
     num_open_requests: int
-    def __init__(self, name: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., host_id: _Optional[str] = ..., arena: _Optional[str] = ..., mooncake_session: _Optional[str] = ..., version: _Optional[str] = ..., transport: _Optional[_Union[TransportStats, _Mapping]] = ..., num_open_requests: _Optional[int] = ...) -> None: ...
+    load: _struct_pb2.Struct
+    def __init__(self, name: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., host_id: _Optional[str] = ..., arena: _Optional[str] = ..., mooncake_session: _Optional[str] = ..., version: _Optional[str] = ..., transport: _Optional[_Union[TransportStats, _Mapping]] = ..., num_open_requests: _Optional[int] = ..., load: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,85 @@
+"""Code2wav as a component: node `code2wav` turns one window of codec codes into audio.
+
+open() validates the window and queues it on the stateless engine; each step() decodes
+one batch of windows of equal length (chunks of different requests batched together)
+and answers each with NodeOutput {"audio": float32 [S]} then NodeDone. A window is
+`codes` [T, Q] (frames first: streamed parts arrive concatenated along dim 0) whose
+first `chunk.num_context` frames are left context: decoded, but their audio dropped.
+`chunk.num_pad` is not used: the model is causal, so padding frames would not change
+the real frames' audio and are simply not decoded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from engine.stateless_engine import StatelessConfig
+from services.dit.stateless import StatelessComponent
+from services.items import OpenNode
+from transport.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from engine.models.code2wav import Code2Wav
+
+NODE = "code2wav"
+
+
+@dataclass(frozen=True)
+class Window:
+    """One queued decode: codes [T, Q] int64 and how many leading frames are context."""
+
+    codes: torch.Tensor
+    num_context: int
+
+
+class CodecComponent(StatelessComponent):
+    """Node `code2wav`: {"codes": int [T, Q]} -> {"audio": float32 [S]}; batch key T."""
+
+    name = "codec"
+    nodes = (NODE,)
+
+    def __init__(self, model: "Code2Wav", config: StatelessConfig = StatelessConfig()) -> None:
+        super().__init__(config)
+        self.model = model
+        self.device = next(model.parameters()).device
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: str, dtype: str | None = None, device: str = "cpu",
+                        max_batch_size: int = 8, max_queued: int = 1024) -> "CodecComponent":
+        """The code2wav of a Qwen3-Omni checkpoint; dtype defaults to the checkpoint's."""
+        from engine.models.code2wav import Code2Wav
+
+        model = Code2Wav.from_checkpoint(checkpoint, dtype=dtype, device=device)
+        return cls(model, StatelessConfig(max_batch_size=max_batch_size, max_queued=max_queued))
+
+    def prepare(self, item: OpenNode, inputs: dict[str, torch.Tensor]) -> tuple[int, Window]:
+        """(window length T, the window); InvalidArgument naming the field for a bad window."""
+        codes = inputs.get("codes")
+        if codes is None:
+            raise InvalidArgument(f"open.inputs: {NODE} needs 'codes' (got {sorted(inputs)})")
+        config = self.model.config
+        if codes.dtype.is_floating_point or codes.dtype.is_complex or codes.dtype == torch.bool:
+            raise InvalidArgument(f"open.inputs[codes]: dtype {codes.dtype} is not an integer type")
+        if codes.dim() != 2:
+            raise InvalidArgument(f"open.inputs[codes]: expected [T, {config.num_quantizers}] (frames, code "
+                                  f"groups), got shape {tuple(codes.shape)}")
+        if codes.shape[1] != config.num_quantizers:
+            raise InvalidArgument(f"open.inputs[codes]: {codes.shape[1]} code groups (dim 1), the model has "
+                                  f"{config.num_quantizers}")
+        num_context = item.chunk.num_context if item.chunk is not None else 0
+        if codes.shape[0] == 0 or not 0 <= num_context < codes.shape[0]:
+            raise InvalidArgument(f"open.chunk.num_context: {num_context} context frames leave no new frame in a "
+                                  f"window of {codes.shape[0]} frames (open.inputs[codes] dim 0)")
+        low, high = int(codes.min()), int(codes.max())
+        if low < 0 or high >= config.codebook_size:
+            raise InvalidArgument(f"open.inputs[codes]: values must be in [0, {config.codebook_size}), "
+                                  f"got [{low}, {high}]")
+        return codes.shape[0], Window(codes.to(torch.int64), num_context)
+
+    def run(self, key: int, payloads: list[Window]) -> list[dict[str, torch.Tensor]]:
+        """One forward over the batch: codes [B, T, Q] -> per window {"audio": float32 [S]}."""
+        codes = torch.stack([w.codes for w in payloads]).to(self.device)  # [B, T, Q]
+        wavs = self.model.decode_windows(codes, [w.num_context for w in payloads])
+        return [{"audio": w.to(device="cpu", dtype=torch.float32, copy=True)} for w in wavs]

@@ -1,0 +1,77 @@
+"""Several components in one service process (co-location, DESIGN 2): the text encoders,
+the DiT and the VAE of one SD3 checkpoint behind one `starmesh serve sd3` process.
+
+`Colocated` routes each node run to the component that hosts the node; one engine
+step steps every member that has work and returns their events as one batch.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from services.items import OutboundEvent
+from transport.errors import InvalidArgument
+
+
+class Colocated:
+    def __init__(self, components: list[Any], name: str = "") -> None:
+        self.components = list(components)
+        self.name = name or "+".join(c.name for c in self.components)
+        self.by_node: dict[str, Any] = {}
+        for component in self.components:
+            for node in component.nodes:
+                if node in self.by_node:
+                    raise ValueError(f"node {node} is hosted by both {self.by_node[node].name} and {component.name}")
+                self.by_node[node] = component
+        self.nodes = tuple(self.by_node)
+
+    def _owner(self, node: str, where: str):
+        if node not in self.by_node:
+            raise InvalidArgument(f"{where}.node {node!r}: {self.name} runs {list(self.nodes)}")
+        return self.by_node[node]
+
+    def open(self, item, inputs) -> None:
+        self._owner(item.node, "open").open(item, inputs)
+
+    def push(self, item, tensors) -> None:
+        self._owner(item.node, "push").push(item, tensors)
+
+    def cancel(self, request_id: str) -> None:
+        for component in self.components:
+            component.cancel(request_id)
+
+    def has_work(self) -> bool:
+        return any(c.has_work() for c in self.components)
+
+    def step(self) -> list[OutboundEvent]:
+        return [ev for c in self.components if c.has_work() for ev in c.step()]
+
+    def ready(self) -> bool:
+        return all(c.ready() for c in self.components)
+
+    def close(self) -> None:
+        for component in self.components:
+            component.close()
+
+
+def make_sd3(checkpoint: str, dtype: str = "float32", device: str = "cpu", max_batch_size: int = 8,
+             nodes: list[str] | None = None) -> Colocated:
+    """Text encoders + DiT + VAE of `checkpoint` in one process (`starmesh serve sd3`);
+    `nodes` keeps only the components hosting those nodes (e.g. ["denoise_cond", ...])."""
+    from services.dit.denoiser import DitComponent
+    from services.dit.text import TextEncoderComponent
+    from services.dit.vae import VaeComponent
+
+    kinds = {"text_encoder": TextEncoderComponent.nodes_of(), "dit": DitComponent.nodes, "vae": VaeComponent.nodes}
+    wanted = set(nodes) if nodes else {n for group in kinds.values() for n in group}
+    unknown = wanted - {n for group in kinds.values() for n in group}
+    if unknown:
+        raise InvalidArgument(f"nodes {sorted(unknown)} are not SD3 nodes")
+    components = []
+    if wanted & set(kinds["text_encoder"]):
+        components.append(TextEncoderComponent.from_checkpoint(checkpoint, dtype, device,
+                                                               max_batch_size=max_batch_size))
+    if wanted & set(kinds["dit"]):
+        components.append(DitComponent.from_checkpoint(checkpoint, dtype, device, max_batch_size))
+    if wanted & set(kinds["vae"]):
+        components.append(VaeComponent.from_checkpoint(checkpoint, dtype, device))
+    return Colocated(components, "sd3")

@@ -1,0 +1,103 @@
+"""Qwen3-Omni speech through real services (DESIGN 5, notes 5 and 9.1): the mesh equals
+the in-process runner split and co-located, concurrent requests keep their solo
+results, a cancelled request frees KV blocks and leases, and a dead code2wav fails only
+its requests while thinker and talker keep serving."""
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+import torch
+
+from client.speech import speak, speak_stream
+from engine.tiny_omni import chat_prompt
+from pipelines.qwen3_omni.requests import SpeechRequest
+from pipelines.qwen3_omni.runner import SpeechRunner
+from tests.e2e.speech_mesh import CHUNK, LEFT, run, start_mesh, stop_mesh
+from tests.fixtures import registry
+from tests.fixtures.services import describe, wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+PROMPTS = ["Hello there", "abc", "Tell me", "sing"]
+PARAMS = {"max_new_tokens": 16, "max_frames": 40}
+
+
+@pytest.fixture(scope="module")
+def mesh(tiny_omni):
+    mesh = start_mesh(str(tiny_omni))
+    yield mesh
+    stop_mesh(mesh)
+
+
+@pytest.fixture(scope="module")
+def expected(tiny_omni):
+    runner = SpeechRunner.from_checkpoint(str(tiny_omni))
+    reqs = [SpeechRequest(f"ref{i}", chat_prompt(p), max_text_tokens=16, max_frames=40, chunk_size=CHUNK,
+                          left_context=LEFT) for i, p in enumerate(PROMPTS)]
+    return runner.generate(reqs)
+
+
+def _check(summary, ref) -> None:
+    assert summary.text_ids == ref.text_ids
+    assert summary.codec_codes == ref.frames
+    assert summary.num_chunks == len(ref.chunks)
+    torch.testing.assert_close(torch.cat(summary.chunks), ref.audio, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("model", ["omni", "omni-colo"])
+def test_mesh_equals_the_inprocess_runner(model, mesh, expected):
+    before = dict(mesh.executor(model).num_dispatched)
+    summary = run(speak(mesh.conductor.address, model, chat_prompt(PROMPTS[0]), PARAMS))
+    _check(summary, expected[0])
+    assert summary.ttfa_ms is not None and summary.audio_s > 0
+    sent = mesh.executor(model).num_dispatched.get("code2wav", 0) - before.get("code2wav", 0)
+    if model == "omni-colo":
+        assert sent == 0  # the talker -> code2wav edge never leaves the talker+codec process
+    else:
+        assert sent == len(expected[0].chunks)
+
+
+def test_concurrent_streaming_requests_get_their_solo_results(mesh, expected):
+    async def main():
+        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(8)]
+        return await asyncio.gather(*(speak(mesh.conductor.address, "omni" if i % 2 else "omni-colo",
+                                            chat_prompt(p), PARAMS) for i, p in enumerate(prompts)))
+
+    for i, summary in enumerate(run(main())):
+        _check(summary, expected[i % len(PROMPTS)])
+
+
+def test_cancel_mid_audio_frees_kv_blocks_and_leases(mesh):
+    async def main():
+        params = {"max_new_tokens": 16, "max_frames": 200, "min_frames": 200}  # long audio
+        async for ev in speak_stream(mesh.conductor.address, "omni", chat_prompt("abc"), params):
+            if ev.kind == "audio":
+                return True  # leaving the iterator cancels the call mid-audio
+        return False
+
+    assert run(main())
+    for name in ("thinker", "talker"):
+        assert wait_until(lambda: mesh.load(name)["kv_blocks_used"] == 0, 10), mesh.load(name)
+    # the leak check after this test verifies every service's arena is empty
+
+
+def test_dead_code2wav_fails_its_request_and_the_rest_keep_serving(mesh, expected):
+    codec = mesh.procs["codec"]
+
+    async def kill_mid_stream():
+        params = {"max_new_tokens": 16, "max_frames": 200, "min_frames": 200}
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            async for ev in speak_stream(mesh.conductor.address, "omni", chat_prompt("abc"), params):
+                if ev.kind == "audio" and codec.proc.poll() is None:
+                    codec.kill()
+        return failure.value
+
+    error = run(kill_mid_stream())
+    assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+    # thinker and talker keep serving: the co-located model does not use the codec service
+    _check(run(speak(mesh.conductor.address, "omni-colo", chat_prompt(PROMPTS[0]), PARAMS)), expected[0])
+    codec.start()  # back on its port (its start sweeps the dead one's arena)
+    registry.register(codec.address, describe(codec.address).arena)
+    _check(run(speak(mesh.conductor.address, "omni", chat_prompt(PROMPTS[0]), PARAMS)), expected[0])

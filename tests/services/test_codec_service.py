@@ -1,0 +1,162 @@
+"""The codec (code2wav) as a real gRPC service: windows decode to decode_window's audio,
+chunks of several requests are batched, bad windows are INVALID_ARGUMENT naming the
+field and the service keeps serving."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.models.code2wav import Code2Wav
+from engine.stateless_engine import StatelessConfig
+from services.codec.component import CodecComponent
+from services.items import ChunkInfo, NodeDone, NodeError, NodeOutput, OpenNode, Release
+from services.registry import resolve_factory
+from tests.fixtures import registry
+from tests.fixtures.services import RunStream, start_in_process
+from transport.codec import inline_ref
+from transport.config import TransportConfig
+from transport.errors import InvalidArgument
+from transport.transport import Transport
+
+pytestmark = pytest.mark.timeout(120)
+
+CODEBOOK, NUM_GROUPS = 64, 4
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    from engine.tiny_omni import make_tiny_omni
+
+    return Code2Wav.from_checkpoint(make_tiny_omni(tmp_path_factory.mktemp("omni"), with_tokenizer=False))
+
+
+@pytest.fixture(scope="module")
+def codec(model):
+    """An in-process codec service sharing the module's model."""
+    server = start_in_process(CodecComponent(model, StatelessConfig(max_batch_size=8)))
+    registry.register(server.address, server.hosted.transport.arena_name)
+    yield server
+    registry.unregister(server.address)
+    server.stop()
+
+
+def codes(num_frames: int, seed: int) -> torch.Tensor:  # [T, Q]
+    return torch.randint(0, CODEBOOK, (num_frames, NUM_GROUPS), generator=torch.Generator().manual_seed(seed))
+
+
+def open_window(rid: str, window: torch.Tensor, num_context: int = 0, iteration=(0,)) -> OpenNode:
+    chunk = ChunkInfo(start=0, num_context=num_context) if num_context else None
+    return OpenNode(request_id=rid, node="code2wav", iteration=iteration, inputs={"codes": inline_ref(window)},
+                    chunk=chunk)
+
+
+def collect(stream: RunStream, num_runs: int, consumer: Transport, kinds: dict | None = None) -> tuple[dict, dict]:
+    """(request_id -> audio, request_id -> NodeError) once num_runs runs have ended;
+    audio is copied out of the service's arena and its lease released. `kinds` gets
+    each audio reference's kind (inline, shm)."""
+    audio, errors, done = {}, {}, set()
+    kinds = {} if kinds is None else kinds
+    while len(done) + len(errors) < num_runs:
+        for ev in stream.events():
+            if isinstance(ev, NodeOutput):
+                ref = ev.tensors["audio"]
+                resolved = consumer.resolve(ref)
+                audio[ev.request_id] = resolved.tensor.clone()
+                kinds[ev.request_id] = ref.kind
+                resolved.close()
+                if ref.kind == "shm":
+                    stream.send(Release(ev.request_id, (ref.lease_id,)))
+            elif isinstance(ev, NodeDone):
+                done.add(ev.request_id)
+            elif isinstance(ev, NodeError):
+                errors[ev.request_id] = ev
+    return audio, errors
+
+
+@pytest.fixture
+def consumer():
+    transport = Transport(TransportConfig(host_id="test-host"))
+    yield transport
+    transport.close()
+
+
+def test_registered_as_codec():
+    assert resolve_factory("codec") == CodecComponent.from_checkpoint
+
+
+def test_a_window_decodes_to_decode_window_audio(codec, model, consumer):
+    window = codes(35, seed=1)  # 10 new frames after 25 of context: 73 KiB of audio, through the arena
+    with RunStream(codec.address) as stream:
+        stream.send(open_window("one", window, num_context=25, iteration=(3,)))
+        kinds = {}
+        audio, errors = collect(stream, 1, consumer, kinds)
+    assert not errors and kinds == {"one": "shm"}
+    want = model.decode_window(window, 25)
+    assert audio["one"].dtype == torch.float32 and audio["one"].shape == want.shape == (10 * 1920 - 555,)
+    assert torch.allclose(audio["one"], want, atol=1e-7)
+
+
+def test_chunks_of_several_requests_are_batched_and_equal_solo(codec, model, consumer):
+    engine = codec.hosted.component.engine
+    items, steps = engine.num_items, engine.num_steps
+    windows = {f"r{i}": (codes(8 if i % 2 else 6, seed=10 + i), i % 3) for i in range(6)}
+    with RunStream(codec.address) as stream:
+        stream.send(*[open_window(rid, w, n) for rid, (w, n) in windows.items()])
+        audio, errors = collect(stream, len(windows), consumer)
+    assert not errors and sorted(audio) == sorted(windows)
+    assert engine.num_items - items == 6
+    print(f"\n6 windows (3 of 6 frames, 3 of 8) ran in {engine.num_steps - steps} engine steps")
+    assert engine.num_steps - steps < 6  # windows of equal length shared a forward
+    for rid, (w, n) in windows.items():
+        assert torch.allclose(audio[rid], model.decode_window(w, n), atol=1e-6), rid
+
+
+BAD_WINDOWS = [
+    ("groups", codes(4, 0)[:, :3], 0, "code groups"),
+    ("too-high", codes(4, 0).index_fill(0, torch.tensor([2]), CODEBOOK), 0, "values must be in [0, 64)"),
+    ("negative", codes(4, 0).index_fill(0, torch.tensor([1]), -1), 0, "values must be in"),
+    ("empty", codes(0, 0), 0, "open.chunk.num_context"),
+    ("all-context", codes(4, 0), 4, "open.chunk.num_context"),
+    ("float", codes(4, 0).float(), 0, "dtype"),
+    ("rank", codes(4, 0).reshape(-1), 0, "open.inputs[codes]"),
+]
+
+
+@pytest.mark.parametrize("rid,window,num_context,expected", BAD_WINDOWS, ids=[b[0] for b in BAD_WINDOWS])
+def test_bad_windows_are_invalid_argument_and_the_service_keeps_serving(codec, model, consumer, rid, window,
+                                                                       num_context, expected):
+    with RunStream(codec.address) as stream:
+        stream.send(open_window(rid, window, num_context))
+        _, errors = collect(stream, 1, consumer)
+        assert errors[rid].status == "INVALID_ARGUMENT" and expected in errors[rid].message, errors[rid].message
+        good = codes(5, seed=3)
+        stream.send(open_window("after", good, 1))
+        audio, errors = collect(stream, 1, consumer)
+    assert not errors and torch.allclose(audio["after"], model.decode_window(good, 1), atol=1e-7)
+
+
+def test_cancel_drops_queued_windows_and_a_failing_window_fails_alone(model, monkeypatch):
+    component = CodecComponent(model)
+    for rid in ("keep", "drop", "bad"):
+        component.open(open_window(rid, codes(3, seed=5)), {"codes": codes(3, seed=5)})
+    component.cancel("drop")
+    assert component.engine.num_queued == 2
+    real = model.decode_windows
+
+    def flaky(batch, num_context):  # fails any batch holding the window marked with code 63 in frame 0
+        if (batch[:, 0, 0] == CODEBOOK - 1).any():
+            raise InvalidArgument("flaky window")
+        return real(batch, num_context)
+
+    monkeypatch.setattr(model, "decode_windows", flaky)
+    component.engine.queue[1].payload.codes[0, 0] = CODEBOOK - 1  # "bad"
+    events = component.step()
+    assert [(type(e).__name__, e.request_id) for e in events] == [
+        ("NodeOutput", "keep"), ("NodeDone", "keep"), ("NodeError", "bad")]
+    assert events[2].status == "INVALID_ARGUMENT" and "flaky window" in events[2].message
+    assert all(e.iteration == (0,) for e in events)
+    assert not component.has_work()
+    with pytest.raises(InvalidArgument, match="open.node"):
+        component.open(OpenNode(request_id="x", node="talker"), {})
+    with pytest.raises(InvalidArgument, match="needs 'codes'"):
+        component.open(OpenNode(request_id="x", node="code2wav"), {})
