@@ -65,7 +65,8 @@ def omni_config(**talker_overrides):
     code2wav = dict(codebook_size=CODEBOOK, hidden_size=32, num_attention_heads=2, num_key_value_heads=2,
                     intermediate_size=64, num_hidden_layers=2, sliding_window=8, num_quantizers=NUM_CODE_GROUPS,
                     decoder_dim=32, upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2],
-                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, initializer_range=0.05)
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                    initializer_range=0.1)  # 0.05 gives 1e-4 peaks; 0.1 gives audio-like levels (~0.15)
     return tf.Qwen3OmniMoeConfig(
         thinker_config=thinker, talker_config=talker, code2wav_config=code2wav, enable_audio_output=True,
         im_start_token_id=TOKENS["<|im_start|>"], im_end_token_id=TOKENS["<|im_end|>"],
