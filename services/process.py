@@ -12,13 +12,23 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 
 class ServiceProcess:
+    """`log` (a callable taking one line) gets the process's stdout and stderr, each line
+    prefixed with its name; without it the child writes to ours directly. `command` is
+    the starmesh subcommand (`serve`, or `conductor` with the deployment as `component`'s
+    place taken by args)."""
+
     def __init__(self, component: str, args: list[str] = (), env: dict[str, str] | None = None,
-                 name: str | None = None, start_timeout_s: float = 60.0, port: int = 0) -> None:
+                 name: str | None = None, start_timeout_s: float = 60.0, port: int = 0,
+                 command: str = "serve", log=None) -> None:
         self.component = component
+        self.command = command
+        self.log = log
+        self._reader: threading.Thread | None = None
         self.args = list(args)
         self.env = {**os.environ, **(env or {})}
         self.name = name or component.rsplit(":", 1)[-1]
@@ -37,12 +47,33 @@ class ServiceProcess:
 
     def start(self) -> "ServiceProcess":
         """Starts the process and waits until it is SERVING (its port file appears)."""
+        return self.launch().wait_serving()
+
+    def launch(self) -> "ServiceProcess":
+        """Starts the process without waiting (several start in parallel, then wait_serving)."""
         port_file = os.path.join(self._tmp.name, "port")
         if os.path.exists(port_file):
             os.unlink(port_file)
-        cmd = [sys.executable, "-m", "client", "serve", self.component, "--port", str(self.port or 0),
+        target = [self.component] if self.component else []
+        cmd = [sys.executable, "-m", "client", self.command, *target, "--port", str(self.port or 0),
                "--port-file", port_file, *self.args]
-        self.proc = subprocess.Popen(cmd, env=self.env)
+        self._cmd = cmd
+        if self.log is None:
+            self.proc = subprocess.Popen(cmd, env=self.env)
+        else:
+            self.proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         text=True, bufsize=1)
+            self._reader = threading.Thread(target=self._relay, daemon=True, name=f"log-{self.name}")
+            self._reader.start()
+        return self
+
+    def _relay(self) -> None:
+        for line in self.proc.stdout:
+            self.log(f"{self.name} | {line.rstrip()}")
+
+    def wait_serving(self) -> "ServiceProcess":
+        port_file = os.path.join(self._tmp.name, "port")
+        cmd = self._cmd
         deadline = time.monotonic() + self.start_timeout_s
         while not os.path.exists(port_file):
             if self.proc.poll() is not None:

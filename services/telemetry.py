@@ -1,8 +1,9 @@
 """OpenTelemetry for one process (DESIGN section 9).
 
 One `Telemetry` per hosted service: a TracerProvider whose Resource carries
-`service.name`, an OTLP gRPC exporter only when OTEL_EXPORTER_OTLP_ENDPOINT is
-set, nothing at all when OTEL_SDK_DISABLED=true. Tests pass extra span
+`service.name`, an OTLP gRPC exporter when OTEL_EXPORTER_OTLP_ENDPOINT is set, another
+to `starmesh up`'s local trace store when STARMESH_TRACE_STORE is set (spans go to
+both), nothing at all when OTEL_SDK_DISABLED=true. Tests pass extra span
 processors (an InMemorySpanExporter) and may host several services in one
 process, so nothing here touches the global provider unless asked to
 (`install_global`, used by `starmesh serve`).
@@ -40,6 +41,9 @@ def _untraced_rpc():
     return any_of(method_name("Run"), service_prefix("grpc.health."), service_prefix("grpc.reflection."))
 
 
+TRACE_STORE_ENV = "STARMESH_TRACE_STORE"  # host:port of the local OTLP trace store
+
+
 def is_sdk_disabled(environ: Mapping[str, str] | None = None) -> bool:
     env = os.environ if environ is None else environ
     return env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
@@ -66,10 +70,13 @@ class Telemetry:
             # shutdown_on_exit=False: shutdown() is explicit, and an atexit hook would shut
             # down processors a test shares between several in-process services.
             provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-            if env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
+            if env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
                 self._owned.append(BatchSpanProcessor(OTLPSpanExporter()))
+            if env.get(TRACE_STORE_ENV):  # `starmesh up`'s local trace store, besides any collector
+                store = OTLPSpanExporter(endpoint=env[TRACE_STORE_ENV], insecure=True)
+                self._owned.append(BatchSpanProcessor(store, schedule_delay_millis=200))
             for proc in [*self._owned, *span_processors]:
                 provider.add_span_processor(proc)
             self.tracer_provider = provider

@@ -1,0 +1,1 @@
+"""Running a whole deployment: `starmesh up`, its processes, checkpoints and trace store."""

@@ -1,0 +1,68 @@
+"""Checkpoints of a deployment: a path as given, or a tiny built-in one built on first
+use into the cache ($STARMESH_CACHE, default ~/.cache/starmesh) and reused after.
+
+Building writes into a temporary directory renamed into place only when complete, under
+an flock, so two `starmesh up` started together build once and never see half a
+checkpoint.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from graph.errors import GraphError
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("STARMESH_CACHE") or Path.home() / ".cache" / "starmesh")
+
+
+def resolve(spec: dict, log=lambda msg: print(msg, file=sys.stderr, flush=True)) -> Path:
+    """The checkpoint directory for one `checkpoints:` entry (building a tiny one if needed)."""
+    if "path" in spec:
+        path = Path(spec["path"]).expanduser()
+        if not (path / "config.json").is_file() and not (path / "model_index.json").is_file():
+            raise GraphError(f"checkpoint {path} has no config.json / model_index.json")
+        return path
+    return tiny(spec["tiny"], log)
+
+
+def tiny(kind: str, log) -> Path:
+    from client.commands.make_tiny import BUILDERS
+
+    if kind not in BUILDERS:
+        raise GraphError(f"tiny checkpoint kind {kind!r} is unknown (have {sorted(BUILDERS)})")
+    root = cache_root() / "tiny"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / kind
+    if final.is_dir():
+        return final
+    with open(root / f".{kind}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if final.is_dir():  # built by another process while we waited
+            return final
+        return _build(kind, final, log)
+
+
+def _build(kind: str, final: Path, log) -> Path:
+    import importlib
+
+    from client.commands.make_tiny import BUILDERS
+
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    module, _, func = BUILDERS[kind].partition(":")
+    log(f"building the tiny {kind} checkpoint in {final} (first use only) ...")
+    t0 = time.perf_counter()
+    build = getattr(importlib.import_module(module), func)
+    try:
+        build(tmp, **({"kind": kind} if func == "make_tiny_text" else {}))
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"built the tiny {kind} checkpoint in {time.perf_counter() - t0:.1f} s")
+    return final

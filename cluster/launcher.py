@@ -1,0 +1,128 @@
+"""Starts a deployment's processes, waits until they are SERVING, stops them cleanly.
+
+    with Cluster(ClusterSpec.load(path)) as cluster:
+        print(cluster.conductor_address)
+
+Every service replica is `starmesh serve <component>` on its endpoint's port and the
+conductor `starmesh conductor --deployment FILE`; each child's output is relayed line by
+line, prefixed with its name. Stop: SIGTERM to the conductor, then every service (each
+drains and unlinks its arena), SIGKILL for any that outlive the grace period.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from cluster.checkpoints import resolve
+from cluster.spec import ClusterSpec
+from services.process import ServiceProcess
+from services.telemetry import TRACE_STORE_ENV
+
+_print_lock = threading.Lock()
+
+
+def print_line(line: str) -> None:
+    with _print_lock:
+        print(line, flush=True)
+
+
+class Cluster:
+    def __init__(self, spec: ClusterSpec, deployment: str | Path, trace_store: str = "", log=print_line,
+                 start_timeout_s: float = 180.0) -> None:
+        self.spec = spec
+        self.deployment = str(deployment)
+        self.log = log
+        self.start_timeout_s = start_timeout_s
+        self.env = dict(os.environ)
+        if trace_store:
+            self.env[TRACE_STORE_ENV] = trace_store
+        self.services: list[ServiceProcess] = []
+        self.conductor: ServiceProcess | None = None
+        self.checkpoints: dict[str, Path] = {}
+
+    @property
+    def conductor_address(self) -> str:
+        return self.conductor.address
+
+    def start(self) -> "Cluster":
+        t0 = time.perf_counter()
+        try:
+            self.checkpoints = {n: resolve(ck, lambda m: self.log(f"starmesh | {m}"))
+                                for n, ck in self.spec.checkpoints.items()}
+            for s in self.spec.services.values():
+                for i, endpoint in enumerate(s.replicas):
+                    name = s.name if len(s.replicas) == 1 else f"{s.name}-{i}"
+                    self.services.append(self._service(s, name, endpoint).launch())
+            for proc in self.services:
+                proc.wait_serving()
+            host, _, port = self.spec.conductor.rpartition(":")
+            self.conductor = ServiceProcess("", ["--deployment", self.deployment, "--host", host], self.env,
+                                            "conductor", self.start_timeout_s, int(port), "conductor", self.log)
+            self.conductor.launch().wait_serving()
+        except BaseException:
+            self.stop()
+            raise
+        self.log(f"starmesh | cluster {self.spec.name!r} up in {time.perf_counter() - t0:.1f} s")
+        return self
+
+    def _service(self, s, name: str, endpoint: str) -> ServiceProcess:
+        host, _, port = endpoint.rpartition(":")
+        args = ["--host", host]
+        if s.checkpoint:
+            args += ["--checkpoint", str(self.checkpoints[s.checkpoint])]
+        if s.host_id:
+            args += ["--host-id", s.host_id]
+        if s.mooncake:
+            args += ["--mooncake"]
+        if s.transport_mode != "auto":
+            args += ["--transport-mode", s.transport_mode]
+        for key, value in s.options.items():  # `serve` parses each value as JSON when it can
+            args += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+        return ServiceProcess(s.component, args, self.env, name, self.start_timeout_s, int(port), log=self.log)
+
+    def endpoints(self) -> dict[str, str]:
+        out = {"conductor": self.conductor.address} if self.conductor and self.conductor.port else {}
+        return {**out, **{p.name: p.address for p in self.services if p.port}}
+
+    def stop(self) -> None:
+        """Conductor first (no new work reaches the services), then every service."""
+        procs = ([self.conductor] if self.conductor else []) + self.services
+        for proc in procs:
+            if proc.proc is not None and proc.proc.poll() is None:
+                proc.proc.terminate()
+        for proc in procs:
+            proc.stop(timeout_s=20)
+            proc._tmp.cleanup()
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def write_deployment(spec_dict: dict, directory: str | None = None) -> Path:
+    """A deployment mapping as a YAML file (for generated deployments, e.g. free ports)."""
+    fd, path = tempfile.mkstemp(prefix="starmesh-deploy-", suffix=".yaml", dir=directory)
+    with os.fdopen(fd, "w") as f:
+        yaml.safe_dump(spec_dict, f, sort_keys=False)
+    return Path(path)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def eprint(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)

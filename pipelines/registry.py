@@ -1,0 +1,41 @@
+"""Pipelines by name: what a deployment's `models.<name>.pipeline` builds.
+
+A builder takes (model name, Placement, **options) and returns the conductor's
+ServedModel; imports happen only when a deployment uses the pipeline.
+"""
+from __future__ import annotations
+
+import importlib
+
+from graph.errors import GraphError
+
+BUILDERS = {
+    "qwen3_omni": "pipelines.qwen3_omni.model:speech_model",
+    "text_to_image": "pipelines.registry:text_to_image_model",
+    "text": "pipelines.registry:text_model",
+}
+
+
+def build_model(pipeline: str, name: str, placement, options: dict):
+    if pipeline not in BUILDERS:
+        raise GraphError(f"pipeline {pipeline!r} is unknown (have {sorted(BUILDERS)})")
+    module, _, attr = BUILDERS[pipeline].partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)(name, placement, **options)
+    except TypeError as e:  # an option the builder does not take
+        raise GraphError(f"models.{name}.options: {e}") from None
+
+
+def text_to_image_model(name: str, placement, fused: bool = False, max_steps: int | None = None):
+    from conductor.model import ServedModel
+    from pipelines.text_to_image import DENOISE_LOOP, text_to_image_graph
+
+    graph = text_to_image_graph(name, fused=fused, **({"max_steps": max_steps} if max_steps else {}))
+    return ServedModel(name, graph, placement, inner_loops={DENOISE_LOOP} if fused else ())
+
+
+def text_model(name: str, placement, max_new_tokens: int = 4096):
+    from conductor.model import ServedModel
+    from pipelines.text_generation import DECODE_LOOP, text_generation_graph
+
+    return ServedModel(name, text_generation_graph(max_new_tokens, name=name), placement, {DECODE_LOOP})
