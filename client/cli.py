@@ -9,7 +9,9 @@ import sys
 # Later issues append their subcommand modules here.
 COMMANDS = ("client.commands.version", "client.commands.serve", "client.commands.health", "client.commands.generate",
             "client.commands.make_tiny",
-            "client.commands.imagine")
+            "client.commands.imagine", "client.commands.conductor", "client.commands.up",
+            "client.commands.status", "client.commands.trace",
+            "client.commands.speak")
 
 
 def build_parser() -> argparse.ArgumentParser:
