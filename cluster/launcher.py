@@ -95,10 +95,11 @@ class Cluster:
         """Conductor first (no new work reaches the services), then every service."""
         procs = ([self.conductor] if self.conductor else []) + self.services
         for proc in procs:
-            if proc.proc is not None and proc.proc.poll() is None:
-                proc.proc.terminate()
+            proc.terminate()
         for proc in procs:
-            proc.stop(timeout_s=20)
+            rc = proc.stop(timeout_s=20)
+            if rc not in (0, None):
+                self.log(f"starmesh | {proc.name} exited with {rc}")
             proc._tmp.cleanup()
 
     def __enter__(self) -> "Cluster":

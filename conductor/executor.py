@@ -35,7 +35,7 @@ class RequestFailed(StarmeshError):
 class Executor:
     def __init__(self, graph: WalkGraph, route: Route, inner_loops=frozenset(), materialize=None,
                  tracer: trace.Tracer | None = None, speculate: bool = True, max_backlog: int = 256,
-                 colocated=lambda src, dst, walk: False) -> None:
+                 colocated=lambda src, dst, walk: False, consumer_hosts=lambda node, walk: ()) -> None:
         """colocated(src, dst, walk): both nodes run in one process, so a streaming edge between
         them may be handed over there (WalkScope.local_in)."""
         self.graph = graph
@@ -43,6 +43,7 @@ class Executor:
         speculative = frozenset(n.name for n in graph.nodes if n.speculative and speculate)
         self.scopes = {w.name: WalkScope(w, frozenset(inner_loops), speculative, colocated) for w in graph.walks}
         self.num_dispatched: dict[str, int] = {}  # node -> node runs and pushes sent, over all requests
+        self.consumer_hosts = consumer_hosts  # (node, walk) -> host ids its outputs go to
         self.num_wasted = 0  # speculative runs discarded at a stop, over all requests
         self.max_backlog = max_backlog  # outputs held for a client that does not read
         self._outbox: dict[str, tuple[Any, list]] = {}  # target name -> (target, items) of this round
@@ -124,7 +125,7 @@ class Executor:
                     run.targets[(d.node, d.iteration)] = target
                 self.num_dispatched[d.node] = self.num_dispatched.get(d.node, 0) + 1
                 self._send(target, run_item(run.request_id, run.walk, d, run.params, target.convert,
-                                            traceparent, run.state.scope))
+                                            traceparent, run.state.scope, self.consumer_hosts(d.node, run.walk)))
             for node, tag, port, amount in run.state.credits.replenish():
                 self._send(run.targets[(node, tag)], Credit(run.request_id, node, port, amount, tag))
             if not run.state.is_complete:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import AsyncIterator
 
 from conductor.executor import Executor
@@ -66,6 +67,8 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
 
     executor = Executor(graph, route, inner_loops, _materialize, tracer, speculate=speculate,
                         colocated=placement.is_colocated)
+    executor.consumer_hosts = functools.lru_cache(maxsize=None)(
+        lambda node, walk: consumer_hosts(executor.scopes[walk], placement, targets, node, walk))
     try:
         for spec in placement.services.values():
             for endpoint in spec.replicas:
@@ -74,3 +77,19 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
     finally:
         for target in targets.values():
             await target.close()
+
+
+def consumer_hosts(scope, placement: Placement, targets: dict, node: str, walk: str) -> tuple[str, ...]:
+    """Host ids of every replica that may consume `node`'s outputs in `walk`, and the
+    client's marker when a walk output reads them (the transport picks inline, shm or
+    Mooncake from these)."""
+    from graph.node import WALK_OUTPUT
+    from transport.config import CLIENT_HOST
+
+    hosts = set()
+    for edge in scope.out_edges[node]:
+        if edge.dst_node == WALK_OUTPUT:
+            hosts.add(CLIENT_HOST)
+        else:
+            hosts |= {targets[ep].host_id for ep in placement.service_for(edge.dst_node, walk).replicas}
+    return tuple(sorted(h for h in hosts if h))

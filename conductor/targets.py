@@ -101,12 +101,17 @@ class RemoteTarget:
         self._tasks: list[asyncio.Task] = []
         self.broken: BaseException | None = None
         self.num_reconnects = 0
+        self.host_id = ""  # the replica's transport host id (Describe), for transport choice
 
     async def start(self) -> "RemoteTarget":
         from client.component_client import ComponentClient
 
         self.client = ComponentClient(*self._client_args)
         await self.client.__aenter__()
+        try:
+            self.host_id = (await self.client.describe(timeout_s=5)).host_id
+        except Exception:  # noqa: BLE001 - a replica that cannot answer breaks on the stream
+            pass
         self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._write())]
         return self
 
@@ -168,7 +173,8 @@ class RemoteTarget:
             await self.client.close()
 
 
-def run_item(request_id: str, walk: str, dispatch, params: dict, convert, traceparent: str = "", scope=None):
+def run_item(request_id: str, walk: str, dispatch, params: dict, convert, traceparent: str = "", scope=None,
+             consumer_host_ids: tuple[str, ...] = ()):
     """The Run item for a dispatch: an OpenNode, or a PushChunk into an open loop run."""
     from services.items import ChunkInfo, PushChunk, StopRule, StreamInput
 
@@ -189,8 +195,8 @@ def run_item(request_id: str, walk: str, dispatch, params: dict, convert, tracep
     stream = StreamInput(pushed.dst_port, pushed.continue_after_producer_done) if pushed is not None else None
     return OpenNode(
         request_id, dispatch.node, walk, dispatch.iteration, named_parts(dispatch.inputs, convert),
-        params, stop, traceparent, credits=dispatch.credits, chunk=chunk, stream=stream,
-        local_streams=local_streams(scope, dispatch),
+        params, stop, traceparent, consumer_host_ids=consumer_host_ids, credits=dispatch.credits, chunk=chunk,
+        stream=stream, local_streams=local_streams(scope, dispatch),
     )
 
 

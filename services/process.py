@@ -29,6 +29,7 @@ class ServiceProcess:
         self.command = command
         self.log = log
         self._reader: threading.Thread | None = None
+        self._terminated = False
         self.args = list(args)
         self.env = {**os.environ, **(env or {})}
         self.name = name or component.rsplit(":", 1)[-1]
@@ -54,6 +55,7 @@ class ServiceProcess:
         port_file = os.path.join(self._tmp.name, "port")
         if os.path.exists(port_file):
             os.unlink(port_file)
+        self._terminated = False
         target = [self.component] if self.component else []
         cmd = [sys.executable, "-m", "client", self.command, *target, "--port", str(self.port or 0),
                "--port-file", port_file, *self.args]
@@ -86,11 +88,18 @@ class ServiceProcess:
             self.port = int(f.read())
         return self
 
+    def terminate(self) -> None:
+        """Sends SIGTERM once: a second one during the graceful stop would kill the
+        process before it unlinks its arena."""
+        if self.proc is not None and self.proc.poll() is None and not self._terminated:
+            self._terminated = True
+            self.proc.send_signal(signal.SIGTERM)
+
     def stop(self, timeout_s: float = 20.0) -> int | None:
         """SIGTERM (graceful: drain, unlink the arena), then SIGKILL after `timeout_s`."""
         if self.proc is None or self.proc.poll() is not None:
             return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
+        self.terminate()
         try:
             return self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:

@@ -36,6 +36,7 @@ class NodeRun:
     spans: list[trace.Span] = field(default_factory=list)
     credits: dict[str, int] = field(default_factory=dict)  # output port -> items it may still emit
     is_parked: bool = False
+    consumer_host_ids: tuple[str, ...] = ()  # where this run's outputs go (transport choice)
 
     @property
     def has_credit(self) -> bool:
@@ -82,6 +83,7 @@ class RequestTable:
         self.streams.setdefault(stream_id, set()).add(item.request_id)
         run = self.runs.setdefault((item.request_id, item.node, item.iteration), NodeRun())
         run.credits.update(item.credits)
+        run.consumer_host_ids = item.consumer_host_ids
         span = self._tracer.start_span(
             f"node {item.node}",
             context=extract_context(item.traceparent, item.tracestate),

@@ -282,11 +282,12 @@ class StepLoop:
         if state is None:
             return  # cancelled or its stream ended meanwhile: nobody to tell
         if isinstance(ev, NodeOutput):
+            found = self._table.run_of(ev.request_id, ev.node, ev.iteration)
+            hosts = found[1].consumer_host_ids if found else state.consumer_host_ids
             try:
                 refs = {
-                    name: self.transport.export(
-                        t, request_id=ev.request_id, carrier=state.stream_id, consumer_host_ids=state.consumer_host_ids
-                    )
+                    name: self.transport.export(t, request_id=ev.request_id, carrier=state.stream_id,
+                                                consumer_host_ids=hosts)
                     for name, t in ev.tensors.items()
                 }
             except Exception as e:

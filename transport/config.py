@@ -6,6 +6,9 @@ import socket
 from dataclasses import dataclass, field
 
 MODES = ("auto", "inline", "shm", "mooncake")
+# A consumer host id meaning "the conductor's client": outputs it reads travel inline
+# (the client may run anywhere and maps no arena).
+CLIENT_HOST = "client"
 
 
 def default_host_id() -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from transport.arena import HEADER_BYTES, Arena, check_header
 from transport.codec import copy_into, to_bytes, view
-from transport.config import TransportConfig
+from transport.config import CLIENT_HOST, TransportConfig
 from transport.dtypes import element_size, from_torch
 from transport.errors import PeerUnavailable
 from transport.mooncake import MooncakeEndpoint
@@ -87,6 +87,8 @@ class Transport:
             return "inline"
         if mode != "auto":
             return mode
+        if CLIENT_HOST in consumer_host_ids:  # the conductor's client reads values, never memory
+            return "inline"
         remote = [h for h in consumer_host_ids if h and h != self.host_id]
         if not remote:
             return "shm"

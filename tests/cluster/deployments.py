@@ -1,0 +1,27 @@
+"""The shipped deployment files, rewritten for a test: free ports, given checkpoints,
+and optionally only some models (fewer processes on a 2-core machine)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from cluster.launcher import free_port, write_deployment
+
+DEPLOYMENTS = Path(__file__).resolve().parents[2] / "compose" / "deployments"
+
+
+def rewrite(name: str, checkpoints: dict[str, str], models: tuple[str, ...] | None = None,
+            directory: str | None = None) -> Path:
+    data = yaml.safe_load((DEPLOYMENTS / f"{name}.yaml").read_text())
+    if models is not None:
+        data["models"] = {m: v for m, v in data["models"].items() if m in models}
+        used = {s for m in data["models"].values() for s in m["placement"].values()}
+        data["services"] = {s: v for s, v in data["services"].items() if s in used}
+        ckpts = {v["checkpoint"] for v in data["services"].values()}
+        data["checkpoints"] = {k: v for k, v in data["checkpoints"].items() if k in ckpts}
+    data["checkpoints"] = {k: {"path": checkpoints[k]} for k in data["checkpoints"]}
+    data["conductor"] = {"address": f"127.0.0.1:{free_port()}"}
+    for spec in data["services"].values():
+        spec["replicas"] = [f"127.0.0.1:{free_port()}" for _ in spec["replicas"]]
+    return write_deployment(data, directory)
