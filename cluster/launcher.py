@@ -46,6 +46,7 @@ class Cluster:
         self.services: list[ServiceProcess] = []
         self.conductor: ServiceProcess | None = None
         self.checkpoints: dict[str, Path] = {}
+        self.metrics: dict[str, str] = {}  # process name -> its Prometheus /metrics URL
 
     @property
     def conductor_address(self) -> str:
@@ -63,7 +64,8 @@ class Cluster:
             for proc in self.services:
                 proc.wait_serving()
             host, _, port = self.spec.conductor.rpartition(":")
-            self.conductor = ServiceProcess("", ["--deployment", self.deployment, "--host", host], self.env,
+            args = ["--deployment", self.deployment, "--host", host, *self._metrics_args("conductor", host)]
+            self.conductor = ServiceProcess("", args, self.env,
                                             "conductor", self.start_timeout_s, int(port), "conductor", self.log)
             self.conductor.launch().wait_serving()
         except BaseException:
@@ -74,7 +76,7 @@ class Cluster:
 
     def _service(self, s, name: str, endpoint: str) -> ServiceProcess:
         host, _, port = endpoint.rpartition(":")
-        args = ["--host", host]
+        args = ["--host", host, *self._metrics_args(name, host)]
         if s.checkpoint:
             args += ["--checkpoint", str(self.checkpoints[s.checkpoint])]
         if s.host_id:
@@ -86,6 +88,11 @@ class Cluster:
         for key, value in s.options.items():  # `serve` parses each value as JSON when it can
             args += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
         return ServiceProcess(s.component, args, self.env, name, self.start_timeout_s, int(port), log=self.log)
+
+    def _metrics_args(self, name: str, host: str) -> list[str]:
+        port = free_port()
+        self.metrics[name] = f"http://{host}:{port}/metrics"
+        return ["--metrics-port", str(port)]
 
     def endpoints(self) -> dict[str, str]:
         out = {"conductor": self.conductor.address} if self.conductor and self.conductor.port else {}

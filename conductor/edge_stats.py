@@ -91,6 +91,14 @@ class EdgeRecorder:
                                     sum(nbytes_of(v) for v, _ in stamped_items),
                                     transport_of(stamped_items[0][0]) if stamped_items else ""))
 
+    def latencies_s(self):
+        """(edge, seconds) of every hop and chunk recorded so far (metrics)."""
+        for name, stats in self.edges.items():
+            for us in stats.latencies_us:
+                yield name, us / 1e6
+        for hop in self.chunks:
+            yield hop.edge, max(0.0, hop.dispatched_us - hop.produced_us) / 1e6
+
     def emit_spans(self, tracer, parent_context, request_id: str) -> None:
         """One span per aggregated edge and per chunk, with explicit timestamps."""
         for name, stats in self.edges.items():

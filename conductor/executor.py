@@ -44,6 +44,7 @@ class Executor:
         self.scopes = {w.name: WalkScope(w, frozenset(inner_loops), speculative, colocated) for w in graph.walks}
         self.num_dispatched: dict[str, int] = {}  # node -> node runs and pushes sent, over all requests
         self.consumer_hosts = consumer_hosts  # (node, walk) -> host ids its outputs go to
+        self.on_edge = lambda edge, seconds: None  # per hop/chunk latency (the metrics histogram)
         self.num_wasted = 0  # speculative runs discarded at a stop, over all requests
         self.max_backlog = max_backlog  # outputs held for a client that does not read
         self._outbox: dict[str, tuple[Any, list]] = {}  # target name -> (target, items) of this round
@@ -85,6 +86,8 @@ class Executor:
         if len(run.spans) > 1:
             span = run.spans.pop()
             if run.state is not None:
+                for edge, seconds in run.state.recorder.latencies_s():
+                    self.on_edge(edge, seconds)
                 run.state.recorder.emit_spans(self.tracer, trace.set_span_in_context(span), run.request_id)
             span.end()
 

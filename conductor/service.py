@@ -6,14 +6,17 @@ generator, which cancels the request on every service it reached.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import time
 import uuid
 
 import grpc
 
 from conductor.client_outputs import ClientOutputs
 from conductor.executor import Executor
+from conductor.metrics import ConductorMetrics, RequestMeter
 from conductor.model import ServedModel
 from conductor.runners import remote_executor
 from protos.starmesh.v1 import conductor_pb2 as pb
@@ -51,10 +54,20 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             raise NotFound(f"model {request.model!r} is not served here ({sorted(self.service.executors)})")
         request_id = request.request_id or uuid.uuid4().hex
         num_outputs = 0
-        async for name, value in executor.generate(request_id, request_inputs(request),
-                                                   params_from_struct(request.params)):
-            num_outputs += 1
-            yield self.service.outputs.event(request_id, name, value)
+        meter = RequestMeter(self.service.metrics, request.model, time.perf_counter())
+        outcome = "failed"
+        try:
+            async for name, value in executor.generate(request_id, request_inputs(request),
+                                                       params_from_struct(request.params)):
+                num_outputs += 1
+                meter.output(name, value, time.perf_counter())
+                yield self.service.outputs.event(request_id, name, value)
+            outcome = "ok"
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            meter.end(outcome, time.perf_counter())
         usage = pb.Usage()
         usage.metrics.update({"num_outputs": num_outputs})
         yield pb.GenerateEvent(request_id=request_id, usage=usage)
@@ -71,9 +84,10 @@ class ConductorService:
 
     service_names = (CONDUCTOR_SERVICE,)
 
-    def __init__(self, models: list[ServedModel], telemetry=None) -> None:
+    def __init__(self, models: list[ServedModel], telemetry=None, metrics: ConductorMetrics | None = None) -> None:
         self.models = models
         self.telemetry = telemetry
+        self.metrics = metrics
         self.executors: dict[str, Executor] = {}
         self.outputs = ClientOutputs()
         self._stack = contextlib.AsyncExitStack()
@@ -93,6 +107,8 @@ class ConductorService:
             interceptors = self.telemetry.client_interceptors() if self.telemetry else None
             executor = await self._stack.enter_async_context(
                 remote_executor(model.graph, model.placement, model.inner_loops, tracer, interceptors))
+            if self.metrics is not None:
+                executor.on_edge = self.metrics.edge_observer(model.name)
             self.executors[model.name] = executor
 
     def ready(self) -> bool:

@@ -14,6 +14,7 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default=None, help="bind address (default: the deployment's conductor host)")
     p.add_argument("--port", type=int, default=None, help="port (default: the deployment's; 0 picks one)")
     p.add_argument("--port-file", metavar="PATH", help="write the bound port here once SERVING")
+    p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus /metrics on this port")
     p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"))
     p.set_defaults(func=run)
 
@@ -46,5 +47,12 @@ def run(args: argparse.Namespace) -> int:
     telemetry = Telemetry("conductor")
     telemetry.install_global()
     on_serving = (lambda p: write_port_file(args.port_file, p)) if args.port_file else None
-    asyncio.run(serve(ConductorService(models, telemetry), config, telemetry, on_serving=on_serving))
+    metrics = None
+    if args.metrics_port is not None:
+        from conductor.metrics import ConductorMetrics
+        from services.metrics import serve_metrics
+
+        metrics = ConductorMetrics()
+        serve_metrics(args.metrics_port, metrics.registry, config.host)
+    asyncio.run(serve(ConductorService(models, telemetry, metrics), config, telemetry, on_serving=on_serving))
     return 0

@@ -20,6 +20,9 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint", metavar="DIR", help="model checkpoint (Hugging Face layout) for model components")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="component option passed to its factory (repeatable; VALUE parsed as JSON when it can be)")
+    p.add_argument("--offload", action="append", nargs="?", const="enabled=true", default=[], metavar="KEY=VALUE",
+                   help="layerwise offload of the service's block stacks: bare --offload turns it on, KEY=VALUE "
+                        "sets an engine.offload.OffloadConfig field (repeatable; see docs/offload.md)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
     p.add_argument("--port-file", metavar="PATH", help="write the bound port here once SERVING")
@@ -33,6 +36,7 @@ def add_parser(sub) -> None:
     p.add_argument("--max-message-mb", type=int, default=64, metavar="N", help="gRPC message limit (MiB)")
     p.add_argument("--grace-s", type=float, default=5.0, metavar="S", help="drain time on SIGTERM")
     p.add_argument("--torch-threads", type=int, default=1, metavar="N", help="torch intra-op threads")
+    p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus /metrics on this port")
     p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"))
     p.set_defaults(func=run)
 
@@ -52,19 +56,40 @@ def _transport_config(args: argparse.Namespace):
     return TransportConfig(**kwargs)
 
 
-def _factory_kwargs(args: argparse.Namespace) -> dict:
+def _parse_pairs(pairs: list[str], flag: str) -> dict:
+    """KEY=VALUE strings -> {KEY: VALUE parsed as JSON when it can be}."""
     import json
 
-    kwargs = {"checkpoint": args.checkpoint} if args.checkpoint else {}
-    for option in args.option:
-        key, sep, value = option.partition("=")
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--option {option!r} is not KEY=VALUE")
+            raise ValueError(f"{flag} {pair!r} is not KEY=VALUE")
         try:
-            kwargs[key] = json.loads(value)
+            out[key] = json.loads(value)
         except json.JSONDecodeError:
-            kwargs[key] = value
+            out[key] = value
+    return out
+
+
+def _factory_kwargs(args: argparse.Namespace) -> dict:
+    kwargs = {"checkpoint": args.checkpoint} if args.checkpoint else {}
+    kwargs.update(_parse_pairs(args.option, "--option"))
     return kwargs
+
+
+def _offload_config(args: argparse.Namespace, kwargs: dict):
+    """The service's OffloadConfig from `--offload KEY=VALUE` over the factory option
+    `offload` (a mapping: how a deployment's options carry it), which is removed from
+    kwargs; enabled unless a source says enabled=false. None when neither is given."""
+    section = kwargs.pop("offload", None)
+    if section is None and not args.offload:
+        return None
+    if section is not None and not isinstance(section, dict):
+        raise ValueError(f"--option offload must be a JSON object, got {section!r}")
+    from engine.offload.config import OffloadConfig
+
+    return OffloadConfig.from_dict({"enabled": True, **(section or {}), **_parse_pairs(args.offload, "--offload")})
 
 
 def write_port_file(path: str, port: int) -> None:
@@ -101,7 +126,13 @@ def run(args: argparse.Namespace) -> int:
     transport_config = _transport_config(args)
     configure_torch(server_config.torch_threads)  # before the factory loads any weights
     try:
-        component = build_component(args.component, **_factory_kwargs(args))
+        kwargs = _factory_kwargs(args)
+        offload = _offload_config(args, kwargs)
+        if offload is not None:
+            from engine.offload.loading import set_process_config
+
+            set_process_config(offload)  # read by every loader in this process
+        component = build_component(args.component, **kwargs)
     except (ValueError, ImportError, StarmeshError) as e:
         print(f"starmesh serve: {e}", file=sys.stderr)
         return 2
@@ -113,6 +144,14 @@ def run(args: argparse.Namespace) -> int:
     telemetry = Telemetry(component.name)
     telemetry.install_global()
     service = ComponentService(component, transport, telemetry)
+    if args.metrics_port is not None:
+        from prometheus_client import CollectorRegistry
+
+        from services.metrics import ServiceCollector, serve_metrics
+
+        registry = CollectorRegistry()
+        registry.register(ServiceCollector(component.name, component, service.step_loop, transport))
+        serve_metrics(args.metrics_port, registry, args.host)
     on_serving = (lambda port: write_port_file(args.port_file, port)) if args.port_file else None
     asyncio.run(serve(service, server_config, telemetry, on_serving=on_serving))
     return 0

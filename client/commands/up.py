@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         for name, address in cluster.endpoints().items():
-            print(f"  {name:<14} {address}")
+            print(f"  {name:<14} {address:<22} metrics {cluster.metrics.get(name, '-')}")
         if store is not None:
             print(f"  {'trace store':<14} OTLP {store.otlp_address}, query {store.http_address}")
         print("serving; Ctrl-C stops everything", flush=True)

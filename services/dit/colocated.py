@@ -48,6 +48,14 @@ class Colocated:
     def ready(self) -> bool:
         return all(c.ready() for c in self.components)
 
+    def load(self) -> dict:
+        """Every member's load (Component.load), summed where two report the same key."""
+        out: dict = {}
+        for c in self.components:
+            for key, value in (c.load() if hasattr(c, "load") else {}).items():
+                out[key] = out.get(key, 0) + value
+        return out
+
     def close(self) -> None:
         for component in self.components:
             component.close()

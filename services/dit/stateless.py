@@ -69,6 +69,9 @@ class StatelessComponent:
     def ready(self) -> bool:
         return not self.is_closed
 
+    def load(self) -> dict:
+        return {"queued": self.engine.num_queued}
+
     def close(self) -> None:
         self.is_closed = True
         self.engine.queue.clear()

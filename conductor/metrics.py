@@ -1,0 +1,67 @@
+"""The conductor's Prometheus metrics: requests by model and outcome, time to first
+audio and real-time factor of speech requests, image latency, per-edge latency."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+AUDIO_SAMPLE_RATE = 24000
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
+
+
+class ConductorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("starmesh_requests", "requests by model and outcome", ["model", "outcome"], registry=r)
+        self.in_flight = Gauge("starmesh_requests_in_flight", "requests being served", ["model"], registry=r)
+        self.ttfa = Histogram("starmesh_ttfa_seconds", "time to first audio", ["model"], buckets=LATENCY_BUCKETS,
+                              registry=r)
+        self.rtf = Histogram("starmesh_rtf", "wall seconds per audio second", ["model"], buckets=RTF_BUCKETS,
+                             registry=r)
+        self.image_latency = Histogram("starmesh_image_latency_seconds", "request latency of image requests",
+                                       ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.edge_latency = Histogram("starmesh_edge_latency_seconds", "production -> dispatch per hop or chunk",
+                                      ["model", "edge"], buckets=LATENCY_BUCKETS, registry=r)
+
+    def edge_observer(self, model: str):
+        return lambda edge, seconds: self.edge_latency.labels(model, edge).observe(seconds)
+
+
+class RequestMeter:
+    """One request's view for the metrics: call output() per output, end() once."""
+
+    def __init__(self, metrics: ConductorMetrics | None, model: str, now: float) -> None:
+        self.metrics, self.model, self.t0 = metrics, model, now
+        self.first_audio: float | None = None
+        self.audio_samples = 0
+        self.has_image = False
+        if metrics is not None:
+            metrics.in_flight.labels(model).inc()
+
+    def output(self, name: str, value, now: float) -> None:
+        if name == "audio":
+            if self.first_audio is None:
+                self.first_audio = now - self.t0
+            shape = getattr(value, "shape", ())
+            n = 1
+            for d in shape:
+                n *= int(d)
+            self.audio_samples += n
+        elif name == "image":
+            self.has_image = True
+
+    def end(self, outcome: str, now: float) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        m.in_flight.labels(self.model).dec()
+        m.requests.labels(self.model, outcome).inc()
+        if outcome != "ok":
+            return
+        if self.first_audio is not None:
+            m.ttfa.labels(self.model).observe(self.first_audio)
+            if self.audio_samples:
+                m.rtf.labels(self.model).observe((now - self.t0) / (self.audio_samples / AUDIO_SAMPLE_RATE))
+        if self.has_image:
+            m.image_latency.labels(self.model).observe(now - self.t0)

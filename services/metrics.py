@@ -1,0 +1,37 @@
+"""Prometheus metrics of one process (`--metrics-port`): text exposition over HTTP.
+
+A service exports its component's load (Component.load(): KV blocks used/total,
+requests waiting/running/parked, queued work items), its open requests and its arena
+leases, read at scrape time. The conductor's request metrics live in
+conductor/metrics.py; both use a registry of their own (no process-global state).
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+
+class ServiceCollector:
+    """Reads the hosted component and transport when Prometheus scrapes."""
+
+    def __init__(self, name: str, component, step_loop, transport) -> None:
+        self.name, self.component, self.step_loop, self.transport = name, component, step_loop, transport
+
+    def collect(self):
+        labels = ["service"]
+        open_requests = GaugeMetricFamily("starmesh_open_requests", "requests with state on this replica", labels=labels)
+        open_requests.add_metric([self.name], self.step_loop.num_open_requests)
+        yield open_requests
+        leases = GaugeMetricFamily("starmesh_arena_leases", "live leases of this process's arena", labels=labels)
+        leases.add_metric([self.name], self.transport.stats().get("num_leases", 0))
+        yield leases
+        load = getattr(self.component, "load", None)
+        for key, value in (load() if load is not None else {}).items():
+            family = GaugeMetricFamily(f"starmesh_{key}", f"component load: {key}", labels=labels)
+            family.add_metric([self.name], float(value))
+            yield family
+
+
+def serve_metrics(port: int, registry: CollectorRegistry, host: str = "127.0.0.1"):
+    """Starts the exposition server on a daemon thread; returns (server, thread)."""
+    return start_http_server(port, addr=host, registry=registry)
