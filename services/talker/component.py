@@ -5,6 +5,8 @@ open(inputs):  prompt_ids [P] (the chat prompt the thinker saw), prompt_embeds
                far, usually its prompt's; params: speaker, max_frames, min_frames, seed and
                talker_temperature, talker_top_k, talker_top_p, talker_repetition_penalty
                (the thinker reads the unprefixed sampling params of the same request).
+               Without a `stream` (pipelines.qwen3_omni.stage_graph), open also takes the
+               thinker's decode rows as `embeds` (and `hidden`) and the thinker is done.
 push(stream port, e.g. "embeds"): further rows, one per thinker decode step (and "hidden");
                end_of_stream = the thinker is done. The talker goes on until its codec EOS.
 outputs:       one NodeOutput per frame, {"codes": int64 [1, G]} at iteration + (k,);
@@ -81,6 +83,11 @@ class TalkerComponent:
         self.runs[item.request_id] = TalkerRun(item)
         try:
             self._rows(item.request_id, inputs.get("prompt_embeds"), inputs.get("prompt_hidden"))
+            if item.stream is None:  # whole-output handoff (stage_graph): every row is here, the thinker is done
+                if inputs.get("embeds") is not None:
+                    self._rows(item.request_id, inputs["embeds"], inputs.get("hidden"))
+                if item.request_id in self.engine.requests:
+                    self.engine.end_thinker(item.request_id)
         except Exception:
             self.cancel(item.request_id)
             raise

@@ -1,0 +1,168 @@
+"""Streaming speech benchmark: Qwen3-Omni (thinker -> talker -> code2wav) through the mesh.
+
+    python -m bench.speech --json bench-results/speech.json [--quick] [--checkpoint DIR]
+
+Checkpoint: the tiny random Qwen3-Omni of engine.tiny_omni, built in a temp dir unless
+--checkpoint is given. Every process (the four services, this one: conductor, client,
+in-process runner, transformers) runs torch with one thread. Requests: chat prompts
+(4 texts in turn), greedy, at most --text-tokens text tokens (32: ~10 s of speech is
+~30 words) and exactly --frames codec frames (128 = 10.24 s at 12.5 Hz: codec EOS
+suppressed with min_frames = max_frames; code2wav trims ~555 samples per window, so a
+request still yields >= 10 s of audio). Chunking: C = 25, L = 25 (vLLM-Omni's
+codec_chunk_frames and left context), first window --first-chunk = 4 frames (its
+initial_codec_chunk_frames; bench.speech_mesh).
+
+Keys per concurrency (c1, c4, c16; c1 and c4 with --quick), ratios from this run:
+- ttfa_ms_p50: time to first audio of the streaming model (split services), median;
+  ttfa_ms_stage_pipeline_p50: the same for the stage-pipeline baseline on the same
+  services (pipelines.qwen3_omni.stage_graph); ttfa_ratio = stage / streaming.
+- rtf_p50: wall seconds per audio second of a request (split, streaming), median.
+- audio_s_per_s (split), audio_s_per_s_colocated (talker + code2wav in one process):
+  audio seconds of every request over the wall time of the waves; mesh_over_inprocess
+  = audio_s_per_s / audio_s_per_s_inprocess (SpeechRunner, a wave's requests at once).
+- hf_audio_s_per_s: transformers generate(return_audio=True), requests one after
+  another (measured once, the same at every concurrency); audio_over_hf.
+- viability: share of the chunks after a request's first that arrive before the audio
+  delivered before them has finished playing (VoxServe; bench.speech_mesh.viability).
+Targets: ttfa_ratio >= 12 at c1; audio_s_per_s >= 4 x hf at the highest concurrency;
+mesh >= 0.9 x in-process. Speed is reported, never asserted in tests.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import tempfile
+
+from bench.output import write_json
+from bench.speech_mesh import CHUNK, FIRST, LEFT
+
+PROMPTS = ("Hello there", "Tell me a story", "abc", "sing a song")
+
+
+def checkpoint(args) -> str:
+    from engine.tiny_omni import make_tiny_omni
+
+    if args.checkpoint:
+        return args.checkpoint
+    path = os.path.join(tempfile.gettempdir(), "starmesh-bench-omni")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        make_tiny_omni(path)
+    return path
+
+
+def rounds(concurrency: int, args) -> int:
+    """Waves per concurrency: at least --min-requests requests (medians of a few at c=1)."""
+    return max(1, math.ceil(args.min_requests / concurrency))
+
+
+def measure_mesh(ckpt: str, prompts: list, args) -> dict:
+    from bench.speech_mesh import SpeechMesh, run_phase
+
+    params = {"max_new_tokens": args.text_tokens, "max_frames": args.frames + 1, "min_frames": args.frames + 1}
+    out = {}
+    with SpeechMesh(ckpt, threads=1, first_chunk=args.first_chunk) as mesh:
+        warm = {**params, "max_frames": 9, "min_frames": 9}
+        for model in ("omni", "omni-colo", "omni-stage"):
+            asyncio.run(run_phase(mesh.address, model, prompts, warm, 2, 1, 8))
+        for c in args.concurrency:
+            phases = {model: asyncio.run(run_phase(mesh.address, model, prompts, params, c, rounds(c, args),
+                                                   args.frames))
+                      for model in ("omni", "omni-stage", "omni-colo")}
+            split = phases["omni"]
+            out[c] = {"ttfa_ms_p50": split.ttfa_ms_p50, "ttfa_ms_stage_pipeline_p50": phases["omni-stage"].ttfa_ms_p50,
+                      "rtf_p50": split.rtf_p50, "audio_s_per_s": split.audio_s_per_s,
+                      "audio_s_per_s_colocated": phases["omni-colo"].audio_s_per_s, "viability": split.viability,
+                      "min_audio_s": min(s.audio_s for p in phases.values() for s in p.summaries)}
+            r = out[c]
+            print(f"mesh c={c:2d}: ttfa {r['ttfa_ms_p50']:.1f} ms (stage {r['ttfa_ms_stage_pipeline_p50']:.1f}), "
+                  f"{r['audio_s_per_s']:.2f} audio s/s (co-located {r['audio_s_per_s_colocated']:.2f})", flush=True)
+    left = mesh.leftover_segments()
+    if left:  # every service unlinks its arena on SIGTERM: a leftover is a bug to report
+        print(f"WARNING: service segments left in /dev/shm: {left}", flush=True)
+    return out
+
+
+def measure(args) -> dict:
+    import torch
+
+    from bench.speech_baselines import hf_audio_s_per_s, inprocess_audio_s_per_s
+    from engine.tiny_omni import chat_prompt
+
+    torch.set_num_threads(1)
+    ckpt = checkpoint(args)
+    prompts = [chat_prompt(p) for p in PROMPTS]
+    hf = hf_audio_s_per_s(ckpt, prompts, args.text_tokens, args.frames, args.hf_requests)
+    print(f"transformers: {hf:.2f} audio s/s", flush=True)
+    inproc = {c: inprocess_audio_s_per_s(ckpt, prompts, args.text_tokens, args.frames, c, rounds(c, args),
+                                         args.first_chunk)
+              for c in args.concurrency}
+    print("in-process: " + ", ".join(f"c={c} {v:.2f} audio s/s" for c, v in inproc.items()), flush=True)
+    mesh = measure_mesh(ckpt, prompts, args)
+    results = {}
+    for c in args.concurrency:
+        r = {**mesh[c], "audio_s_per_s_inprocess": inproc[c], "hf_audio_s_per_s": hf}
+        r["ttfa_ratio"] = r["ttfa_ms_stage_pipeline_p50"] / r["ttfa_ms_p50"]
+        r["mesh_over_inprocess"] = r["audio_s_per_s"] / r["audio_s_per_s_inprocess"]
+        r["colocated_over_inprocess"] = r["audio_s_per_s_colocated"] / r["audio_s_per_s_inprocess"]
+        r["audio_over_hf"] = r["audio_s_per_s"] / hf
+        results[f"c{c}"] = r
+    return results
+
+
+def targets(results: dict, concurrency: list[int]) -> dict:
+    """{name: {value, target, met}} for the issue's three targets."""
+    top = f"c{max(concurrency)}"
+    out = {}
+    if "c1" in results:
+        out["ttfa_ratio_c1"] = (results["c1"]["ttfa_ratio"], 12.0)
+    out[f"audio_over_hf_{top}"] = (results[top]["audio_over_hf"], 4.0)
+    for key in results:
+        out[f"mesh_over_inprocess_{key}"] = (results[key]["mesh_over_inprocess"], 0.9)
+    return {k: {"value": v, "target": t, "met": v >= t} for k, (v, t) in out.items()}
+
+
+ROWS = (("ttfa_ms_p50", "ms"), ("ttfa_ms_stage_pipeline_p50", "ms"), ("ttfa_ratio", "x"), ("rtf_p50", ""),
+        ("audio_s_per_s", "audio s/s"), ("audio_s_per_s_colocated", "audio s/s"),
+        ("audio_s_per_s_inprocess", "audio s/s"), ("hf_audio_s_per_s", "audio s/s"),
+        ("mesh_over_inprocess", "x"), ("audio_over_hf", "x"), ("viability", "share"), ("min_audio_s", "s"))
+
+
+def report(results: dict, goals: dict) -> None:
+    cols = [k for k in results if k.startswith("c")]
+    print("\n" + f"{'':30s}" + "".join(f"{c:>12s}" for c in cols))
+    for key, unit in ROWS:
+        print(f"{key:30s}" + "".join(f"{results[c][key]:12.3f}" for c in cols) + f"  {unit}")
+    print()
+    for name, g in goals.items():
+        print(f"target {name:28s} {g['value']:8.2f} >= {g['target']:<5} {'met' if g['met'] else 'NOT met'}")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--checkpoint", metavar="DIR", help="a Qwen3-Omni checkpoint (default: the tiny one)")
+    p.add_argument("--quick", action="store_true", help="smoke run: concurrency 1 and 4, 50 frames, fewer requests")
+    p.add_argument("--frames", type=int, default=128, help="codec frames per request (12.5 per second)")
+    p.add_argument("--text-tokens", type=int, default=32,
+                   help="text tokens per request at most (~10 s of speech is ~30 words)")
+    p.add_argument("--first-chunk", type=int, default=FIRST, help="frames in the first code2wav window")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    p.add_argument("--min-requests", type=int, default=4, help="requests per point at least (waves of c)")
+    p.add_argument("--hf-requests", type=int, default=3)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.frames, args.concurrency, args.min_requests, args.hf_requests = 50, [1, 4], 2, 1
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    results = measure(args)
+    goals = targets(results, args.concurrency)
+    report(results, goals)
+    results["targets"] = goals
+    results["config"] = {k: v for k, v in vars(args).items() if k != "json"}
+    results["config"].update(chunk_size=CHUNK, left_context=LEFT, torch_threads=1)
+    write_json(args.json, results)
+
+
+if __name__ == "__main__":
+    main()
