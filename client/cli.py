@@ -11,7 +11,7 @@ COMMANDS = ("client.commands.version", "client.commands.serve", "client.commands
             "client.commands.make_tiny",
             "client.commands.imagine", "client.commands.conductor", "client.commands.up",
             "client.commands.status", "client.commands.trace",
-            "client.commands.speak")
+            "client.commands.speak", "client.commands.demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -37,6 +37,8 @@ def add_parser(sub) -> None:
     p.add_argument("--speaker", help="talker voice, e.g. ethan or chelsie")
     p.add_argument("--seed", type=int)
     p.add_argument("--timeout", type=float, metavar="S", help="deadline of the whole request in seconds")
+    p.add_argument("--request-id", default="", help="request id (default: the conductor assigns one); "
+                                                     "`starmesh trace ID` reads its spans")
     p.add_argument("--json", action="store_true",
                    help='print {"text_ids", "codec_codes", "ttfa_ms", "rtf", "audio_s", "num_chunks"}')
     p.set_defaults(func=run)
@@ -129,7 +131,8 @@ async def _speak(args, address: str, ids: list[int], params: dict, sink: WavSink
         if ev.kind == "audio":
             sink.write(ev.value)
 
-    return await speak(address, args.model, ids, params, on_event=on_event, timeout_s=args.timeout)
+    return await speak(address, args.model, ids, params, on_event=on_event, timeout_s=args.timeout,
+                       request_id=args.request_id)
 
 
 def run(args: argparse.Namespace) -> int:
