@@ -1,0 +1,82 @@
+"""`starmesh up` as users run it: the default deployment (both models), one speech and
+one image request, then SIGTERM: no child process, port or /dev/shm arena is left."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from client.speech import speak
+from engine.tiny_omni import chat_prompt
+from tests.cluster.deployments import rewrite
+from tests.fixtures import tiny_sd3
+from tests.fixtures.services import describe
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def _port_open(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, int(port))) == 0
+
+
+def _wait_for_line(proc, text: str, timeout_s: float) -> list[str]:
+    lines, deadline = [], time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip())
+        if text in line:
+            return lines
+    raise AssertionError(f"`starmesh up` never printed {text!r}:\n" + "\n".join(lines[-30:]))
+
+
+def test_up_serves_speech_and_image_then_stops_clean(tiny_omni, tmp_path):
+    path = rewrite("local", {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint()}, directory=str(tmp_path))
+    env = {**os.environ, "STARMESH_CACHE": str(tmp_path / "cache")}
+    up = subprocess.Popen([sys.executable, "-m", "client", "up", "--deployment", str(path)], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = _wait_for_line(up, "Ctrl-C stops everything", 300)
+        endpoints = {ln.split()[0]: ln.split()[1] for ln in lines if ln.startswith("  ") and ":" in ln.split()[1]}
+        conductor = endpoints.pop("conductor")
+        arenas = {describe(a).arena for a in endpoints.values()}
+        children = _children(up.pid)
+        summary = asyncio.run(speak(conductor, "qwen3-omni", chat_prompt("hi"), {"max_new_tokens": 8,
+                                                                                 "max_frames": 30}))
+        assert summary.num_chunks > 0
+        image = subprocess.run([sys.executable, "-m", "client", "imagine", "--conductor", conductor, "--prompt",
+                                "a fox", "-o", str(tmp_path / "fox.png"), "--steps", "2", "--size", "64x64",
+                                "--json"], capture_output=True, text=True, timeout=120)
+        assert image.returncode == 0, image.stderr
+        assert (tmp_path / "fox.png").stat().st_size > 0
+    finally:
+        up.send_signal(signal.SIGTERM)
+        rest = up.communicate(timeout=120)[0]
+    assert up.returncode == 0, rest[-3000:]
+    assert len(children) == len(endpoints) + 1  # every service and the conductor
+    assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")]
+    assert not [a for a in [conductor, *endpoints.values()] if _port_open(a)]
+    assert not [a for a in arenas if os.path.exists(f"/dev/shm/{a}")]
