@@ -35,12 +35,12 @@ def print_line(line: str) -> None:
 
 class Cluster:
     def __init__(self, spec: ClusterSpec, deployment: str | Path, trace_store: str = "", log=print_line,
-                 start_timeout_s: float = 180.0) -> None:
+                 start_timeout_s: float = 180.0, env: dict[str, str] | None = None) -> None:
         self.spec = spec
         self.deployment = str(deployment)
         self.log = log
         self.start_timeout_s = start_timeout_s
-        self.env = dict(os.environ)
+        self.env = {**os.environ, **(env or {})}
         if trace_store:
             self.env[TRACE_STORE_ENV] = trace_store
         self.services: list[ServiceProcess] = []

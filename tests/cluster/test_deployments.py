@@ -14,7 +14,7 @@ from cluster.launcher import Cluster
 from cluster.spec import ClusterSpec
 from cluster.trace_store import TraceStore, edge_table
 from engine.tiny_omni import chat_prompt
-from tests.cluster.deployments import rewrite
+from cluster.deployments import rewrite
 from tests.fixtures.services import wait_until
 
 pytestmark = pytest.mark.timeout(400)

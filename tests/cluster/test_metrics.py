@@ -13,7 +13,7 @@ from client.speech import speak
 from cluster.launcher import Cluster
 from cluster.spec import ClusterSpec
 from engine.tiny_omni import chat_prompt
-from tests.cluster.deployments import rewrite
+from cluster.deployments import rewrite
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -11,7 +11,7 @@ from cluster.launcher import Cluster, free_port
 from cluster.spec import ClusterSpec
 from engine.tiny_omni import chat_prompt
 from services.process import ServiceProcess
-from tests.cluster.deployments import rewrite
+from cluster.deployments import rewrite
 
 pytestmark = pytest.mark.timeout(300)
 PARAMS = {"max_new_tokens": 8, "max_frames": 24}

@@ -14,7 +14,7 @@ import pytest
 
 from client.speech import speak
 from engine.tiny_omni import chat_prompt
-from tests.cluster.deployments import rewrite
+from cluster.deployments import rewrite
 from tests.fixtures import tiny_sd3
 from tests.fixtures.services import describe
 

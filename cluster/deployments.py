@@ -1,5 +1,5 @@
-"""The shipped deployment files, rewritten for a test: free ports, given checkpoints,
-and optionally only some models (fewer processes on a 2-core machine)."""
+"""The shipped deployment files, rewritten for one run (tests, benchmarks): free ports,
+given checkpoints, and optionally only some models (fewer processes on a small machine)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +8,7 @@ import yaml
 
 from cluster.launcher import free_port, write_deployment
 
-DEPLOYMENTS = Path(__file__).resolve().parents[2] / "compose" / "deployments"
+DEPLOYMENTS = Path(__file__).resolve().parents[1] / "compose" / "deployments"
 
 
 def rewrite(name: str, checkpoints: dict[str, str], models: tuple[str, ...] | None = None,

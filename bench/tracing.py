@@ -1,0 +1,94 @@
+"""Tracing overhead: speech throughput at concurrency 16 with every process exporting
+spans to the local trace store, against the same deployment with tracing off
+(OTEL_SDK_DISABLED=true), both running at once and measured in alternating rounds
+(the machine is shared and noisy: each side keeps its best round).
+
+    python -m bench.tracing --json bench-results/tracing.json [--rounds 3] [--concurrency 16]
+
+Keys: traced_audio_s_per_s, untraced_audio_s_per_s, tracing_overhead (1 - traced /
+untraced; target <= 0.03), num_spans (what the store received from the traced side).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+
+from bench.output import print_table, write_json
+
+PARAMS = {"max_new_tokens": 16, "max_frames": 64, "min_frames": 64}
+
+
+async def _burst(address: str, concurrency: int) -> float:
+    """Audio seconds per wall second of `concurrency` requests at once."""
+    from client.speech import speak
+    from engine.tiny_omni import chat_prompt
+
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(speak(address, "qwen3-omni", chat_prompt(f"request {i}"), PARAMS)
+                                     for i in range(concurrency)))
+    return sum(r.audio_s for r in results) / (time.perf_counter() - t0)
+
+
+def _deployment(checkpoint: str, directory: str):
+    from cluster.deployments import rewrite
+
+    return rewrite("colocated", {"omni": checkpoint}, ("qwen3-omni",), directory)
+
+
+def measure(checkpoint: str, rounds: int, concurrency: int) -> dict:
+    from cluster.launcher import Cluster
+    from cluster.spec import ClusterSpec
+    from cluster.trace_store import TraceStore
+
+    store = TraceStore(max_traces=100000).start()
+    with tempfile.TemporaryDirectory() as tmp:
+        traced_path, untraced_path = _deployment(checkpoint, tmp), _deployment(checkpoint, tmp)
+        quiet = lambda line: None  # noqa: E731
+        traced = Cluster(ClusterSpec.load(traced_path), traced_path, trace_store=store.otlp_address, log=quiet)
+        untraced = Cluster(ClusterSpec.load(untraced_path), untraced_path, log=quiet,
+                           env={"OTEL_SDK_DISABLED": "true"})
+        try:
+            traced.start()
+            untraced.start()
+            asyncio.run(_burst(traced.conductor_address, 2))  # warm both (first-request costs)
+            asyncio.run(_burst(untraced.conductor_address, 2))
+            on, off = [], []
+            for _ in range(rounds):
+                off.append(asyncio.run(_burst(untraced.conductor_address, concurrency)))
+                on.append(asyncio.run(_burst(traced.conductor_address, concurrency)))
+                print(f"round: untraced {off[-1]:.2f}, traced {on[-1]:.2f} audio s/s", flush=True)
+        finally:
+            traced.stop()
+            untraced.stop()
+    num_spans = sum(len(v) for v in store._traces.values())
+    store.stop()
+    best_on, best_off = max(on), max(off)
+    return {"traced_audio_s_per_s": best_on, "untraced_audio_s_per_s": best_off,
+            "tracing_overhead": 1 - best_on / best_off, "num_spans": num_spans, "concurrency": concurrency,
+            "rounds": rounds}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--checkpoint", help="a Qwen3-Omni checkpoint (default: the tiny one, built in a temp dir)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=16)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = args.checkpoint
+        if checkpoint is None:
+            from engine.tiny_omni import make_tiny_omni
+
+            checkpoint = str(make_tiny_omni(f"{tmp}/omni"))
+        results = measure(checkpoint, args.rounds, args.concurrency)
+    print_table([("traced", "traced_audio_s_per_s", "audio s / s"),
+                 ("untraced", "untraced_audio_s_per_s", "audio s / s"),
+                 ("tracing overhead", "tracing_overhead", "(target <= 0.03)")], results)
+    write_json(args.json, results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""compose/: the compose files validate with docker-compose, and its containers run what
+`starmesh up` runs for the default deployment (the launcher's own commands, parsed by the
+starmesh CLI), wired for shared-memory tensors, health checks and Jaeger. Docker itself
+cannot run here; nothing is started."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from client.cli import build_parser
+from cluster.launcher import Cluster
+from cluster.spec import ClusterSpec
+
+COMPOSE = Path(__file__).resolve().parents[2] / "compose"
+FILE, GPU_FILE = COMPOSE / "docker-compose.yml", COMPOSE / "docker-compose.gpu.yml"
+DEFAULT, IN_COMPOSE = COMPOSE / "deployments" / "local.yaml", COMPOSE / "deployments" / "compose.yaml"
+CACHE = "/cache"  # STARMESH_CACHE in the containers: init builds $STARMESH_CACHE/tiny/KIND there
+
+
+def _services(path: Path = FILE) -> dict:
+    return yaml.safe_load(path.read_text())["services"]  # PyYAML resolves the `<<` merges
+
+
+def _starmesh(services: dict) -> dict:
+    """The services running `starmesh serve` / `starmesh conductor` (not shm, init, jaeger)."""
+    return {n: s for n, s in services.items() if "entrypoint" not in s and s.get("command", [""])[0]
+            in ("serve", "conductor")}
+
+
+def _parsed(argv: list[str]) -> dict:
+    """The CLI's view of a command line, with the metrics port's value set aside (the
+    launcher picks a free one; every container uses 9464 in its own network namespace)."""
+    ns = vars(build_parser().parse_args([str(a) for a in argv]))
+    assert ns.pop("metrics_port") is not None, f"no --metrics-port in {argv}"
+    return ns
+
+
+@pytest.mark.parametrize("files", [[FILE], [FILE, GPU_FILE]], ids=["cpu", "gpu"])
+def test_compose_config_validates(files):
+    exe = shutil.which("docker-compose")
+    if exe is None:
+        pytest.skip("docker-compose is not installed (Debian package docker-compose; scripts/setup.sh installs it)")
+    argv = [exe, *[a for f in files for a in ("-f", str(f))], "config", "-q"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_compose_deployment_is_the_default_one():
+    default, compose = ClusterSpec.load(DEFAULT), ClusterSpec.load(IN_COMPOSE)
+    assert compose.checkpoints == default.checkpoints
+    assert compose.models == default.models
+
+    def shape(spec):  # everything but the replicas' host names
+        return {n: (s.component, s.checkpoint, [r.rpartition(":")[2] for r in s.replicas], dict(s.options),
+                    s.host_id, s.mooncake, s.transport_mode) for n, s in spec.services.items()}
+
+    assert shape(compose) == shape(default)
+    assert compose.conductor.rpartition(":")[2] == default.conductor.rpartition(":")[2]
+
+
+def _launcher_commands(spec: ClusterSpec, deployment: str) -> dict[str, list[str]]:
+    """compose service (a replica's host name) -> the argv `starmesh up` builds for it,
+    bound to 0.0.0.0 and given the checkpoints in the compose volume."""
+    cluster = Cluster(spec, deployment, log=lambda line: None)
+    cluster.checkpoints = {n: Path(CACHE) / "tiny" / ck["tiny"] for n, ck in spec.checkpoints.items()}
+    out = {}
+    for s in spec.services.values():
+        for endpoint in s.replicas:
+            host, _, port = endpoint.rpartition(":")
+            proc = cluster._service(s, host, f"0.0.0.0:{port}")
+            proc._tmp.cleanup()
+            out[host] = ["serve", s.component, "--port", port, *proc.args]
+    host, _, port = spec.conductor.rpartition(":")
+    out[host] = ["conductor", "--port", port, "--deployment", deployment, "--host", "0.0.0.0",
+                 *cluster._metrics_args("conductor", "0.0.0.0")]
+    return out
+
+
+def test_compose_services_run_the_launchers_commands():
+    services = _starmesh(_services())
+    conductor = services["conductor"]
+    mount = next(v for v in conductor["volumes"] if v.startswith("./deployments/compose.yaml:"))
+    deployment = mount.split(":")[1]  # where the conductor finds compose.yaml
+    expected = _launcher_commands(ClusterSpec.load(IN_COMPOSE), deployment)
+    assert sorted(services) == sorted(expected)
+    for name, service in services.items():
+        assert _parsed(service["command"]) == _parsed(expected[name]), name
+
+
+def test_compose_services_share_memory_health_and_tracing():
+    services = _services()
+    starmesh = _starmesh(services)
+    assert services["shm"]["ipc"] == "shareable"
+    # one 1 GiB arena per process (serve's default), sparse: the limit must hold them all
+    size = re.fullmatch(r"(\d+)gb", services["shm"]["shm_size"])
+    assert size and int(size.group(1)) >= len(starmesh)
+    host_ids = set()
+    for name, service in starmesh.items():
+        assert service["ipc"] == "service:shm", name
+        env = service["environment"]
+        host_ids.add(env["STARMESH_HOST_ID"])  # one transport host: shm, not Mooncake
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://jaeger:4317", name
+        port = _parsed(service["command"])["port"]
+        assert service["healthcheck"]["test"] == ["CMD", "starmesh", "health", f"127.0.0.1:{port}"], name
+        assert build_parser().parse_args(service["healthcheck"]["test"][2:]).command == "health"
+    assert len(host_ids) == 1
+    jaeger = services["jaeger"]
+    assert jaeger["image"].startswith("jaegertracing/jaeger:2.")
+    assert {p.split(":")[0] for p in jaeger["ports"]} >= {"4317", "4318", "16686"}
+
+
+def test_compose_builds_the_checkpoints_into_a_volume():
+    services = _services()
+    init = services["init"]
+    assert init["environment"]["STARMESH_CACHE"] == CACHE and f"checkpoints:{CACHE}" in init["volumes"]
+    code = init["entrypoint"][-1]
+    compile(code, "init", "exec")
+    kinds = {ck["tiny"] for ck in ClusterSpec.load(IN_COMPOSE).checkpoints.values()}
+    assert all(repr(kind) in code for kind in kinds)
+    for name, service in _starmesh(services).items():
+        if name != "conductor":
+            assert f"checkpoints:{CACHE}:ro" in service["volumes"], name
+            assert service["depends_on"]["init"] == {"condition": "service_completed_successfully"}, name
+
+
+def test_gpu_profile_reserves_devices_and_keeps_the_commands():
+    cpu, gpu = _services(), _services(GPU_FILE)
+    for name in set(_starmesh(cpu)) - {"conductor"}:
+        devices = gpu[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["capabilities"] == ["gpu"], name
+        if "command" in gpu[name]:  # only `device=cuda` added
+            parsed = _parsed(gpu[name]["command"])
+            assert parsed.pop("option") == ["device=cuda"], name
+            assert parsed == {k: v for k, v in _parsed(cpu[name]["command"]).items() if k != "option"}, name
+
+
+def test_dockerfile_installs_cpu_torch_before_the_project():
+    lines = [line.strip() for line in (COMPOSE / "Dockerfile").read_text().splitlines()]
+    text = "\n".join(lines)
+    assert "ARG BASE=python:3.11-slim" in text and "FROM ${BASE}" in text
+    assert "ARG TORCH_SPEC=torch==2.13.0" in text and "ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu" in text
+    assert "libibverbs1 libnuma1" in text and "ARG EXTRAS=mooncake,reference" in text
+    torch_at = text.index('--index-url "${TORCH_INDEX}" "${TORCH_SPEC}"')
+    assert torch_at < text.index('pip install ".[${EXTRAS}]"')
+    assert 'ENTRYPOINT ["starmesh"]' in text
