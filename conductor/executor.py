@@ -13,6 +13,7 @@ from typing import Any, AsyncIterator, Callable
 
 from opentelemetry import trace
 
+from conductor.chunk_override import first_chunk_param
 from conductor.request_run import END, Failure, RequestRun
 from conductor.targets import run_item
 from conductor.walk_scope import WalkScope
@@ -58,6 +59,7 @@ class Executor:
         """Runs a request through its walks; yields (output name, value) as produced."""
         if request_id in self.requests:
             raise RequestFailed("ALREADY_EXISTS", f"request_id {request_id!r} is already running")
+        first_chunk_param(dict(params or {}))  # a bad per-request chunk override fails before any work
         run = RequestRun(request_id, dict(inputs), dict(params or {}), "", None, max_backlog=self.max_backlog)
         self.requests[request_id] = run
         run.spans.append(self.tracer.start_span("request", attributes={"starmesh.request_id": request_id}))
@@ -102,7 +104,7 @@ class Executor:
         if missing:
             raise RequestFailed("INVALID_ARGUMENT", f"walk {walk} needs input(s) {missing}; got {sorted(inputs)}")
         run.walk = walk
-        run.state = WalkState(self.scopes[walk], inputs, run.client_room)
+        run.state = WalkState(self.scopes[walk], inputs, run.client_room, run.params)
         run.state.loops.materialize = self.materialize
         run.state.loops.update()
 

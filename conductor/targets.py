@@ -196,16 +196,18 @@ def run_item(request_id: str, walk: str, dispatch, params: dict, convert, tracep
     return OpenNode(
         request_id, dispatch.node, walk, dispatch.iteration, named_parts(dispatch.inputs, convert),
         params, stop, traceparent, consumer_host_ids=consumer_host_ids, credits=dispatch.credits, chunk=chunk,
-        stream=stream, local_streams=local_streams(scope, dispatch),
+        stream=stream, local_streams=local_streams(scope, dispatch, params),
     )
 
 
-def local_streams(scope, dispatch) -> tuple:
+def local_streams(scope, dispatch, params: dict) -> tuple:
     """The co-located streaming edges out of an inner-loop run (WalkScope.local_out)."""
     from services.items import LocalStream
 
     if scope is None:
         return ()
-    return tuple(LocalStream(e.src_port, e.dst_node, e.dst_port, e.chunk_policy,
+    from conductor.chunk_override import request_policy
+
+    return tuple(LocalStream(e.src_port, e.dst_node, e.dst_port, request_policy(e, params),
                              dispatch.iteration[:scope.common(e.src_node, e.dst_node)], e.max_buffered)
                  for e in scope.local_out.get(dispatch.node, ()))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from conductor.chunk_override import request_policy
 from conductor.credit_ledger import CreditLedger
 from conductor.edge_stats import EdgeRecorder, now_us
 from conductor.loop_state import LoopTracker
@@ -38,8 +39,10 @@ class Dispatch:
 
 
 class WalkState:
-    def __init__(self, scope: WalkScope, inputs: dict[str, Value], client_room=lambda: 1 << 30) -> None:
+    def __init__(self, scope: WalkScope, inputs: dict[str, Value], client_room=lambda: 1 << 30,
+                 params: dict | None = None) -> None:
         self.scope = scope
+        self.params = params or {}  # the request's: a chunk policy may take its first_chunk
         self.credits = CreditLedger(self, client_room)
         self.inputs = inputs
         self.values: dict[tuple[str, str, Tag], Value] = {}
@@ -183,7 +186,8 @@ class WalkState:
     def buffer(self, edge: GraphEdge, tag: Tag) -> StreamBuffer:
         key = (edge, tag)
         if key not in self.buffers:
-            self.buffers[key] = StreamBuffer(edge.chunk_policy, edge.max_buffered, name=f"edge {edge}")
+            self.buffers[key] = StreamBuffer(request_policy(edge, self.params), edge.max_buffered,
+                                             name=f"edge {edge}")
         return self.buffers[key]
 
     # ---- collect -----------------------------------------------------------------

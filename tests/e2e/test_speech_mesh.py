@@ -59,6 +59,18 @@ def test_mesh_equals_the_inprocess_runner(model, mesh, expected):
         assert sent == len(expected[0].chunks)
 
 
+@pytest.mark.parametrize("model", ["omni", "omni-colo"])
+def test_a_request_asks_for_a_smaller_first_chunk(model, mesh, tiny_omni):
+    ref = SpeechRunner.from_checkpoint(str(tiny_omni)).generate([SpeechRequest(
+        "first", chat_prompt(PROMPTS[1]), max_text_tokens=16, max_frames=40, chunk_size=CHUNK, left_context=LEFT,
+        first_chunk=2)])[0]
+    summary = run(speak(mesh.conductor.address, model, chat_prompt(PROMPTS[1]), {**PARAMS, "first_chunk": 2}))
+    _check(summary, ref)
+    assert summary.chunks[0].numel() < summary.chunks[1].numel()  # 2 frames, then C = 8
+    with pytest.raises(grpc.aio.AioRpcError, match="first_chunk"):
+        run(speak(mesh.conductor.address, model, chat_prompt("hi"), {**PARAMS, "first_chunk": -1}))
+
+
 def test_concurrent_streaming_requests_get_their_solo_results(mesh, expected):
     async def main():
         prompts = [PROMPTS[i % len(PROMPTS)] for i in range(8)]

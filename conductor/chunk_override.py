@@ -1,0 +1,32 @@
+"""Per-request chunk policy overrides: a request may ask its LeftContext edges for a
+smaller (or larger) first chunk (param `first_chunk`, frames), like vLLM-Omni's
+`initial_codec_chunk_frames`; C and L stay the deployment's."""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+from graph.chunking import ChunkPolicy, LeftContext
+from transport.errors import InvalidArgument
+
+
+def first_chunk_param(params: dict) -> int | None:
+    value = params.get("first_chunk")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != int(value) or value < 0:
+        raise InvalidArgument(f"params.first_chunk must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
+def request_policy(edge, params: dict) -> ChunkPolicy:
+    """The edge's chunk policy for one request (its own first_chunk, when it asks)."""
+    policy = edge.chunk_policy
+    first = first_chunk_param(params)
+    if first is None or not isinstance(policy, LeftContext):
+        return policy
+    policy = dataclasses.replace(policy, first=first)
+    if policy.min_buffer > edge.max_buffered:
+        raise InvalidArgument(f"params.first_chunk {first} does not fit edge {edge}'s buffer of "
+                              f"{edge.max_buffered} items")
+    return policy
