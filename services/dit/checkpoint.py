@@ -1,0 +1,71 @@
+"""SD3 checkpoints in diffusers layout: model_index.json plus one folder per component.
+
+Components are loaded with their libraries' own classes (diffusers for the DiT and the
+VAE, transformers for the text encoders), from local files only, weights through
+safetensors. `Sd3Geometry` is what the nodes need to agree on shapes, read from the
+JSON configs alone (no weights).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from transport.errors import InvalidArgument
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Sd3Geometry:
+    vae_scale_factor: int   # pixels per latent cell (2 ** (VAE blocks - 1))
+    patch_size: int         # latent cells per DiT token side
+    latent_channels: int    # C of the latent [B, C, h, w]
+
+    def __post_init__(self) -> None:
+        if min(self.vae_scale_factor, self.patch_size, self.latent_channels) < 1:
+            raise ValueError(f"Sd3Geometry: every field must be >= 1, got {self}")
+
+    @property
+    def size_multiple(self) -> int:
+        """Image sides must be multiples of this (as StableDiffusion3Pipeline checks)."""
+        return self.vae_scale_factor * self.patch_size
+
+
+def checkpoint_dir(checkpoint: str | Path) -> Path:
+    path = Path(checkpoint)
+    if not (path / "model_index.json").is_file():
+        raise InvalidArgument(f"checkpoint {str(path)!r} is not a diffusers checkpoint (no model_index.json)")
+    return path
+
+
+def read_config(checkpoint: str | Path, subfolder: str) -> dict:
+    path = checkpoint_dir(checkpoint) / subfolder
+    for name in ("config.json", "scheduler_config.json"):
+        if (path / name).is_file():
+            return json.loads((path / name).read_text())
+    raise InvalidArgument(f"checkpoint {str(checkpoint)!r}: {subfolder}/ has no config")
+
+
+def geometry(checkpoint: str | Path) -> Sd3Geometry:
+    vae, transformer = read_config(checkpoint, "vae"), read_config(checkpoint, "transformer")
+    return Sd3Geometry(vae_scale_factor=2 ** (len(vae["block_out_channels"]) - 1),
+                       patch_size=int(transformer["patch_size"]), latent_channels=int(transformer["in_channels"]))
+
+
+def torch_dtype(name: str):
+    import torch
+
+    if name not in DTYPES:
+        raise InvalidArgument(f"dtype {name!r} is not one of {DTYPES}")
+    return getattr(torch, name)
+
+
+def load_model(cls, checkpoint: str | Path, subfolder: str, dtype: str = "float32", device: str = "cpu"):
+    """`cls.from_pretrained` of one component folder, local files only, in eval mode."""
+    path = checkpoint_dir(checkpoint) / subfolder
+    if not path.is_dir():
+        raise InvalidArgument(f"checkpoint {str(checkpoint)!r} has no {subfolder}/ folder")
+    kwargs = {"low_cpu_mem_usage": False} if cls.__module__.startswith("diffusers") else {}  # no accelerate
+    model = cls.from_pretrained(str(path), local_files_only=True, dtype=torch_dtype(dtype), **kwargs)
+    return model.to(device).eval().requires_grad_(False)

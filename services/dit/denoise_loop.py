@@ -1,0 +1,109 @@
+"""The CFG denoising loop run inside one DiT replica (DESIGN 5: a loop stays where its
+nodes are): node `denoise_loop`, opened once per request, one iteration per engine step.
+
+    denoise_loop   latent, embeds, pooled, negative_embeds, negative_pooled
+                   -> step [k + 1, steps] every iteration; latent [1, C, h, w] and done [1]
+                      at the last one; NodeDone after params.steps iterations
+
+Each iteration queues the request's two branches as ordinary denoising work items, so
+they batch with each other and with every other request's branches (of this node or
+of the conductor-driven denoise_cond / denoise_uncond); once both are back the guided
+Euler update runs here, without a conductor round trip per step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from engine.stateless_engine import StatelessEngine, WorkItem, WorkResult
+from services.dit.params import ImageParams
+from services.dit.schedule import Schedule
+from services.errors import failure
+from services.items import NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent
+from transport.errors import ResourceExhausted
+
+BRANCHES = ("cond", "uncond")
+
+
+@dataclass(frozen=True)
+class BranchTag:
+    """Marks a work item as one branch of one iteration of a loop run."""
+
+    run: tuple[str, tuple[int, ...]]  # (request_id, iteration of the open)
+    branch: str
+    k: int
+
+
+@dataclass
+class LoopRun:
+    item: OpenNode
+    latent: torch.Tensor                  # [1, C, h, w], the state carried between iterations
+    conditioning: dict[str, tuple]        # branch -> (embeds [1, S, D], pooled [1, P])
+    params: ImageParams
+    schedule: Schedule
+    key: tuple                            # the denoising batch key of its branches
+    num_steps: int
+    k: int = 0
+    noise: dict[str, torch.Tensor] = field(default_factory=dict)  # branch -> velocity of step k
+
+
+class DenoiseLoops:
+    """Open loop runs of one DiT component; `update(latent, cond, uncond, params, k,
+    schedule)` is the component's combine (guidance + Euler)."""
+
+    def __init__(self, engine: StatelessEngine, update: Callable[..., dict[str, Any]]) -> None:
+        self.engine = engine
+        self.update = update
+        self.runs: dict[tuple[str, tuple[int, ...]], LoopRun] = {}
+
+    def open(self, run: LoopRun) -> None:
+        self._queue(run)
+        self.runs[(run.item.request_id, run.item.iteration)] = run
+
+    def _queue(self, run: LoopRun) -> None:
+        if self.engine.num_queued + len(BRANCHES) > self.engine.config.max_queued:
+            raise ResourceExhausted(f"node {run.item.node}: the dit queue is full ({self.engine.num_queued} items)")
+        t = run.schedule.timesteps[run.k]
+        for branch in BRANCHES:
+            embeds, pooled = run.conditioning[branch]
+            tag = BranchTag((run.item.request_id, run.item.iteration), branch, run.k)
+            self.engine.add(WorkItem(run.item.request_id, run.key, (run.latent, embeds, pooled, t), tag))
+
+    def cancel(self, request_id: str) -> None:
+        self.runs = {key: run for key, run in self.runs.items() if key[0] != request_id}
+
+    def on_result(self, tag: BranchTag, result: WorkResult) -> list[OutboundEvent]:
+        run = self.runs.get(tag.run)
+        if run is None or tag.k != run.k:
+            return []  # cancelled (or failed) meanwhile
+        item = run.item
+        if not result.ok:
+            del self.runs[tag.run]
+            self.engine.abort(item.request_id)
+            status, message = failure(result.error, f"node {item.node} step {run.k}")
+            return [NodeError(item.request_id, item.node, status, message, item.iteration)]
+        run.noise[tag.branch] = result.output["noise"]
+        if len(run.noise) < len(BRANCHES):
+            return []
+        return self._advance(run)
+
+    def _advance(self, run: LoopRun) -> list[OutboundEvent]:
+        item, k = run.item, run.k
+        out = self.update(run.latent, run.noise["cond"], run.noise["uncond"], run.params, k, run.schedule)
+        run.latent, run.noise, run.k = out["latent"], {}, k + 1
+        is_last = run.k >= run.num_steps
+        tensors = {"step": out["step"]}
+        if is_last:  # only the last latent leaves the loop (it feeds the VAE)
+            tensors.update(latent=out["latent"], done=out["done"])
+        events: list[OutboundEvent] = [NodeOutput(item.request_id, item.node, tensors, item.iteration + (k,))]
+        if is_last:
+            del self.runs[(item.request_id, item.iteration)]
+            return events + [NodeDone(item.request_id, item.node, iteration=item.iteration)]
+        try:
+            self._queue(run)
+        except ResourceExhausted as e:
+            del self.runs[(item.request_id, item.iteration)]
+            events.append(NodeError(item.request_id, item.node, e.status, str(e), item.iteration))
+        return events
