@@ -28,6 +28,8 @@ from safetensors import SafetensorError, safe_open
 
 from engine.model_config import ModelConfig, model_config_from_hf
 from engine.models import CausalLM, model_class
+from engine.offload.config import OffloadConfig
+from engine.offload.loading import attach_offload, effective_config, prepare_host_weights, skipped_names
 from transport.errors import InvalidArgument
 
 SINGLE_FILE = "model.safetensors"
@@ -120,9 +122,12 @@ class _Tensors:
             raise InvalidArgument(f"{file}: cannot read tensor {name!r}: {e}") from None
 
 
-def _load_weights(model: CausalLM, tensors: _Tensors) -> None:
+def _load_weights(model: CausalLM, tensors: _Tensors, skip: frozenset[str] = frozenset()) -> None:
+    """Copies every parameter not in `skip` (streamed ones the offload backend maps) from its sources."""
     params = dict(model.named_parameters())
     for param_name, ckpt_name, index in model.weight_sources(tensors.has):
+        if param_name in skip:
+            continue
         target = params[param_name].data
         target = target if index is None else target[index]
         tensor = tensors.get(ckpt_name)
@@ -141,18 +146,24 @@ def build_model(config: ModelConfig, device: str | torch.device = "cpu") -> Caus
     return model.requires_grad_(False).eval()
 
 
-def load_model(checkpoint_dir: str | Path, dtype: str | None = None, device: str | torch.device = "cpu") -> CausalLM:
+def load_model(checkpoint_dir: str | Path, dtype: str | None = None, device: str | torch.device = "cpu",
+               offload: OffloadConfig | None = None) -> CausalLM:
     """Load a checkpoint; dtype "float32"/"bfloat16"/"float16" (default: the checkpoint's).
 
-    The returned model also carries `checkpoint_dir` and `tokenizer_path` (None when the
-    checkpoint has no tokenizer files).
+    The returned model also carries `checkpoint_dir`, `tokenizer_path` (None when the
+    checkpoint has no tokenizer files) and `offload_backend` (None unless offload is on:
+    `offload`, else the process's default, see engine.offload.loading).
     """
     path = _checkpoint_dir(checkpoint_dir)
     config = read_model_config(path, dtype)
     files = weight_files(path)
-    model = build_model(config, device)
+    offload = effective_config(offload, "kv_cache")
+    model = build_model(config, "cpu" if offload else device)
     with ExitStack() as stack:
-        _load_weights(model, _Tensors(path, files, stack))
+        tensors = _Tensors(path, files, stack)
+        mapped = prepare_host_weights(model, offload, files, model.weight_sources(tensors.has))
+        _load_weights(model, tensors, skipped_names(mapped))
     model.checkpoint_dir = path
     model.tokenizer_path = tokenizer_path(path)
+    model.offload_backend = attach_offload(model, offload, mapped, device)
     return model

@@ -28,6 +28,8 @@ from torch import nn
 
 from engine.checkpoint import _checkpoint_dir, _read_json, _Tensors, weight_files
 from engine.model_config import DTYPES
+from engine.offload.config import OffloadConfig
+from engine.offload.loading import attach_offload, effective_config, prepare_host_weights, skipped_names
 from engine.models.code2wav_layers import (CausalConvNet, CausalTransConvNet, ConvNeXtBlock, DecoderBlock,
                                            PreTransformer, SnakeBeta)
 from transport.errors import InvalidArgument
@@ -122,21 +124,34 @@ class Code2Wav(nn.Module):
 
     @classmethod
     def from_checkpoint(cls, checkpoint_dir: str | Path, dtype: str | torch.dtype | None = None,
-                        device: str | torch.device = "cpu") -> "Code2Wav":
+                        device: str | torch.device = "cpu", offload: OffloadConfig | None = None) -> "Code2Wav":
         """Loads `code2wav_config` and the `code2wav.*` tensors (safetensors, mmap).
-        dtype: "float32" / "bfloat16" / "float16" or a torch dtype; default: the checkpoint's."""
+        dtype: "float32" / "bfloat16" / "float16" or a torch dtype; default: the checkpoint's.
+        offload: as engine.checkpoint.load_model (the blocks of offload_blocks() stream)."""
         path = _checkpoint_dir(checkpoint_dir)
         raw = _read_json(path / "config.json")
         section = raw.get("code2wav_config")
         if not isinstance(section, dict):
             raise InvalidArgument(f"{path / 'config.json'}: no code2wav_config (not a Qwen3-Omni checkpoint?)")
         config = Code2WavConfig.from_hf(section)
+        offload = effective_config(offload, "stateless")
         with torch.device("meta"):
             model = cls(config)
         model = model.to(dtype=_torch_dtype(dtype or raw.get("dtype") or raw.get("torch_dtype"))).to_empty(
-            device=device)
-        _load(model, path)
-        return model.requires_grad_(False).eval()
+            device="cpu" if offload else device)
+        files = weight_files(path)
+        sources = [(name, PREFIX + name, None) for name, _ in model.named_parameters()]
+        mapped = prepare_host_weights(model, offload, files, sources)
+        _load(model, path, skipped_names(mapped))
+        model = model.requires_grad_(False).eval()
+        model.offload_backend = attach_offload(model, offload, mapped, device)
+        return model
+
+    def offload_blocks(self) -> list[str]:
+        """The streamed block stacks in execution order: the transformer layers, then the
+        decoder's upsampling blocks (the heaviest convolutions)."""
+        layers = [f"pre_transformer.layers.{i}" for i in range(len(self.pre_transformer.layers))]
+        return layers + [f"decoder.{i}" for i, m in enumerate(self.decoder) if isinstance(m, DecoderBlock)]
 
     @property
     def samples_per_frame(self) -> int:
@@ -210,9 +225,9 @@ def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def _load(model: Code2Wav, path: Path) -> None:
-    """Copies every parameter from its `code2wav.<name>` tensor; shapes must match and
-    no `code2wav.*` tensor may be left unused."""
+def _load(model: Code2Wav, path: Path, skip: frozenset[str] = frozenset()) -> None:
+    """Copies every parameter not in `skip` (mapped by the offload backend) from its
+    `code2wav.<name>` tensor; shapes must match and no `code2wav.*` tensor may be left unused."""
     files = weight_files(path)
     params = dict(model.named_parameters())
     unused = sorted(n for n in files if n.startswith(PREFIX) and n[len(PREFIX):] not in params)
@@ -222,6 +237,8 @@ def _load(model: Code2Wav, path: Path) -> None:
     with ExitStack() as stack:
         tensors = _Tensors(path, files, stack)
         for name, param in params.items():
+            if name in skip:
+                continue
             tensor = tensors.get(PREFIX + name)
             if tuple(tensor.shape) != tuple(param.shape):
                 raise InvalidArgument(f"tensor {PREFIX + name!r} has shape {tuple(tensor.shape)}, "
