@@ -20,6 +20,18 @@ if [ ${#need_libs[@]} -gt 0 ]; then
   fi
 fi
 
+# docker-compose: only `docker-compose config -q` runs here (tests/cluster/test_compose.py
+# validates compose/); --no-install-recommends keeps the Docker engine out.
+if ! command -v docker-compose >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing docker-compose (validates compose/docker-compose.yml)"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      docker-compose >/dev/null) || echo "setup: could not install docker-compose; its test will skip" >&2
+  else
+    echo "setup: docker-compose is missing (sudo apt-get install docker-compose); its test will skip" >&2
+  fi
+fi
+
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then

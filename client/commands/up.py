@@ -3,11 +3,13 @@ they serve, print the endpoints, and run until Ctrl-C / SIGTERM, then stop every
 
 A local trace store (OTLP) runs alongside; every process sends spans to it (and to
 OTEL_EXPORTER_OTLP_ENDPOINT as well, when set). `starmesh trace REQUEST_ID` reads it.
+`--trace-ui` also runs Arize Phoenix (cluster/phoenix.py) as that collector and UI.
 """
 from __future__ import annotations
 
 import argparse
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -22,6 +24,9 @@ def add_parser(sub) -> None:
     p.add_argument("--deployment", default=str(DEFAULT_DEPLOYMENT), metavar="FILE",
                    help="cluster deployment file (default: compose/deployments/local.yaml)")
     p.add_argument("--no-trace-store", action="store_true", help="do not run the local trace store")
+    p.add_argument("--trace-ui", action="store_true",
+                   help="also run Arize Phoenix as OTLP receiver and trace UI on localhost (installed from PyPI "
+                        "into its own virtualenv on first use); every process exports to it")
     p.set_defaults(func=run)
 
 
@@ -65,6 +70,22 @@ def _unpublish() -> None:
     (cache_root() / STORE_FILE).unlink(missing_ok=True)
 
 
+def _start(args: argparse.Namespace):
+    """(Phoenix | None, store, cluster). Phoenix starts first, so that every process inherits
+    its endpoint, and is stopped again when the stack fails to start."""
+    ui = None
+    if args.trace_ui:
+        from cluster.phoenix import start_trace_ui
+
+        ui = start_trace_ui(log=lambda m: print(f"starmesh | {m}", flush=True))
+    try:
+        return (ui, *start_stack(args.deployment, not args.no_trace_store))
+    except BaseException:
+        if ui is not None:
+            ui.stop()
+        raise
+
+
 def run(args: argparse.Namespace) -> int:
     from graph.errors import GraphError
 
@@ -72,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        store, cluster = start_stack(args.deployment, not args.no_trace_store)
-    except (GraphError, RuntimeError, TimeoutError) as e:
+        ui, store, cluster = _start(args)
+    except (GraphError, RuntimeError, TimeoutError, subprocess.CalledProcessError) as e:
         print(f"starmesh up: {e}", file=sys.stderr)
         return 2
     try:
@@ -81,9 +102,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {name:<14} {address:<22} metrics {cluster.metrics.get(name, '-')}")
         if store is not None:
             print(f"  {'trace store':<14} OTLP {store.otlp_address}, query {store.http_address}")
+        if ui is not None:
+            print(f"  {'trace UI':<14} {ui.url} (Phoenix; OTLP {ui.otlp_endpoint})")
         print("serving; Ctrl-C stops everything", flush=True)
         stop.wait()
     finally:
         print("stopping ...", flush=True)
         stop_stack(store, cluster)
+        if ui is not None:
+            ui.stop()
     return 0
