@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine.stateless_engine import StatelessConfig
-from services.dit.stateless import StatelessComponent
+from services.stateless_component import StatelessComponent
 from services.items import OpenNode
 from transport.errors import InvalidArgument
 

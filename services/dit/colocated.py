@@ -1,64 +1,9 @@
-"""Several components in one service process (co-location, DESIGN 2): the text encoders,
-the DiT and the VAE of one SD3 checkpoint behind one `starmesh serve sd3` process.
-
-`Colocated` routes each node run to the component that hosts the node; one engine
-step steps every member that has work and returns their events as one batch.
-"""
+"""The text encoders, the DiT and the VAE of one SD3 checkpoint behind one
+`starmesh serve sd3` process (services.colocated)."""
 from __future__ import annotations
 
-from typing import Any
-
-from services.items import OutboundEvent
+from services.colocated import Colocated
 from transport.errors import InvalidArgument
-
-
-class Colocated:
-    def __init__(self, components: list[Any], name: str = "") -> None:
-        self.components = list(components)
-        self.name = name or "+".join(c.name for c in self.components)
-        self.by_node: dict[str, Any] = {}
-        for component in self.components:
-            for node in component.nodes:
-                if node in self.by_node:
-                    raise ValueError(f"node {node} is hosted by both {self.by_node[node].name} and {component.name}")
-                self.by_node[node] = component
-        self.nodes = tuple(self.by_node)
-
-    def _owner(self, node: str, where: str):
-        if node not in self.by_node:
-            raise InvalidArgument(f"{where}.node {node!r}: {self.name} runs {list(self.nodes)}")
-        return self.by_node[node]
-
-    def open(self, item, inputs) -> None:
-        self._owner(item.node, "open").open(item, inputs)
-
-    def push(self, item, tensors) -> None:
-        self._owner(item.node, "push").push(item, tensors)
-
-    def cancel(self, request_id: str) -> None:
-        for component in self.components:
-            component.cancel(request_id)
-
-    def has_work(self) -> bool:
-        return any(c.has_work() for c in self.components)
-
-    def step(self) -> list[OutboundEvent]:
-        return [ev for c in self.components if c.has_work() for ev in c.step()]
-
-    def ready(self) -> bool:
-        return all(c.ready() for c in self.components)
-
-    def load(self) -> dict:
-        """Every member's load (Component.load), summed where two report the same key."""
-        out: dict = {}
-        for c in self.components:
-            for key, value in (c.load() if hasattr(c, "load") else {}).items():
-                out[key] = out.get(key, 0) + value
-        return out
-
-    def close(self) -> None:
-        for component in self.components:
-            component.close()
 
 
 def make_sd3(checkpoint: str, dtype: str = "float32", device: str = "cpu", max_batch_size: int = 8,

@@ -26,7 +26,7 @@ from services.dit.denoise_loop import BranchTag, DenoiseLoops, LoopRun
 from services.dit.guidance import euler_step, guide
 from services.dit.params import ImageParams, image_params
 from services.dit.schedule import FlowSchedule
-from services.dit.stateless import StatelessComponent
+from services.stateless_component import StatelessComponent
 from services.items import OpenNode, OutboundEvent
 from transport.errors import InvalidArgument
 

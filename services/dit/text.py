@@ -21,7 +21,7 @@ import torch
 from engine.stateless_engine import StatelessConfig
 from services.dit.checkpoint import checkpoint_dir, load_model
 from services.dit.params import image_params
-from services.dit.stateless import StatelessComponent
+from services.stateless_component import StatelessComponent
 from services.items import OpenNode
 from transport.errors import InvalidArgument
 

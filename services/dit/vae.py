@@ -17,7 +17,7 @@ from engine.stateless_engine import StatelessConfig
 from services.dit.checkpoint import load_model
 from services.dit.denoiser import tensor_input
 from services.dit.params import image_params
-from services.dit.stateless import StatelessComponent
+from services.stateless_component import StatelessComponent
 from services.items import OpenNode
 from transport.errors import InvalidArgument
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 def make_talker_codec(checkpoint: str, dtype: str | None = None, max_batch_size: int = 8, **engine_options):
     from services.codec.component import CodecComponent
-    from services.dit.colocated import Colocated
+    from services.colocated import Colocated
     from services.talker.component import TalkerComponent
 
     talker = TalkerComponent.from_checkpoint(checkpoint, dtype=dtype, **engine_options)
