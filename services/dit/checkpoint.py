@@ -21,6 +21,7 @@ class Sd3Geometry:
     vae_scale_factor: int   # pixels per latent cell (2 ** (VAE blocks - 1))
     patch_size: int         # latent cells per DiT token side
     latent_channels: int    # C of the latent [B, C, h, w]
+    pos_embed_max_size: int = 0  # DiT tokens per side its position embedding covers (0: no limit)
 
     def __post_init__(self) -> None:
         if min(self.vae_scale_factor, self.patch_size, self.latent_channels) < 1:
@@ -30,6 +31,11 @@ class Sd3Geometry:
     def size_multiple(self) -> int:
         """Image sides must be multiples of this (as StableDiffusion3Pipeline checks)."""
         return self.vae_scale_factor * self.patch_size
+
+    @property
+    def max_side(self) -> int:
+        """Largest image side the DiT's position embedding covers (0: no limit)."""
+        return self.pos_embed_max_size * self.size_multiple
 
 
 def checkpoint_dir(checkpoint: str | Path) -> Path:
@@ -50,7 +56,8 @@ def read_config(checkpoint: str | Path, subfolder: str) -> dict:
 def geometry(checkpoint: str | Path) -> Sd3Geometry:
     vae, transformer = read_config(checkpoint, "vae"), read_config(checkpoint, "transformer")
     return Sd3Geometry(vae_scale_factor=2 ** (len(vae["block_out_channels"]) - 1),
-                       patch_size=int(transformer["patch_size"]), latent_channels=int(transformer["in_channels"]))
+                       patch_size=int(transformer["patch_size"]), latent_channels=int(transformer["in_channels"]),
+                       pos_embed_max_size=int(transformer.get("pos_embed_max_size") or 0))
 
 
 def torch_dtype(name: str):

@@ -122,7 +122,7 @@ class DitComponent(StatelessComponent):
 
     def _params(self, item: OpenNode) -> ImageParams:
         params = image_params(item.params)
-        params.check_size(self.geometry.size_multiple)
+        params.check_size(self.geometry.size_multiple, self.geometry.max_side)
         return params
 
     def _latent(self, inputs: dict[str, Any], params: ImageParams, node: str) -> torch.Tensor:

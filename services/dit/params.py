@@ -49,12 +49,16 @@ class ImageParams:
             raise InvalidArgument(f"params.max_sequence_length must be in [1, {MAX_T5_LEN}], "
                                   f"got {self.max_sequence_length}")
 
-    def check_size(self, multiple: int) -> None:
-        """width and height must be multiples of `multiple` (VAE scale factor x patch size)."""
+    def check_size(self, multiple: int, max_side: int = 0) -> None:
+        """width and height must be multiples of `multiple` (VAE scale factor x patch size)
+        and, when the DiT's position embedding is bounded, at most `max_side`."""
         for name in ("width", "height"):
             if getattr(self, name) % multiple:
                 raise InvalidArgument(f"params.{name} must be a multiple of {multiple} (VAE scale factor x patch "
                                       f"size), got {getattr(self, name)}")
+            if max_side and getattr(self, name) > max_side:
+                raise InvalidArgument(f"params.{name} must be at most {max_side} for this checkpoint (its "
+                                      f"position embedding covers that many pixels), got {getattr(self, name)}")
 
     def latent_shape(self, channels: int, vae_scale_factor: int) -> tuple[int, int, int, int]:
         return (1, channels, self.height // vae_scale_factor, self.width // vae_scale_factor)  # [1, C, h, w]

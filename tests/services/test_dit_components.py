@@ -110,6 +110,7 @@ def test_renorm_caps_the_guided_norm_at_a_multiple_of_the_conditional_one():
     ({"steps": 0}, "params.steps"), ({"steps": -3}, "params.steps"), ({"steps": 2.5}, "params.steps"),
     ({"guidance": math.nan}, "params.guidance"), ({"guidance": "NaN"}, "params.guidance"),
     ({"width": 50}, "params.width"), ({"height": 72}, "params.height"), ({"renorm": -1}, "params.renorm"),
+    ({"width": 1024}, "params.width"),  # past what the tiny DiT's position embedding covers
     ({"negative_prompt": 3}, "params.negative_prompt"), ({"max_sequence_length": 0}, "params.max_sequence_length"),
 ])
 def test_bad_params_name_their_field(comps, params, field):
