@@ -23,7 +23,7 @@ from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc
 from services.errors import map_errors
 from services.wire import params_from_struct
-from transport.errors import InvalidArgument, NotFound
+from transport.errors import InvalidArgument
 from transport.wire import ref_from_proto
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,10 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
         executor = self.service.executors.get(request.model)
         if executor is None:
-            raise NotFound(f"model {request.model!r} is not served here ({sorted(self.service.executors)})")
+            # Issue [E] asks for INVALID_ARGUMENT naming the field (the request is malformed
+            # for this conductor), not NOT_FOUND.
+            raise InvalidArgument(f"model {request.model!r} is not served here "
+                                  f"(served: {sorted(self.service.executors)})")
         request_id = request.request_id or uuid.uuid4().hex
         num_outputs = 0
         meter = RequestMeter(self.service.metrics, request.model, time.perf_counter())

@@ -117,8 +117,8 @@ def _describe(error, address: str, model: str) -> str:
     code, details = error.code(), error.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE:
         return f"conductor at {address} is unavailable (UNAVAILABLE): {details}"
-    if code == grpc.StatusCode.NOT_FOUND:
-        return f"model {model!r}: {details} (NOT_FOUND)"
+    if code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("model "):
+        return f"model {model!r}: {details} (INVALID_ARGUMENT)"
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return f"no answer from {address} in time (DEADLINE_EXCEEDED): {details}"
     return f"request failed ({code.name}): {details}"

@@ -112,7 +112,7 @@ def test_conductor_down_fails_clearly(tmp_path):
 
 
 @pytest.mark.parametrize("argv, status, words", [
-    (["--model", "nope", "--input-ids", "1,2,3"], 1, ["'nope'", "NOT_FOUND"]),
+    (["--model", "nope", "--input-ids", "1,2,3"], 1, ["'nope'", "INVALID_ARGUMENT"]),
     (["--model", "omni", "--input-ids", "1,99999"], 1, ["INVALID_ARGUMENT", "99999"]),
     (["--model", "omni", "--input-ids", "1,x"], 2, ["'x' is not an integer id"]),
     (["--model", "omni", "--input-ids", "1,-5"], 2, ["-5 is negative"]),

@@ -12,7 +12,7 @@ import torch
 from client.speech import speak
 from cluster.launcher import Cluster
 from cluster.spec import ClusterSpec
-from cluster.trace_store import TraceStore, edge_table
+from cluster.trace_store import edge_table
 from engine.tiny_omni import chat_prompt
 from cluster.deployments import rewrite
 from tests.fixtures.services import wait_until
@@ -33,26 +33,25 @@ def default_audio(tiny_omni, tmp_path_factory):
     return _speak(path)
 
 
-@pytest.mark.parametrize("layout", ["colocated", "two-host"])
-def test_layouts_give_the_default_audio(layout, tiny_omni, default_audio, tmp_path):
-    summary = _speak(rewrite(layout, {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path)))
+def _same_audio(summary, default_audio) -> None:
     assert summary.text_ids == default_audio.text_ids
     assert summary.codec_codes == default_audio.codec_codes
     torch.testing.assert_close(torch.cat(summary.chunks), torch.cat(default_audio.chunks), atol=1e-6, rtol=0)
 
 
-def test_one_request_is_one_trace_across_every_process(tiny_omni, tmp_path):
-    store = TraceStore().start()
-    try:
-        path = rewrite("local", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path))
-        _speak(path, trace_store=store.otlp_address, request_id="traced-1")
-        services = {"conductor", "thinker", "talker", "codec"}
-        # processes flush their spans when they stop: all are stopped here
-        assert wait_until(lambda: services <= {s["service"] for s in store.request("traced-1")["spans"]}, 10)
-        found = store.request("traced-1")
-        assert len(found["trace_ids"]) == 1
-        rows = {r["edge"]: r for r in edge_table(found["spans"])}
-        assert rows["talker.codes -> code2wav.codes"]["items"] > 0
-        assert rows["decode.embeds -> talker.embeds"]["p50_us"] > 0
-    finally:
-        store.stop()
+def test_two_host_mooncake_gives_the_default_audio(tiny_omni, default_audio, tmp_path):
+    _same_audio(_speak(rewrite("two-host", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path))), default_audio)
+
+
+def test_colocated_gives_the_default_audio_in_one_trace_across_every_process(colocated, trace_store,
+                                                                             default_audio):
+    summary = asyncio.run(speak(colocated.conductor_address, "qwen3-omni", chat_prompt("Hello there"), PARAMS,
+                                request_id="traced-1"))
+    _same_audio(summary, default_audio)
+    services = {"conductor", "thinker", "talker+codec"}
+    assert wait_until(lambda: services <= {s["service"] for s in trace_store.request("traced-1")["spans"]}, 15)
+    found = trace_store.request("traced-1")
+    assert len(found["trace_ids"]) == 1
+    rows = {r["edge"]: r for r in edge_table(found["spans"])}
+    assert rows["decode.embeds -> talker.embeds"]["items"] > 0 and rows["decode.embeds -> talker.embeds"]["p50_us"] > 0
+    assert "talker.codes -> code2wav.codes" not in rows  # co-located: handed over in the talker's process

@@ -10,10 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from client.speech import speak
-from cluster.launcher import Cluster
-from cluster.spec import ClusterSpec
 from engine.tiny_omni import chat_prompt
-from cluster.deployments import rewrite
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -24,21 +21,26 @@ def scrape(url: str) -> dict[str, list]:
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 
-def test_metrics_endpoints_serve_the_series(tiny_omni, tmp_path):
-    path = rewrite("colocated", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path))
-    with Cluster(ClusterSpec.load(path), path, log=lambda line: None) as cluster:
-        for _ in range(2):
-            asyncio.run(speak(cluster.conductor_address, "qwen3-omni", chat_prompt("hi"),
-                              {"max_new_tokens": 8, "max_frames": 30}))
-        conductor = scrape(cluster.metrics["conductor"])
-        thinker = scrape(cluster.metrics["thinker"])
-        talker = scrape(cluster.metrics["talker"])
-    requests = {(s.labels["model"], s.labels["outcome"]): s.value for s in conductor["starmesh_requests"]
-                if s.name.endswith("_total")}
-    assert requests[("qwen3-omni", "ok")] == 2
-    ttfa_count = [s.value for s in conductor["starmesh_ttfa_seconds"] if s.name.endswith("_count")]
-    assert ttfa_count == [2]
-    assert any(s.name.endswith("_count") and s.value == 2 for s in conductor["starmesh_rtf"])
+def _count(samples, suffix: str, **labels) -> float:
+    return sum(s.value for s in samples if s.name.endswith(suffix) and all(s.labels.get(k) == v
+                                                                          for k, v in labels.items()))
+
+
+def test_metrics_endpoints_serve_the_series(colocated):
+    before = scrape(colocated.metrics["conductor"])
+    for _ in range(2):
+        asyncio.run(speak(colocated.conductor_address, "qwen3-omni", chat_prompt("hi"),
+                          {"max_new_tokens": 8, "max_frames": 30}))
+    conductor = scrape(colocated.metrics["conductor"])
+    thinker = scrape(colocated.metrics["thinker"])
+    talker = scrape(colocated.metrics["talker"])
+
+    def grew(family: str, suffix: str, **labels) -> float:
+        return _count(conductor[family], suffix, **labels) - _count(before.get(family, []), suffix, **labels)
+
+    assert grew("starmesh_requests", "_total", model="qwen3-omni", outcome="ok") == 2
+    assert grew("starmesh_ttfa_seconds", "_count") == 2
+    assert grew("starmesh_rtf", "_count") == 2
     assert "starmesh_image_latency_seconds" in conductor
     edges = {s.labels["edge"] for s in conductor["starmesh_edge_latency_seconds"] if s.name.endswith("_count")}
     assert "decode.embeds -> talker.embeds" in edges

@@ -148,4 +148,4 @@ def test_list_models_and_unknown_model(mesh):
         assert [(m.name, list(m.walks)) for m in models] == [("toy", ["speak"])]
         with pytest.raises(grpc.RpcError) as err:
             list(stub.Generate(pb.GenerateRequest(model="nope")))
-    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in err.value.details()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "nope" in err.value.details()

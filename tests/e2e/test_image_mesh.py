@@ -107,7 +107,7 @@ def test_bad_input_is_invalid_argument_naming_the_field(mesh, model, params, fie
 def test_unknown_model_names_the_model(mesh):
     with grpc.insecure_channel(mesh.address) as channel:
         err = rpc_error(conductor_pb2_grpc.ConductorStub(channel).Generate(request("nope"), timeout=10))
-    assert err.code() == grpc.StatusCode.NOT_FOUND and "model 'nope'" in err.details()
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "model 'nope'" in err.details()
 
 
 def test_starmesh_imagine_writes_the_png_with_a_progress_bar(mesh, tmp_path):

@@ -1,0 +1,33 @@
+"""One co-located speech deployment (thinker + talker+codec + conductor) with a trace
+store, started once for the cluster tests that only need a running deployment."""
+from __future__ import annotations
+
+import pytest
+
+from cluster.deployments import rewrite
+from cluster.launcher import Cluster
+from cluster.spec import ClusterSpec
+from cluster.trace_store import TraceStore
+from tests.fixtures import registry
+from tests.fixtures.services import describe
+
+
+@pytest.fixture(scope="session")
+def trace_store():
+    store = TraceStore().start()
+    yield store
+    store.stop()
+
+
+@pytest.fixture(scope="session")
+def colocated(tiny_omni, tmp_path_factory, trace_store):
+    path = rewrite("colocated", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path_factory.mktemp("colo")))
+    cluster = Cluster(ClusterSpec.load(path), path, trace_store=trace_store.otlp_address, log=lambda line: None)
+    cluster.start()
+    services = [p.address for p in cluster.services]
+    for address in services:  # the leak check expects their arenas to live as long as the session
+        registry.register(address, describe(address).arena)
+    yield cluster
+    for address in services:
+        registry.unregister(address)
+    cluster.stop()
