@@ -1,7 +1,8 @@
 """Tracing overhead: speech throughput at concurrency 16 with every process exporting
 spans to the local trace store, against the same deployment with tracing off
-(OTEL_SDK_DISABLED=true), both running at once and measured in alternating rounds
-(the machine is shared and noisy: each side keeps its best round).
+(OTEL_SDK_DISABLED=true), both running at once and measured in rounds of one burst
+each, the order alternating between rounds so drift (warm-up, other load) cancels;
+the overhead is 1 - the median of the per-round traced/untraced ratios.
 
     python -m bench.tracing --json bench-results/tracing.json [--rounds 3] [--concurrency 16]
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import tempfile
 import time
 
@@ -55,19 +57,20 @@ def measure(checkpoint: str, rounds: int, concurrency: int) -> dict:
             asyncio.run(_burst(traced.conductor_address, 2))  # warm both (first-request costs)
             asyncio.run(_burst(untraced.conductor_address, 2))
             on, off = [], []
-            for _ in range(rounds):
-                off.append(asyncio.run(_burst(untraced.conductor_address, concurrency)))
-                on.append(asyncio.run(_burst(traced.conductor_address, concurrency)))
-                print(f"round: untraced {off[-1]:.2f}, traced {on[-1]:.2f} audio s/s", flush=True)
+            for r in range(rounds):
+                sides = [(off, untraced), (on, traced)]
+                for results, cluster in (sides if r % 2 == 0 else sides[::-1]):
+                    results.append(asyncio.run(_burst(cluster.conductor_address, concurrency)))
+                print(f"round {r}: untraced {off[-1]:.2f}, traced {on[-1]:.2f} audio s/s", flush=True)
         finally:
             traced.stop()
             untraced.stop()
     num_spans = sum(len(v) for v in store._traces.values())
     store.stop()
-    best_on, best_off = max(on), max(off)
-    return {"traced_audio_s_per_s": best_on, "untraced_audio_s_per_s": best_off,
-            "tracing_overhead": 1 - best_on / best_off, "num_spans": num_spans, "concurrency": concurrency,
-            "rounds": rounds}
+    ratios = sorted(a / b for a, b in zip(on, off))
+    return {"traced_audio_s_per_s": statistics.median(on), "untraced_audio_s_per_s": statistics.median(off),
+            "tracing_overhead": 1 - statistics.median(ratios), "num_spans": num_spans,
+            "concurrency": concurrency, "rounds": rounds}
 
 
 def main(argv=None) -> None:
