@@ -76,3 +76,25 @@ def load_model(cls, checkpoint: str | Path, subfolder: str, dtype: str = "float3
     kwargs = {"low_cpu_mem_usage": False} if cls.__module__.startswith("diffusers") else {}  # no accelerate
     model = cls.from_pretrained(str(path), local_files_only=True, dtype=torch_dtype(dtype), **kwargs)
     return model.to(device).eval().requires_grad_(False)
+
+
+def attach_model_offload(module, checkpoint: str | Path, subfolder: str, offload, prefix: str = ""):
+    """Layerwise offload for a loaded diffusers module (None when offload is off). With the
+    mmap backing, its streamed parameters become views of the component's safetensors
+    files (`prefix` + parameter name is the tensor name there), after the preflight."""
+    from engine.offload.loading import attach_offload, prepare_host_weights
+
+    if offload is None:
+        return None
+    folder = checkpoint_dir(checkpoint) / subfolder
+    mapped = None
+    if offload.host_backing == "mmap":
+        from safetensors import safe_open
+
+        files = {}
+        for file in sorted(folder.glob("*.safetensors")):
+            with safe_open(str(file), framework="pt") as f:
+                files.update({name: file for name in f.keys()})
+        sources = [(name, prefix + name, None) for name, _ in module.named_parameters()]
+        mapped = prepare_host_weights(module, offload, files, sources)
+    return attach_offload(module, offload, mapped)

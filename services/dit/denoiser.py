@@ -21,7 +21,7 @@ from typing import Any, Hashable
 import torch
 
 from engine.stateless_engine import StatelessConfig, WorkResult
-from services.dit.checkpoint import DTYPES, Sd3Geometry, geometry, load_model, read_config
+from services.dit.checkpoint import DTYPES, Sd3Geometry, attach_model_offload, geometry, load_model, read_config
 from services.dit.denoise_loop import BranchTag, DenoiseLoops, LoopRun
 from services.dit.guidance import euler_step, guide
 from services.dit.params import ImageParams, image_params
@@ -75,11 +75,17 @@ class DitComponent(StatelessComponent):
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str, dtype: str = "float32", device: str = "cpu",
-                        max_batch_size: int = 8) -> "DitComponent":
+                        max_batch_size: int = 8, offload=None) -> "DitComponent":
+        """offload: an engine.offload.OffloadConfig (default: the process's, `serve --offload`);
+        the transformer's blocks then stream through two slots (layerwise offload)."""
         from diffusers import SD3Transformer2DModel
+
+        from engine.offload.loading import effective_config
 
         config = DitConfig(checkpoint, dtype, device, max_batch_size)
         transformer = load_model(SD3Transformer2DModel, checkpoint, "transformer", dtype, device)
+        transformer.offload_backend = attach_model_offload(transformer, checkpoint, "transformer",
+                                                           effective_config(offload, "stateless"))
         geom = geometry(checkpoint)
         schedule = FlowSchedule(read_config(checkpoint, "scheduler"), geom.patch_size)
         return cls(transformer, schedule, geom, transformer.dtype, device,

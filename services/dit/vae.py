@@ -14,7 +14,7 @@ from typing import Any, Hashable
 import torch
 
 from engine.stateless_engine import StatelessConfig
-from services.dit.checkpoint import load_model
+from services.dit.checkpoint import attach_model_offload, load_model
 from services.dit.denoiser import tensor_input
 from services.dit.params import image_params
 from services.stateless_component import StatelessComponent
@@ -38,10 +38,16 @@ class VaeComponent(StatelessComponent):
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str, dtype: str = "float32", device: str = "cpu",
-                        max_batch_size: int = 4) -> "VaeComponent":
+                        max_batch_size: int = 4, offload=None) -> "VaeComponent":
+        """offload (default: the process's): the decoder's blocks stream (the service never
+        runs the encoder, so only the decode path is planned)."""
         from diffusers import AutoencoderKL
 
+        from engine.offload.loading import effective_config
+
         vae = load_model(AutoencoderKL, checkpoint, "vae", dtype, device)
+        vae.offload_backend = attach_model_offload(vae.decoder, checkpoint, "vae", effective_config(offload, "stateless"),
+                                                   prefix="decoder.")
         return cls(vae, device, StatelessConfig(max_batch_size=max_batch_size))
 
     def prepare(self, item: OpenNode, inputs: dict[str, Any]) -> tuple[Hashable, Any]:
