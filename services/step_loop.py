@@ -207,12 +207,16 @@ class StepLoop:
             tensors[name] = resolved.tensor
         return join_parts(tensors)
 
-    def _cancel(self, request_id: str) -> None:
+    def _drop_in_component(self, request_id: str) -> None:
+        """The component (and the co-located streams) forget the request; never raises."""
         self.local.cancel(request_id)
         try:
             self.component.cancel(request_id)
         except Exception:
             log.exception("component.cancel(%r) failed", request_id)
+
+    def _cancel(self, request_id: str) -> None:
+        self._drop_in_component(request_id)
         self._table.drop_request(request_id, "cancelled")
         self._call_transport("release_request", request_id)
 
@@ -226,11 +230,7 @@ class StepLoop:
     def _detach(self, stream_id: str) -> None:
         self._outbox.detach(stream_id)
         for rid in self._table.drop_stream(stream_id):
-            self.local.cancel(rid)
-            try:
-                self.component.cancel(rid)
-            except Exception:
-                log.exception("component.cancel(%r) failed", rid)
+            self._drop_in_component(rid)
         self._call_transport("release_carrier", stream_id)
 
     def _stop_streams(self) -> None:
@@ -272,10 +272,7 @@ class StepLoop:
         for rid in sorted({key[0] for key in self._table.runs}):
             for key in [k for k in self._table.runs if k[0] == rid]:
                 self._fail(rid, key[1], status, message, key[2])
-            try:
-                self.component.cancel(rid)
-            except Exception:
-                log.exception("component.cancel(%r) failed", rid)
+            self._drop_in_component(rid)
 
     def _postprocess(self, ev: OutboundEvent) -> None:
         state = self._table.requests.get(ev.request_id)
