@@ -6,7 +6,9 @@ turns a ScheduledBatch into the flat inputs + AttentionMetadata of one forward.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
+import numpy as np
 import torch
 
 from engine.attention.metadata import AttentionMetadata
@@ -30,7 +32,7 @@ class ModelRunner:
         self.model = model
         if isinstance(model.attn_backend, TorchAttentionBackend):
             # the caches below start zeroed and hold only what the model writes
-            model.set_attention_backend(TorchAttentionBackend(zero_padding=False))
+            model.set_attention_backend(TorchAttentionBackend(zero_padding=False, reuse_buffers=True))
         self.block_size = block_size
         self.capture_layer = capture_layer
         self.return_embeddings = return_embeddings
@@ -52,32 +54,45 @@ class ModelRunner:
                           for s, n in zip(batch.seqs, batch.num_query_tokens)])
 
     def prepare(self, batch, pool) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
-        ids, positions, slots, starts, seq_lens = [], [], [], [0], []
-        for seq, n in zip(batch.seqs, batch.num_query_tokens):
-            first = seq.num_cached_tokens
-            ids += seq.token_ids[first:first + n]
-            positions += range(first, first + n)
-            slots += [pool.slot(seq, p) for p in range(first, first + n)]
-            starts.append(starts[-1] + n)
-            seq_lens.append(first + n)
-        width = max(len(s.block_table) for s in batch.seqs)
-        tables = [s.block_table + [-1] * (width - len(s.block_table)) for s in batch.seqs]
+        """Flat ids/positions [T] and the step's metadata, built with numpy (no per-token Python)."""
+        seqs, counts = batch.seqs, batch.num_query_tokens
+        firsts = np.fromiter((s.num_cached_tokens for s in seqs), dtype=np.int64, count=len(seqs))  # [S]
+        n = np.asarray(counts, dtype=np.int64)  # [S]
+        ids = list(chain.from_iterable(s.token_ids[f:f + c] for s, f, c in zip(seqs, firsts.tolist(), counts)))
+        starts = np.zeros(len(seqs) + 1, dtype=np.int64)
+        np.cumsum(n, out=starts[1:])
+        seq_of_row = np.repeat(np.arange(len(seqs)), n)  # [T]
+        positions = np.arange(starts[-1]) - starts[seq_of_row] + firsts[seq_of_row]  # [T]
+        tables = self._block_tables(seqs)  # [S, width], -1 padded
+        block_of_row = positions // self.block_size
+        if (block_of_row >= np.asarray([len(s.block_table) for s in seqs])[seq_of_row]).any():
+            raise IndexError("a query token lies past its sequence's allocated blocks")
+        slots = tables[seq_of_row, block_of_row].astype(np.int64) * self.block_size + positions % self.block_size
         meta = AttentionMetadata(
-            query_start_loc=torch.tensor(starts, dtype=torch.int32),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
-            block_tables=torch.tensor(tables, dtype=torch.int32),
-            slot_mapping=torch.tensor(slots, dtype=torch.int64),
+            query_start_loc=torch.from_numpy(starts.astype(np.int32)),
+            seq_lens=torch.from_numpy((firsts + n).astype(np.int32)),
+            block_tables=torch.from_numpy(tables),
+            slot_mapping=torch.from_numpy(slots),
             block_size=self.block_size,
         )
-        return torch.tensor(ids, dtype=torch.int64), torch.tensor(positions, dtype=torch.int64), meta
+        return torch.tensor(ids, dtype=torch.int64), torch.from_numpy(positions), meta
+
+    @staticmethod
+    def _block_tables(seqs) -> np.ndarray:
+        """int32 [S, longest block table], -1 padded."""
+        tables = np.full((len(seqs), max(len(s.block_table) for s in seqs)), -1, dtype=np.int32)
+        for i, s in enumerate(seqs):
+            tables[i, :len(s.block_table)] = s.block_table
+        return tables
 
     @torch.inference_mode()
     def run(self, batch, pool) -> ForwardOutput:
         input_ids, positions, meta = self.prepare(batch, pool)
         hidden, captured = self.model(input_ids, positions, meta, self.kv_caches, capture_layer=self.capture_layer,
                                       inputs_embeds=self.input_embeds(batch))
-        rows = meta.last_token_rows[torch.tensor(batch.sample_mask, dtype=torch.bool)]
-        sampled_hidden = hidden[rows]
+        sample_mask = batch.sample_mask
+        rows = meta.last_token_rows if all(sample_mask) else meta.last_token_rows[torch.tensor(sample_mask)]
+        sampled_hidden = hidden if rows.numel() == hidden.shape[0] else hidden[rows]
         out = ForwardOutput(self.model.compute_logits(sampled_hidden).float(), sampled_hidden)
         bounds = meta.query_start_loc.tolist()
         if captured is not None:

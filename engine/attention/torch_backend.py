@@ -1,116 +1,81 @@
 """Paged attention in plain torch: the CPU backend and the reference for FlashInfer.
 
 Layout and batch contract: engine/attention/metadata.py. Decode rows (one query token)
-are attended in one padded batch; multi-token rows (prefill chunks) one sequence at a
-time, each gathering exactly its seq_len cached tokens. Scores and softmax are fp32.
+are attended in padded batches of similar length (engine/attention/torch_plan.py);
+multi-token rows (prefill chunks) one sequence at a time, each gathering exactly its
+seq_len cached tokens. Scores and softmax are fp32.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from engine.attention.metadata import AttentionMetadata
+from engine.attention.torch_plan import DecodeGroup, GatherBuffers, TorchAttentionPlan, plan_attention
+
+__all__ = ["TorchAttentionBackend", "TorchAttentionPlan", "gather_kv", "paged_attention", "plan_attention",
+           "store_kv"]
 
 
 def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
     """Write this step's k/v [T, Hkv, D] at their slots of k_cache/v_cache [N, B, Hkv, D]."""
     num_kv_heads, head_dim = k_cache.shape[-2:]
-    k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping.long(), k.to(k_cache.dtype))
-    v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping.long(), v.to(v_cache.dtype))
+    slot_mapping = slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()
+    if k.dtype != k_cache.dtype:
+        k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
+    k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, k)
+    v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, v)
 
 
-@dataclass
-class TorchAttentionPlan:
-    """Host-side facts about one step, computed once and shared by every layer."""
-
-    meta: AttentionMetadata
-    decode_rows: torch.Tensor       # int64 [S_d] query rows of the sequences with one query token
-    decode_blocks: torch.Tensor     # int64 [S_d, nb] their block tables (padding clamped to block 0)
-    decode_valid: torch.Tensor      # bool [S_d, L] key t < seq_len (L = longest decode seq_len)
-    zero_padding: bool              # zero gathered padding (caches that may hold NaN/inf garbage)
-    prefill: list[tuple[int, int, int, int]]  # (seq, first row, query_len, seq_len)
-
-
-def plan_attention(meta: AttentionMetadata, zero_padding: bool = True) -> TorchAttentionPlan:
-    starts = meta.query_start_loc.tolist()
-    seq_lens = meta.seq_lens.tolist()
-    decode, prefill = [], []
-    for i, seq_len in enumerate(seq_lens):
-        query_len = starts[i + 1] - starts[i]
-        if query_len > seq_len:
-            raise ValueError(f"sequence {i}: {query_len} query tokens but seq_len {seq_len}")
-        if query_len == 1:
-            decode.append(i)
-        elif query_len > 1:
-            prefill.append((i, starts[i], query_len, seq_len))
-    device = meta.seq_lens.device
-    decode_seqs = torch.tensor(decode, dtype=torch.int64, device=device)
-    max_len = max((seq_lens[i] for i in decode), default=0)
-    num_blocks = -(-max_len // meta.block_size)
-    valid = torch.arange(max_len, device=device)[None, :] < meta.seq_lens.long()[decode_seqs][:, None]
-    return TorchAttentionPlan(
-        meta=meta, decode_rows=torch.tensor([starts[i] for i in decode], dtype=torch.int64, device=device),
-        decode_blocks=meta.block_tables[decode_seqs, :num_blocks].long().clamp_min(0),
-        decode_valid=valid, zero_padding=zero_padding, prefill=prefill)
-
-
-def gather_heads(cache: torch.Tensor, blocks: torch.Tensor, length: int) -> torch.Tensor:
-    """Cached tokens of block rows, heads first (one copy, contiguous for attention):
-    cache [N, B, Hkv, D], blocks int64 [S, nb] -> [S, Hkv, length, D]."""
-    num_seqs, num_blocks = blocks.shape
-    block_size, num_kv_heads, head_dim = cache.shape[1:]
+def gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, num_seqs: int,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """Whole cached blocks, token-major (one copy): cache [N, B, Hkv, D], blocks int64
+    [num_seqs * nb] -> [num_seqs, nb * B, Hkv, D]. SDPA reads it through a heads-first view.
+    out: a reused flat buffer of at least that many elements."""
+    width = cache.stride(0)  # elements per block
+    if out is not None:
+        out = out[: blocks.numel() * width].view(-1, width)
     # index_select over whole blocks as rows: ~8x faster on CPU than advanced indexing
-    rows = torch.index_select(cache.view(cache.shape[0], -1), 0, blocks.reshape(-1))
-    gathered = rows.view(num_seqs, num_blocks, block_size, num_kv_heads, head_dim).permute(0, 3, 1, 2, 4)
-    return gathered.reshape(num_seqs, num_kv_heads, num_blocks * block_size, head_dim)[:, :, :length]
+    rows = torch.index_select(cache.view(cache.shape[0], width), 0, blocks, out=out)
+    return rows.view(num_seqs, -1, *cache.shape[2:])
 
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
     """One sequence's first seq_len cached tokens: cache [N, B, Hkv, D] -> [seq_len, Hkv, D]."""
     num_blocks = -(-seq_len // cache.shape[1])
-    return gather_heads(cache, block_table[None, :num_blocks].long(), seq_len)[0].transpose(0, 1)
-
-
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
-            scale: float) -> torch.Tensor:
-    """q [S, Q, H, D], k/v [S, Hkv, L, D], allowed bool [S, Q, L] -> [S, Q, H, D] (GQA).
-
-    torch's fused SDPA: scores and softmax accumulate in fp32 on CPU."""
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=allowed[:, None], scale=scale,
-                                         enable_gqa=True)  # [S, H, Q, D]
-    return out.transpose(1, 2)
+    return gather_blocks(cache, block_table[:num_blocks].long(), 1)[0, :seq_len]
 
 
 def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: TorchAttentionPlan,
-            scale: float) -> torch.Tensor:
-    """All one-token rows at once, keys padded to the longest: -> [S_d, H, D]."""
-    max_len = plan.decode_valid.shape[1]
-    k = gather_heads(k_cache, plan.decode_blocks, max_len)  # [S_d, Hkv, L, D]
-    v = gather_heads(v_cache, plan.decode_blocks, max_len)
+            group: DecodeGroup, scale: float) -> torch.Tensor:
+    """One group of one-token rows, keys padded to its longest: q [T, H, D] -> [n, H, D]."""
+    num_seqs, max_len = group.valid.shape
+    k_buf, v_buf = plan.gather_buffers(group.blocks.numel() * k_cache.stride(0), k_cache)
+    k = gather_blocks(k_cache, group.blocks, num_seqs, k_buf)[:, :max_len]  # [n, L, Hkv, D]
+    v = gather_blocks(v_cache, group.blocks, num_seqs, v_buf)[:, :max_len]
     if plan.zero_padding:  # masked keys still enter q.k and p.v: NaN garbage would poison both
-        invalid = ~plan.decode_valid[:, None, :, None]
+        invalid = ~group.valid[:, :, None, None]
         k.masked_fill_(invalid, 0)
         v.masked_fill_(invalid, 0)
-    # An additive mask (0 / -inf) built once per call: SDPA's CPU kernel runs ~25% faster
-    # with it than with a boolean mask on these shapes.
-    bias = torch.zeros(plan.decode_valid.shape, dtype=q.dtype).masked_fill_(~plan.decode_valid, float("-inf"))
-    out = F.scaled_dot_product_attention(q[plan.decode_rows][:, :, None], k, v, attn_mask=bias[:, None, None, :],
-                                         scale=scale, enable_gqa=True)  # [S_d, H, 1, D]
-    return out[:, :, 0]
+    q = q if group.rows is None else q[group.rows]
+    # k/v as strided heads-first views [n, Hkv, L, D]: SDPA's CPU kernel reads strides,
+    # which saves a second copy of every gathered key and value.
+    out = F.scaled_dot_product_attention(q[:, :, None], k.transpose(1, 2), v.transpose(1, 2),
+                                         attn_mask=group.bias(q.dtype), scale=scale, enable_gqa=True)
+    return out[:, :, 0]  # [n, H, 1, D] -> [n, H, D]
 
 
 def _prefill_one(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                  query_len: int, seq_len: int, scale: float) -> torch.Tensor:
     """q [Q, H, D] of one sequence, causal over its seq_len tokens -> [Q, H, D]."""
-    blocks = block_table[None, : -(-seq_len // k_cache.shape[1])].long()
-    k = gather_heads(k_cache, blocks, seq_len)  # [1, Hkv, L, D]
-    v = gather_heads(v_cache, blocks, seq_len)
+    k = gather_kv(k_cache, block_table, seq_len).transpose(0, 1)[None]  # [1, Hkv, L, D]
+    v = gather_kv(v_cache, block_table, seq_len).transpose(0, 1)[None]
     query_pos = torch.arange(seq_len - query_len, seq_len, device=q.device)
     allowed = torch.arange(seq_len, device=q.device)[None, :] <= query_pos[:, None]  # [Q, L]
-    return _attend(q[None], k, v, allowed[None], scale)[0]
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k, v, attn_mask=allowed[None, None],
+                                         scale=scale, enable_gqa=True)  # [1, H, Q, D]
+    return out[0].transpose(0, 1)
 
 
 def _fresh_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
@@ -127,9 +92,11 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     """q [T, H, D] over the paged cache (this step's K/V already stored) -> [T, H, D].
     With this step's k/v [T, Hkv, D], fresh prefills skip the cache."""
     plan = plan if plan is not None else plan_attention(meta)
+    if plan.decode_only:
+        return _decode(q, k_cache, v_cache, plan, plan.decode[0], scale)
     out = torch.empty_like(q)
-    if plan.decode_rows.numel():
-        out[plan.decode_rows] = _decode(q, k_cache, v_cache, plan, scale)
+    for group in plan.decode:
+        out[group.rows] = _decode(q, k_cache, v_cache, plan, group, scale)
     for seq, row, query_len, seq_len in plan.prefill:
         rows = slice(row, row + query_len)
         if k is not None and query_len == seq_len:
@@ -145,18 +112,22 @@ class TorchAttentionBackend:
     zero_padding=False skips zeroing the padded keys/values of decode batches: safe
     (and ~25% faster here) when the caches start zeroed and only ever hold values the
     model wrote, as the engine's ModelRunner guarantees; masked keys then only ever
-    hold finite numbers."""
+    hold finite numbers.
+
+    reuse_buffers=True lets every layer and step gather decode keys/values into the same
+    two buffers: for an owner that runs one step at a time (ModelRunner, CodePredictor)."""
 
     name = "torch"
 
-    def __init__(self, zero_padding: bool = True) -> None:
+    def __init__(self, zero_padding: bool = True, reuse_buffers: bool = False) -> None:
         self.zero_padding = zero_padding
+        self.buffers = GatherBuffers() if reuse_buffers else None
 
     def prepare(self, meta: AttentionMetadata) -> TorchAttentionPlan:
-        return plan_attention(meta, self.zero_padding)
+        return plan_attention(meta, self.zero_padding, self.buffers)
 
     def forward(self, plan: TorchAttentionPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:
         """q [T, H, D], k/v [T, Hkv, D]: store k/v, then attend -> [T, H, D]."""
-        store_kv(k, v, k_cache, v_cache, plan.meta.slot_mapping)
+        store_kv(k, v, k_cache, v_cache, plan.slot_mapping)
         return paged_attention(q, k_cache, v_cache, plan.meta, scale, plan, k, v)

@@ -12,7 +12,7 @@ from torch import nn
 
 from engine.model_config import ModelConfig
 from engine.models.layers import RMSNorm
-from engine.models.rope import apply_rope
+from engine.models.rope import rotate
 
 
 class SelfAttention(nn.Module):
@@ -42,8 +42,8 @@ class SelfAttention(nn.Module):
         v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        cos, sin = cos_sin
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        cos, signed_sin = cos_sin  # RotaryEmbedding.rotation of this step's positions
+        q, k = rotate(q, cos, signed_sin), rotate(k, cos, signed_sin)
         k_cache, v_cache = kv_cache
         out = backend.forward(plan, q, k, v, k_cache, v_cache, self.scale)  # [T, H, D]
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))

@@ -90,7 +90,7 @@ class CausalLM(nn.Module):
             raise ValueError(f"kv_caches has {len(kv_caches)} layers, the model {num_layers}")
         plan = self.attn_backend.prepare(meta)
         x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds  # [T, hidden]
-        cos_sin = self.rotary(positions, x.dtype)
+        cos_sin = self.rotary.rotation(positions, x.dtype)
         captured = x if capture_layer == 0 else None
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos_sin, self.attn_backend, plan, kv_caches[i])

@@ -45,7 +45,8 @@ class CodePredictor(nn.Module):
         self.lm_head = nn.ModuleList(
             nn.Linear(config.hidden_size, config.vocab_size, bias=False) for _ in range(num_code_groups - 1))
         self.rotary = RotaryEmbedding(config)
-        self.backend = TorchAttentionBackend(zero_padding=False)  # its caches start zeroed
+        # its caches start zeroed; its frames run one step at a time
+        self.backend = TorchAttentionBackend(zero_padding=False, reuse_buffers=True)
 
     @property
     def frame_len(self) -> int:
@@ -91,7 +92,7 @@ class CodePredictor(nn.Module):
             slot_mapping=(rows[:, None] * self.frame_len + torch.arange(num_cached, seq_len)).reshape(-1),
             block_size=self.frame_len)
         plan = self.backend.prepare(meta)
-        cos_sin = self.rotary(positions, x.dtype)
+        cos_sin = self.rotary.rotation(positions, x.dtype)
         for layer, cache in zip(self.model.layers, caches):
             x = layer(x, cos_sin, self.backend, plan, cache)
         return self.model.norm(x)[meta.last_token_rows]

@@ -16,6 +16,12 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., dim] -> [..., dim]
         dtype = x.dtype
+        if dtype == torch.float32:
+            # HF's formula, bit for bit, without its no-op casts and with the [..., 1]
+            # statistics updated in place: 6 dispatches instead of 8, four norms a layer.
+            # (torch's F.rms_norm copies its input twice: 3-6x slower on prefill shapes.)
+            variance = x.pow(2).mean(-1, keepdim=True)
+            return self.weight * (x * variance.add_(self.eps).rsqrt_())
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(dtype)
@@ -31,4 +37,7 @@ class GatedMLP(nn.Module):
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, hidden] -> [T, hidden]
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if torch.is_grad_enabled():
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        # in place on the fresh [T, intermediate] gate output: two fewer large allocations
+        return self.down_proj(F.silu(self.gate_proj(x), inplace=True).mul_(self.up_proj(x)))

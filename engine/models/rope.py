@@ -57,6 +57,12 @@ class RotaryEmbedding:
         emb = torch.cat((freqs, freqs), dim=-1)  # [T, D]
         return emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
 
+    def rotation(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [T] -> (cos, signed sin) for rotate(): each [T, 1, D], the sin's first half negated."""
+        cos, sin = self(positions, dtype)
+        half = sin.shape[-1] // 2
+        return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
@@ -66,3 +72,11 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [T, H, D], cos/sin [T, 1, D] -> [T, H, D]."""
     return x * cos + rotate_half(x) * sin
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """apply_rope with (cos, signed sin) from RotaryEmbedding.rotation: x [T, H, D] -> [T, H, D].
+
+    roll(x, D/2) * signed_sin is rotate_half(x) * sin exactly (negation is exact), in 4
+    ops instead of 7: rope runs twice per layer per step."""
+    return x * cos + torch.roll(x, x.shape[-1] // 2, dims=-1) * signed_sin

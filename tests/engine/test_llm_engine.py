@@ -75,14 +75,38 @@ def test_requests_arriving_at_different_steps_get_their_solo_ids(ckpt):
     requests = workload()
     engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=ckpt, block_size=4, prefill_chunk_size=16,
                                                     max_num_batched_tokens=48))
+    check_prepare(engine.runner)
     outputs = run_staggered(engine, requests, [random.Random(1).randint(0, 15) for _ in requests])
     assert_same_as_solo(ckpt, requests, outputs)
     assert engine.scheduler.pool.num_free_blocks == engine.scheduler.pool.total
 
 
+def check_prepare(runner):
+    """Wraps runner.prepare: every step's inputs must equal a per-token build of them."""
+    prepare = runner.prepare
+
+    def checked(batch, pool):
+        ids, positions, meta = prepare(batch, pool)
+        want_ids, want_pos, want_slots = [], [], []
+        for seq, n in zip(batch.seqs, batch.num_query_tokens):
+            first = seq.num_cached_tokens
+            want_ids += seq.token_ids[first:first + n]
+            want_pos += range(first, first + n)
+            want_slots += [pool.slot(seq, p) for p in range(first, first + n)]
+        assert ids.tolist() == want_ids and positions.tolist() == want_pos
+        assert meta.slot_mapping.tolist() == want_slots
+        assert meta.seq_lens.tolist() == [s.num_cached_tokens + n for s, n in zip(batch.seqs, batch.num_query_tokens)]
+        width = meta.block_tables.shape[1]
+        assert meta.block_tables.tolist() == [s.block_table + [-1] * (width - len(s.block_table)) for s in batch.seqs]
+        return ids, positions, meta
+
+    runner.prepare = checked
+
+
 def test_a_tiny_pool_preempts_and_changes_nothing(ckpt):
     requests = workload(seed=2)
     engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=ckpt, block_size=4, num_blocks=24))
+    check_prepare(engine.runner)
     outputs = run_staggered(engine, requests, [0] * len(requests))
     assert engine.scheduler.num_preemptions > 0  # the pool really ran out
     assert_same_as_solo(ckpt, requests, outputs)

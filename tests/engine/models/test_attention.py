@@ -5,10 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from engine.attention.flashinfer_backend import flashinfer_page_indices
-from engine.attention.torch_backend import gather_kv, paged_attention, store_kv
+from engine.attention.torch_backend import gather_kv, paged_attention, plan_attention, store_kv
+from engine.attention.torch_plan import GatherBuffers, group_by_length
 from tests.engine.models.paged import PagedDriver
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE = 6, 2, 8, 4
@@ -33,15 +35,17 @@ def _dense_reference(q, k, v, query_len, scale):
     return torch.einsum("hql,lhd->qhd", scores.softmax(-1), v)
 
 
-def _mixed_step():
-    """Four sequences with cached history: two decodes, a prefill chunk, a fresh prefill."""
-    driver = PagedDriver(_Stub(), num_blocks=40, block_size=BLOCK_SIZE, seed=3)
+def _mixed_step(history=None, query_lens=None, num_blocks=40):
+    """Sequences with cached history (default four: two decodes, a prefill chunk, a fresh
+    prefill); history/query_lens: {seq: cached tokens}, {seq: query tokens this step}."""
+    driver = PagedDriver(_Stub(), num_blocks=num_blocks, block_size=BLOCK_SIZE, seed=3)
     k_cache, v_cache = driver.kv_caches[0]
     gen = torch.Generator().manual_seed(0)
-    history = {0: 9, 1: 4, 2: 5, 3: 0}
+    history = history or {0: 9, 1: 4, 2: 5, 3: 0}
+    query_lens = query_lens or {0: 1, 1: 1, 2: 6, 3: 7}
     full_k, full_v = {}, {}
     for seq, cached in history.items():
-        query_len = {0: 1, 1: 1, 2: 6, 3: 7}[seq]
+        query_len = query_lens[seq]
         full_k[seq] = torch.randn(cached + query_len, NUM_KV_HEADS, HEAD_DIM, generator=gen)
         full_v[seq] = torch.randn(cached + query_len, NUM_KV_HEADS, HEAD_DIM, generator=gen)
         if cached:
@@ -54,18 +58,45 @@ def _mixed_step():
     return meta, k_cache, v_cache, full_k, full_v
 
 
-def test_paged_attention_matches_dense_causal_attention():
-    meta, k_cache, v_cache, full_k, full_v = _mixed_step()
+def _check_against_dense(meta, k_cache, v_cache, full_k, full_v, plan=None):
     num_tokens = int(meta.query_start_loc[-1])
     q = torch.randn(num_tokens, NUM_HEADS, HEAD_DIM, generator=torch.Generator().manual_seed(1))
     scale = HEAD_DIM ** -0.5
-    out = paged_attention(q, k_cache, v_cache, meta, scale)
+    out = paged_attention(q, k_cache, v_cache, meta, scale, plan)
     assert not out.isnan().any()  # never reads the NaN-filled slots nobody wrote
     starts = meta.query_start_loc.tolist()
     for i in range(meta.num_seqs):
         rows = slice(starts[i], starts[i + 1])
         ref = _dense_reference(q[rows], full_k[i], full_v[i], starts[i + 1] - starts[i], scale)
         torch.testing.assert_close(out[rows], ref, atol=1e-5, rtol=1e-5)
+
+
+def test_paged_attention_matches_dense_causal_attention():
+    _check_against_dense(*_mixed_step())
+
+
+# decodes of lengths 2..300 (padding one batch to 300 would triple the keys), a prefill chunk
+SPREAD = {i: cached for i, cached in enumerate([1, 299, 7, 150, 3, 260, 40, 180, 90, 20, 5])}
+SPREAD_QUERY = {**{i: 1 for i in SPREAD}, 10: 6}
+
+
+@pytest.mark.parametrize("decode_only", [False, True])
+def test_decodes_of_spread_lengths_attend_in_groups_and_match_dense(decode_only):
+    history = {s: c for s, c in SPREAD.items() if not decode_only or SPREAD_QUERY[s] == 1}
+    meta, k_cache, v_cache, full_k, full_v = _mixed_step(history, SPREAD_QUERY, num_blocks=400)
+    plan = plan_attention(meta, zero_padding=True, buffers=GatherBuffers())
+    assert len(plan.decode) > 1  # the grouped path, with reused gather buffers
+    assert sorted(int(r) for g in plan.decode for r in g.rows) == [
+        int(meta.query_start_loc[s]) for s in history if SPREAD_QUERY[s] == 1]
+    _check_against_dense(meta, k_cache, v_cache, full_k, full_v, plan)
+
+
+def test_group_by_length_partitions_longest_first():
+    lens = [5, 300, 7, 290, 6, 150]
+    groups = group_by_length(list(range(6)), lens, overhead=64)
+    assert groups == [[1, 3], [5], [2, 4, 0]]  # 300 and 290 share a batch; 150 alone; the short ones
+    assert group_by_length([0, 1, 2], [9, 9, 9]) == [[0, 1, 2]]
+    assert group_by_length(list(range(6)), lens, overhead=10**6) == [[1, 3, 5, 2, 4, 0]]
 
 
 def test_flashinfer_page_indices_describe_the_kv_the_torch_backend_reads():

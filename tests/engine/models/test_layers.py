@@ -55,3 +55,48 @@ def test_omni_text_rope_with_equal_positions_is_1d_rope(head_dim, section):
     # ...and with unequal axes it is not (so the check above can fail).
     mixed = torch.stack([positions, positions // 2, positions // 3]).view(3, 1, -1)
     assert not torch.equal(hf(x, mixed)[0][0], hf_cos[0])
+
+
+def _hf_rms_norm(x, weight, eps):
+    """transformers' Qwen3RMSNorm.forward, verbatim."""
+    input_dtype = x.dtype
+    hidden = x.to(torch.float32)
+    variance = hidden.pow(2).mean(-1, keepdim=True)
+    hidden = hidden * torch.rsqrt(variance + eps)
+    return weight * hidden.to(input_dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 256), (37, 256), (2048, 256), (33, 4, 64)])
+def test_rms_norm_is_hf_bit_for_bit(shape, dtype):
+    from engine.models.layers import RMSNorm
+
+    gen = torch.Generator().manual_seed(0)
+    norm = RMSNorm(shape[-1], 1e-6).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(shape[-1], generator=gen))
+    x = (torch.randn(shape, generator=gen) * 3).to(dtype)
+    with torch.inference_mode():
+        assert torch.equal(norm(x), _hf_rms_norm(x, norm.weight, 1e-6))
+
+
+def test_rotate_is_apply_rope_bit_for_bit():
+    from engine.models.rope import apply_rope, rotate
+
+    rotary = RotaryEmbedding(_moe_config(head_dim=64, rope_theta=1e4, num_heads=4, num_kv_heads=2))
+    positions = torch.tensor([0, 1, 5, 17, 255, 1000])
+    x = torch.randn(positions.numel(), 4, 64, generator=torch.Generator().manual_seed(0))
+    cos, sin = rotary(positions, torch.float32)
+    assert torch.equal(rotate(x, *rotary.rotation(positions, torch.float32)), apply_rope(x, cos, sin))
+
+
+def test_gated_mlp_in_place_path_is_the_plain_one():
+    from engine.models.layers import GatedMLP
+
+    torch.manual_seed(0)
+    mlp = GatedMLP(32, 64)
+    x = torch.randn(7, 32)
+    with torch.no_grad():
+        plain = mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+    with torch.inference_mode():
+        assert torch.equal(mlp(x), plain)
