@@ -32,7 +32,8 @@ class ModelRunner:
         self.model = model
         if isinstance(model.attn_backend, TorchAttentionBackend):
             # the caches below start zeroed and hold only what the model writes
-            model.set_attention_backend(TorchAttentionBackend(zero_padding=False, reuse_buffers=True))
+            model.set_attention_backend(TorchAttentionBackend(zero_padding=False, reuse_buffers=True,
+                                                           use_kernel=model.attn_backend.use_kernel))
         self.block_size = block_size
         self.capture_layer = capture_layer
         self.return_embeddings = return_embeddings

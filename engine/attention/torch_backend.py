@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention.metadata import AttentionMetadata
+from engine.attention import cpu_kernels
 from engine.attention.torch_plan import DecodeGroup, GatherBuffers, TorchAttentionPlan, plan_attention
 
 __all__ = ["TorchAttentionBackend", "TorchAttentionPlan", "gather_kv", "paged_attention", "plan_attention",
@@ -94,7 +95,13 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     plan = plan if plan is not None else plan_attention(meta)
     if plan.decode_only:
         return _decode(q, k_cache, v_cache, plan, plan.decode[0], scale)
+    kernel = plan.kernel
+    if kernel is not None and kernel.rows is None:  # a decode-only step
+        return cpu_kernels.paged_decode()(q, k_cache, v_cache, kernel.block_tables, kernel.seq_lens, scale)
     out = torch.empty_like(q)
+    if kernel is not None:
+        out[kernel.rows] = cpu_kernels.paged_decode()(q[kernel.rows], k_cache, v_cache, kernel.block_tables,
+                                                      kernel.seq_lens, scale)
     for group in plan.decode:
         out[group.rows] = _decode(q, k_cache, v_cache, plan, group, scale)
     for seq, row, query_len, seq_len in plan.prefill:
@@ -115,16 +122,20 @@ class TorchAttentionBackend:
     hold finite numbers.
 
     reuse_buffers=True lets every layer and step gather decode keys/values into the same
-    two buffers: for an owner that runs one step at a time (ModelRunner, CodePredictor)."""
+    two buffers: for an owner that runs one step at a time (ModelRunner, CodePredictor).
+
+    use_kernel: one-token rows go to the compiled CPU kernel (engine/attention/cpu_kernels.py)
+    when it is available (None: whenever it is; False: never, the plain torch path)."""
 
     name = "torch"
 
-    def __init__(self, zero_padding: bool = True, reuse_buffers: bool = False) -> None:
+    def __init__(self, zero_padding: bool = True, reuse_buffers: bool = False, use_kernel: bool | None = None) -> None:
         self.zero_padding = zero_padding
         self.buffers = GatherBuffers() if reuse_buffers else None
+        self.use_kernel = use_kernel is not False and cpu_kernels.paged_decode() is not None
 
     def prepare(self, meta: AttentionMetadata) -> TorchAttentionPlan:
-        return plan_attention(meta, self.zero_padding, self.buffers)
+        return plan_attention(meta, self.zero_padding, self.buffers, self.use_kernel)
 
     def forward(self, plan: TorchAttentionPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:

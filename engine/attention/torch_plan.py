@@ -53,6 +53,16 @@ class DecodeGroup:
 
 
 @dataclass
+class KernelDecode:
+    """Decode rows for the compiled kernel (engine/attention/cpu_kernels.py): it reads each
+    sequence's blocks in place, so no gather, no padding and no length groups."""
+
+    rows: torch.Tensor | None   # int64 [n] their query rows; None: every row of the step, in order
+    block_tables: torch.Tensor  # int32 [n, W] -1 padded
+    seq_lens: torch.Tensor      # int32 [n]
+
+
+@dataclass
 class TorchAttentionPlan:
     """Host-side facts about one step, computed once and shared by every layer."""
 
@@ -62,6 +72,7 @@ class TorchAttentionPlan:
     prefill: list[tuple[int, int, int, int]]  # (seq, first row, query_len, seq_len)
     slot_mapping: torch.Tensor      # int64 [T] meta.slot_mapping
     buffers: GatherBuffers | None = None  # the backend's, reused; None: fresh tensors per gather
+    kernel: KernelDecode | None = None    # the decode rows, when the compiled kernel attends them
 
     @property
     def decode_only(self) -> bool:
@@ -105,8 +116,17 @@ def _decode_group(meta: AttentionMetadata, seqs: list[int] | None, starts: list[
     return DecodeGroup(rows, blocks.long().clamp_min(0).reshape(-1), valid)
 
 
-def plan_attention(meta: AttentionMetadata, zero_padding: bool = True,
-                   buffers: GatherBuffers | None = None) -> TorchAttentionPlan:
+def _kernel_decode(meta: AttentionMetadata, decode: list[int]) -> KernelDecode:
+    if len(decode) == meta.num_seqs:
+        return KernelDecode(None, meta.block_tables, meta.seq_lens)
+    index = torch.tensor(decode, dtype=torch.int64)
+    rows = meta.query_start_loc[:-1].long()[index]
+    return KernelDecode(rows, meta.block_tables[index], meta.seq_lens[index])
+
+
+def plan_attention(meta: AttentionMetadata, zero_padding: bool = True, buffers: GatherBuffers | None = None,
+                   kernel: bool = False) -> TorchAttentionPlan:
+    """kernel: the compiled decode kernel attends the one-token rows (CPU tensors only)."""
     starts = meta.query_start_loc.tolist()
     seq_lens = meta.seq_lens.tolist()
     decode, prefill = [], []
@@ -118,6 +138,10 @@ def plan_attention(meta: AttentionMetadata, zero_padding: bool = True,
             decode.append(i)
         elif query_len > 1:
             prefill.append((i, starts[i], query_len, seq_len))
+    if kernel and decode and meta.seq_lens.device.type == "cpu":
+        return TorchAttentionPlan(meta=meta, decode=[], zero_padding=zero_padding, prefill=prefill,
+                                  slot_mapping=meta.slot_mapping.long(), buffers=buffers,
+                                  kernel=_kernel_decode(meta, decode))
     groups = group_by_length(decode, seq_lens) if decode else []
     if len(groups) == 1 and len(decode) == len(seq_lens):
         groups = [None]  # decode-only step in one group: natural order, no row indexing
