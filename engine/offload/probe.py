@@ -1,5 +1,7 @@
-"""A weights probe process: loads a thinker checkpoint with offload, runs one forward, and
-reports; the tests and bench.offload start two of them to measure page sharing.
+"""A weights probe process: loads a checkpoint with offload, runs one forward, and reports;
+the tests and bench.offload start two of them to measure page sharing. A thinker
+checkpoint runs through an LLMEngine (a one-token generate); a diffusers SD3 checkpoint
+(model_index.json) loads its DiT as the dit service does and runs one small denoising call.
 
     python -m engine.offload.probe CKPT --backing mmap [--cache-root DIR] [--go FILE]
 
@@ -21,16 +23,55 @@ from engine.offload.backend import release_memory
 from engine.offload.memory import mapping_kib, process_pss_kib
 
 
+def _is_dit(checkpoint: str) -> bool:
+    return os.path.isfile(os.path.join(checkpoint, "model_index.json"))
+
+
+def _load_thinker(checkpoint: str):
+    """(the engine, its offload backend or None, []) after a one-token generate."""
+    from engine.llm_engine import EngineConfig, LLMEngine
+    from engine.sampling import SamplingParams
+
+    engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, num_blocks=16))
+    engine.generate([[1, 2, 3, 4]], SamplingParams(max_new_tokens=1))  # every block's pages are read
+    return engine, engine.model.offload_backend, []
+
+
+def _load_dit(checkpoint: str):
+    """(the dit component, its offload backend or None, its safetensors files) after one
+    denoising call of batch 1 on an 8 x 8 latent (every block's pages are read).
+    diffusers' loader leaves every parameter a view of its file's mapping, so the files
+    are weight files with any backing (resident parameters keep the mapping alive)."""
+    from pathlib import Path
+
+    import torch
+
+    from services.dit.denoiser import DitComponent
+
+    dit = DitComponent.from_checkpoint(checkpoint)
+    g = torch.Generator().manual_seed(0)
+    latent = torch.randn(1, dit.geometry.latent_channels, 8, 8, generator=g)
+    embeds, pooled = torch.randn(1, 8, dit.embed_dims[0], generator=g), torch.randn(1, dit.embed_dims[1], generator=g)
+    dit._denoise([(latent, embeds, pooled, torch.tensor(500.0))])
+    files = sorted(str(f) for f in (Path(checkpoint) / "transformer").glob("*.safetensors"))
+    return dit, dit.transformer.offload_backend, files
+
+
 def _probe(args: argparse.Namespace) -> tuple[dict, object]:
-    """(report, the engine: the caller keeps it alive while the parent measures)."""
+    """(report, the loaded model's holder: the caller keeps it alive while the parent measures)."""
     import torch
 
     torch.set_num_threads(1)
-    import engine.checkpoint  # noqa: F401  (imported before the PSS baseline)
-    from engine.llm_engine import EngineConfig, LLMEngine
+    dit = _is_dit(args.checkpoint)
+    if dit:
+        import services.dit.denoiser  # noqa: F401  (imported before the PSS baseline)
+        from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel  # noqa: F401  (lazy: ~100 MiB)
+    else:
+        import engine.checkpoint  # noqa: F401
+        import engine.llm_engine  # noqa: F401
+        import engine.sampling  # noqa: F401
     from engine.offload.config import OffloadConfig
     from engine.offload.loading import set_process_config
-    from engine.sampling import SamplingParams
 
     while args.go and not os.path.exists(args.go):
         time.sleep(0.005)
@@ -38,14 +79,13 @@ def _probe(args: argparse.Namespace) -> tuple[dict, object]:
     anon_before = process_pss_kib(os.getpid(), "Pss_Anon")
     set_process_config(None if args.backing == "none" else OffloadConfig(
         enabled=True, host_backing=args.backing, host_cache_root=args.cache_root if args.backing == "cache" else ""))
-    engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=args.checkpoint, num_blocks=16))
-    engine.generate([[1, 2, 3, 4]], SamplingParams(max_new_tokens=1))  # every block's pages are read
-    backend = engine.model.offload_backend
+    holder, backend, weight_files = (_load_dit if dit else _load_thinker)(args.checkpoint)
     files = list(backend.transfer.source.host_plan.files) if backend and backend.host_kind != "tensors" else []
+    files += [f for f in weight_files if f not in files]
     report = {"pid": os.getpid(), "host_kind": backend.host_kind if backend else "resident",
               "host_note": backend.host_note if backend else "", "files": files, "anon_before_kib": anon_before,
               "host_bytes": sum(t.numel() * t.element_size() for t in backend.host_tensors()) if backend else 0}
-    return report, engine
+    return report, holder
 
 
 def start_probes(checkpoint: str, backing: str, count: int = 2, cache_root: str = "",
@@ -96,10 +136,10 @@ def main() -> None:
     parser.add_argument("--backing", choices=("none", "tensors", "mmap", "cache"), default="mmap")
     parser.add_argument("--cache-root", default="")
     parser.add_argument("--go", default="")
-    report, engine = _probe(parser.parse_args())
+    report, holder = _probe(parser.parse_args())
     print(json.dumps(report), flush=True)
     sys.stdin.read()
-    del engine
+    del holder
 
 
 if __name__ == "__main__":
