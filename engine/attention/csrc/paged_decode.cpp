@@ -15,6 +15,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -25,10 +26,10 @@ struct Shape {
 };
 
 template <typename T>
-const T* token_row(const T* cache, const int32_t* table, int64_t t, int64_t h, const Shape& s) {
-  const int64_t block = table[t / s.block];
+const T* block_rows(const T* cache, const int32_t* table, int64_t b, int64_t h, const Shape& s) {
+  const int64_t block = table[b];
   TORCH_CHECK(block >= 0 && block < s.num_blocks, "paged_decode: block id ", block, " out of range");
-  return cache + ((block * s.block + t % s.block) * s.kv_heads + h) * s.dim;
+  return cache + block * s.block * s.kv_heads * s.dim + h * s.dim;
 }
 
 // One (sequence, KV head): q [G, D] -> out [G, D]; scores [G, len] is scratch.
@@ -37,14 +38,18 @@ void attend(const T* q, const T* k_cache, const T* v_cache, const int32_t* table
             const Shape& s, float scale, float* qf, float* scores, float* acc, T* out) {
   const int64_t G = s.groups, D = s.dim;
   for (int64_t i = 0; i < G * D; ++i) qf[i] = static_cast<float>(q[i]);
-  for (int64_t t = 0; t < len; ++t) {
-    const T* k = token_row(k_cache, table, t, h, s);
-    for (int64_t g = 0; g < G; ++g) {
-      const float* qg = qf + g * D;
-      float dot = 0.f;
+  const int64_t stride = s.kv_heads * D;  // between consecutive tokens of a block
+  // block by block: one table lookup per block, no division per token
+  for (int64_t b = 0, t = 0; t < len; ++b) {
+    const T* k = block_rows(k_cache, table, b, h, s);
+    for (const int64_t end = std::min(t + s.block, len); t < end; ++t, k += stride) {
+      for (int64_t g = 0; g < G; ++g) {
+        const float* qg = qf + g * D;
+        float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-      for (int64_t d = 0; d < D; ++d) dot += qg[d] * static_cast<float>(k[d]);
-      scores[g * len + t] = dot * scale;
+        for (int64_t d = 0; d < D; ++d) dot += qg[d] * static_cast<float>(k[d]);
+        scores[g * len + t] = dot * scale;
+      }
     }
   }
   for (int64_t g = 0; g < G; ++g) {  // softmax over the len keys, max-subtracted
@@ -62,13 +67,15 @@ void attend(const T* q, const T* k_cache, const T* v_cache, const int32_t* table
     for (int64_t t = 0; t < len; ++t) p[t] *= inv;
   }
   for (int64_t i = 0; i < G * D; ++i) acc[i] = 0.f;
-  for (int64_t t = 0; t < len; ++t) {
-    const T* v = token_row(v_cache, table, t, h, s);
-    for (int64_t g = 0; g < G; ++g) {
-      const float p = scores[g * len + t];
-      float* a = acc + g * D;
+  for (int64_t b = 0, t = 0; t < len; ++b) {
+    const T* v = block_rows(v_cache, table, b, h, s);
+    for (const int64_t end = std::min(t + s.block, len); t < end; ++t, v += stride) {
+      for (int64_t g = 0; g < G; ++g) {
+        const float p = scores[g * len + t];
+        float* a = acc + g * D;
 #pragma omp simd
-      for (int64_t d = 0; d < D; ++d) a[d] += p * static_cast<float>(v[d]);
+        for (int64_t d = 0; d < D; ++d) a[d] += p * static_cast<float>(v[d]);
+      }
     }
   }
   for (int64_t i = 0; i < G * D; ++i) out[i] = static_cast<T>(acc[i]);
