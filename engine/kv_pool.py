@@ -5,6 +5,7 @@ which block, so it stays cheap, device-free and easy to check.
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from transport.errors import InvalidArgument, ResourceExhausted
@@ -46,6 +47,11 @@ class KVPool:
 
     def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         return self.blocks_needed(seq, num_new_tokens) <= len(self._free)
+
+    def next_free_blocks(self, n: int) -> list[int]:
+        """The blocks the next n single-block allocations will hand out, in order (the free
+        list is FIFO); engine/plan_ahead.py predicts the next step's page table with it."""
+        return list(islice(self._free, n))
 
     def max_new_tokens_fitting(self, seq: Sequence) -> int:
         """How many new tokens seq could take now: the rest of its blocks + the free ones."""

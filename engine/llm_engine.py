@@ -13,6 +13,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
+from engine.device import resolve_device
 from engine.model_runner import ModelRunner
 from engine.sampler import Sampler
 from engine.sampling import SamplingParams
@@ -34,11 +35,25 @@ class EngineConfig:
     prefill_chunk_size: int = 512
     capture_layer: int | None = None   # return this layer's hidden states per token (the talker's input)
     return_embeddings: bool = False    # return input embeddings per token
+    device: str = "cpu"                # "cpu", "cuda" or "cuda:N": weights, KV cache and kernels
+    cuda_graphs: bool = True           # on CUDA: replay captured graphs for decode steps (ignored on CPU)
 
     def __post_init__(self) -> None:
         for name in ("block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens", "prefill_chunk_size"):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"engine.{name} must be >= 1, got {getattr(self, name)}")
+        if not isinstance(self.cuda_graphs, bool):
+            raise InvalidArgument(f"engine.cuda_graphs must be a bool, got {self.cuda_graphs!r}")
+        resolve_device(self.device)  # InvalidArgument naming engine.device (e.g. CUDA asked, none here)
+
+    @property
+    def cuda_graph_sizes(self) -> list[int]:
+        """Decode batch sizes to capture as CUDA graphs ([] on CPU or with cuda_graphs off)."""
+        if not self.cuda_graphs or resolve_device(self.device).type != "cuda":
+            return []
+        from engine.cuda_graphs import graph_batch_sizes
+
+        return graph_batch_sizes(self.max_num_seqs)
 
     @property
     def scheduler_config(self) -> SchedulerConfig:
@@ -67,7 +82,7 @@ class LLMEngine:
         self.config = config
         self.scheduler = Scheduler(config.scheduler_config)
         self.runner = ModelRunner(model, config.num_blocks, config.block_size, config.capture_layer,
-                                  config.return_embeddings)
+                                  config.return_embeddings, resolve_device(config.device), config.cuda_graph_sizes)
         self.sampler = Sampler()
         self._arrivals = itertools.count()
         self.sequences: dict[str, Sequence] = {}
@@ -78,7 +93,7 @@ class LLMEngine:
     def from_checkpoint(cls, config: EngineConfig) -> "LLMEngine":
         from engine.checkpoint import load_model
 
-        return cls(load_model(config.checkpoint, dtype=config.dtype), config)
+        return cls(load_model(config.checkpoint, dtype=config.dtype, device=resolve_device(config.device)), config)
 
     @property
     def max_context(self) -> int:

@@ -24,7 +24,8 @@ class ForwardOutput:
 
 class ModelRunner:
     def __init__(self, model, num_blocks: int, block_size: int, capture_layer: int | None = None,
-                 return_embeddings: bool = False) -> None:
+                 return_embeddings: bool = False, device: str | torch.device = "cpu",
+                 cuda_graph_sizes: tuple[int, ...] = ()) -> None:
         from engine.models import kv_cache_shape
 
         from engine.attention.torch_backend import TorchAttentionBackend
@@ -37,11 +38,20 @@ class ModelRunner:
         self.block_size = block_size
         self.capture_layer = capture_layer
         self.return_embeddings = return_embeddings
-        shape = kv_cache_shape(model.config, num_blocks, block_size)
+        self.device = torch.device(device)
+        # CUDA: one scratch block past the pool's, written by CUDA-graph padding rows (engine/cuda_graphs.py)
+        extra = 0 if self.device.type == "cpu" else 1
+        shape = kv_cache_shape(model.config, num_blocks + extra, block_size)
         dtype = next(model.parameters()).dtype
         # [num_blocks, block_size, Hkv, D] per layer, k and v
-        self.kv_caches = [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
+        self.kv_caches = [(torch.zeros(shape, dtype=dtype, device=self.device),
+                           torch.zeros(shape, dtype=dtype, device=self.device))
                           for _ in range(model.config.num_layers)]
+        self.cuda = None  # the CUDA step path (engine/cuda_runner.py); None on CPU
+        if self.device.type == "cuda":
+            from engine.cuda_runner import CudaRunner
+
+            self.cuda = CudaRunner(self, list(cuda_graph_sizes))
 
     @staticmethod
     def input_embeds(batch) -> torch.Tensor | None:
@@ -89,6 +99,8 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, batch, pool) -> ForwardOutput:
         input_ids, positions, meta = self.prepare(batch, pool)
+        if self.cuda is not None:
+            return self.cuda.run(batch, pool, input_ids, positions, meta)
         hidden, captured = self.model(input_ids, positions, meta, self.kv_caches, capture_layer=self.capture_layer,
                                       inputs_embeds=self.input_embeds(batch))
         sample_mask = batch.sample_mask

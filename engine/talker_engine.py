@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.device import resolve_device
 from engine.llm_engine import EngineConfig
 from engine.model_runner import ModelRunner
 from engine.models.talker import Talker
@@ -46,6 +47,8 @@ class TalkerEngine:
         self.model = model
         self.config = config
         self.spec = model.spec
+        if resolve_device(config.device).type != "cpu":  # its runner and code predictor are CPU-only for now
+            raise InvalidArgument(f"engine.device {config.device!r}: the talker engine runs on 'cpu' only")
         self.scheduler = Scheduler(config.scheduler_config)
         self.runner = ModelRunner(model, config.num_blocks, config.block_size)
         self.sampler = Sampler()

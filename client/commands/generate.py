@@ -28,6 +28,8 @@ def add_parser(sub) -> None:
     p.add_argument("--repetition-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int)
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    p.add_argument("--no-cuda-graphs", action="store_true", help="on CUDA, run decode steps eagerly")
     p.add_argument("--json", action="store_true", help='print {"output_ids": [...], "text": ...}')
     p.set_defaults(func=run)
 
@@ -65,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     from transport.errors import StarmeshError
 
     try:
-        engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=args.checkpoint, dtype=args.dtype))
+        engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=args.checkpoint, dtype=args.dtype,
+                                                        device=args.device, cuda_graphs=not args.no_cuda_graphs))
         tokenizer = _tokenizer(engine.model.tokenizer_path)
         eos = engine.model.config.eos_token_ids
         for i, spec in enumerate(_requests(args)):

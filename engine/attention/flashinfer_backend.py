@@ -1,18 +1,25 @@
 """FlashInfer attention over the paged KV cache (CUDA only).
 
 Importing this module does not import flashinfer: only FlashInferBackend's constructor
-does. `flashinfer_page_indices` is pure torch and runs anywhere; a CPU test checks that
-the arrays it builds describe exactly the KV the torch backend reads.
+does. `flashinfer_page_indices` and `PageTable` are pure torch and run anywhere; CPU
+tests check that the arrays they build describe exactly the KV the torch backend reads.
 
 KV layout: FlashInfer's "NHD" paged layout is ours, [num_pages, page_size, Hkv, D] per
 tensor, so k_cache/v_cache are handed over as the (k, v) tuple without copies.
 
-Planning ahead: `plan(meta)` does the host-side work for a step (index arrays, the
-wrapper's plan) and may be called for step N+1 while step N's kernels still run: plans
-alternate between two wrapper sets (each with its own workspace), so planning never
-touches the buffers of the step in flight. `prepare(meta)` (called by the model at the
-start of a forward) returns the plan made ahead for that same metadata object, or plans
-now.
+Planning: a FlashInfer plan depends only on the step's page table (PageTable: query
+rows per sequence, pages, last-page fill), never on the K/V values or token ids. The
+engine launches step N, then calls `plan_ahead(predicted metadata of N+1)` while N's
+kernels run (engine/plan_ahead.py predicts it); when step N+1 comes, `plan(meta,
+host_meta)` reuses that plan if its page table is equal and plans now otherwise.
+Plans alternate between two wrapper sets (each with its own workspace and pinned
+host staging buffer), so a plan made ahead never writes buffers the in-flight step
+reads. `prepare(meta)` (called by the model at the start of a forward) returns the
+plan made for that same metadata object, or plans now.
+
+Contract (engine/cuda_runner.py keeps it: it reads every step's logits back before it
+plans the next step): plan() is called with no step in flight, plan_ahead() with at
+most one, the step plan() planned last.
 """
 from __future__ import annotations
 
@@ -50,9 +57,42 @@ def flashinfer_page_indices(meta: AttentionMetadata) -> tuple[torch.Tensor, torc
 
 
 @dataclass
+class PageTable:
+    """Everything a FlashInfer plan depends on, as host int32 tensors."""
+
+    is_decode: bool                # every sequence has one query token
+    qo_indptr: torch.Tensor        # [S + 1] query rows of sequence i: qo_indptr[i]:qo_indptr[i+1]
+    indptr: torch.Tensor           # [S + 1]
+    indices: torch.Tensor          # [nnz_pages]
+    last_page_len: torch.Tensor    # [S]
+    block_size: int
+
+    @classmethod
+    def of(cls, meta: AttentionMetadata) -> "PageTable":
+        """From host metadata (device metadata works too, at the cost of a sync)."""
+        qo_indptr = meta.query_start_loc.cpu().int()
+        indptr, indices, last_page_len = flashinfer_page_indices(meta)
+        is_decode = int(qo_indptr[-1]) == meta.num_seqs
+        return cls(is_decode, qo_indptr, indptr, indices, last_page_len, meta.block_size)
+
+    def same_as(self, other: "PageTable") -> bool:
+        return (self.is_decode == other.is_decode and self.block_size == other.block_size
+                and all(torch.equal(a, b) for a, b in ((self.qo_indptr, other.qo_indptr), (self.indptr, other.indptr),
+                                                        (self.indices, other.indices),
+                                                        (self.last_page_len, other.last_page_len))))
+
+
+@dataclass
 class FlashInferPlan:
-    meta: AttentionMetadata
-    wrapper: Any          # a planned BatchDecode/BatchPrefillWithPagedKVCacheWrapper
+    meta: AttentionMetadata   # the step's metadata; forward() reads its slot_mapping (on the KV's device)
+    wrapper: Any              # a planned BatchDecode/BatchPrefillWithPagedKVCacheWrapper
+
+
+@dataclass
+class _Ahead:
+    table: PageTable
+    set_index: int
+    wrapper: Any
 
 
 class _WrapperSet:
@@ -75,46 +115,91 @@ class FlashInferBackend:
                  device: torch.device | str = "cuda"):
         import flashinfer  # CUDA-only dependency, imported on use
 
+        self._flashinfer = flashinfer
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.dtype = dtype
         self.device = torch.device(device)
-        use_tensor_cores = (num_heads // num_kv_heads) not in (1, 2, 4, 8)
-        self._sets = [_WrapperSet(flashinfer, self.device, use_tensor_cores) for _ in range(2)]
-        self._next = 0
-        self._ahead: list[FlashInferPlan] = []  # the last two plans made (one per wrapper set)
+        # FlashInfer's CUDA-core decode kernels cover these group sizes; others take the
+        # tensor-core (prefill) kernels.
+        self.use_tensor_cores = (num_heads // num_kv_heads) not in (1, 2, 4, 8)
+        self._sets = [_WrapperSet(flashinfer, self.device, self.use_tensor_cores) for _ in range(2)]
+        self._launched = 1              # wrapper set of the step planned last (in flight once launched)
+        self._ahead: _Ahead | None = None
+        self._current: FlashInferPlan | None = None
+        self.num_plans = self.num_reused = 0  # plans made, and steps that used a plan made ahead
 
     @classmethod
-    def for_config(cls, config, device: torch.device | str = "cuda") -> "FlashInferBackend":
-        """A backend sized for a ModelConfig (heads, head_dim, dtype)."""
-        return cls(config.num_heads, config.num_kv_heads, config.head_dim, config.torch_dtype, device)
+    def for_config(cls, config, device: torch.device | str = "cuda",
+                   dtype: torch.dtype | None = None) -> "FlashInferBackend":
+        """A backend sized for a ModelConfig (heads, head_dim; dtype defaults to the config's)."""
+        return cls(config.num_heads, config.num_kv_heads, config.head_dim, dtype or config.torch_dtype, device)
 
-    def plan(self, meta: AttentionMetadata) -> FlashInferPlan:
-        """Plan a step now (host work only); safe while the previous step runs."""
-        indptr, indices, last_page_len = flashinfer_page_indices(meta)
-        wrappers = self._sets[self._next]
-        self._next = 1 - self._next
-        is_decode = bool((meta.query_lens.cpu() == 1).all())
-        common = dict(num_kv_heads=self.num_kv_heads, page_size=meta.block_size,
-                      q_data_type=self.dtype, kv_data_type=self.dtype,
-                      sm_scale=self.head_dim ** -0.5)
-        indices = indices.to(self.device, non_blocking=True)
-        if is_decode:
-            wrappers.decode.plan(indptr, indices, last_page_len, num_qo_heads=self.num_heads,
-                                 head_dim=self.head_dim, **common)
-            plan = FlashInferPlan(meta, wrappers.decode)
+    def plan(self, meta: AttentionMetadata, host_meta: AttentionMetadata | None = None) -> FlashInferPlan:
+        """The plan of the step about to launch. meta: its metadata as the model will get it
+        (slot_mapping on the KV's device); host_meta: the same on the host (the plan's index
+        arrays come from it without a device sync). Reuses the plan made ahead when its page
+        table is equal."""
+        table = PageTable.of(host_meta if host_meta is not None else meta)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.table.same_as(table):
+            set_index, wrapper = ahead.set_index, ahead.wrapper
+            self.num_reused += 1
         else:
-            qo_indptr = meta.query_start_loc.cpu().int()
-            wrappers.prefill.plan(qo_indptr, indptr, indices, last_page_len, num_qo_heads=self.num_heads,
-                                  head_dim_qk=self.head_dim, causal=True, **common)
-            plan = FlashInferPlan(meta, wrappers.prefill)
-        self._ahead = [*self._ahead[-1:], plan]
-        return plan
+            set_index = 1 - self._launched
+            wrapper = self._plan_into(set_index, table)
+        self._launched = set_index
+        self._current = FlashInferPlan(meta, wrapper)
+        return self._current
+
+    def plan_ahead(self, host_meta: AttentionMetadata) -> None:
+        """Plan a likely next step (host metadata) into the wrapper set the step in flight
+        does not use; plan() picks it up if the next step's page table is the same."""
+        table = PageTable.of(host_meta)
+        set_index = 1 - self._launched
+        self._ahead = _Ahead(table, set_index, self._plan_into(set_index, table))
 
     def prepare(self, meta: AttentionMetadata) -> FlashInferPlan:
-        for plan in self._ahead:
-            if plan.meta is meta:
-                return plan
+        if self._current is not None and self._current.meta is meta:
+            return self._current
         return self.plan(meta)
+
+    def plan_kwargs(self, block_size: int) -> dict:
+        """The arguments every plan of this backend shares (the decode wrappers' names)."""
+        return dict(num_qo_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+                    page_size=block_size, q_data_type=self.dtype, kv_data_type=self.dtype,
+                    sm_scale=self.head_dim ** -0.5)
+
+    def _plan_into(self, set_index: int, table: PageTable) -> Any:
+        """Plan `table` into wrapper set `set_index`; returns the planned wrapper."""
+        wrappers = self._sets[set_index]
+        self.num_plans += 1
+        kwargs = self.plan_kwargs(table.block_size)
+        indices = table.indices.to(self.device, non_blocking=True)
+        if table.is_decode:
+            wrappers.decode.plan(table.indptr, indices, table.last_page_len, **kwargs)
+            return wrappers.decode
+        kwargs["head_dim_qk"] = kwargs.pop("head_dim")
+        wrappers.prefill.plan(table.qo_indptr, table.indptr, indices, table.last_page_len, causal=True, **kwargs)
+        return wrappers.prefill
+
+    def graph_decode_wrapper(self, batch_size: int, max_pages: int, workspace: torch.Tensor) -> Any:
+        """A decode wrapper for a CUDA graph of `batch_size` sequences: its page-table buffers
+        (indptr [B + 1], indices [max_pages], last_page_len [B]) have fixed addresses that a
+        captured graph reads; plan_decode() refills them before every replay."""
+        def buffer(n: int) -> torch.Tensor:
+            return torch.zeros(n, dtype=torch.int32, device=self.device)
+
+        return self._flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.use_tensor_cores,
+            paged_kv_indptr_buffer=buffer(batch_size + 1), paged_kv_indices_buffer=buffer(max_pages),
+            paged_kv_last_page_len_buffer=buffer(batch_size))
+
+    def plan_decode(self, wrapper: Any, table: PageTable) -> None:
+        """Plan a decode step into `wrapper` (a graph_decode_wrapper; host work plus small
+        copies queued on the current stream, so after the step before it)."""
+        if not table.is_decode:
+            raise ValueError("plan_decode: the page table is not a decode step")
+        wrapper.plan(table.indptr, table.indices, table.last_page_len, **self.plan_kwargs(table.block_size))
 
     def forward(self, plan: FlashInferPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:

@@ -56,9 +56,11 @@ class ThinkerComponent:
         self._events: list = []
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str, **engine_options) -> "ThinkerComponent":
+    def from_checkpoint(cls, checkpoint: str, device: str = "cpu", **engine_options) -> "ThinkerComponent":
+        """engine_options: EngineConfig fields; device "cpu", "cuda" or "cuda:N" (an
+        InvalidArgument naming engine.device where that device is not available)."""
         engine_options = {**talker_feed_options(checkpoint), **engine_options}
-        engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, **engine_options))
+        engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, device=device, **engine_options))
         return cls(engine, engine.model.config.eos_token_ids)  # config + generation_config, as the loader read them
 
     def open(self, item: OpenNode, inputs) -> None:
