@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from cluster.checkpoints import resolve
+from cluster.dlo_groups import member_args
 from cluster.spec import ClusterSpec
 from services.process import ServiceProcess
 from services.telemetry import TRACE_STORE_ENV
@@ -87,6 +88,7 @@ class Cluster:
             args += ["--transport-mode", s.transport_mode]
         for key, value in s.options.items():  # `serve` parses each value as JSON when it can
             args += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+        args += member_args(self.spec.dlo_groups, s.name)  # rank, world and rendezvous of a dlo_group member
         return ServiceProcess(s.component, args, self.env, name, self.start_timeout_s, int(port), log=self.log)
 
     def _metrics_args(self, name: str, host: str) -> list[str]:

@@ -12,6 +12,8 @@
         options: {}                # --option KEY=VALUE for its factory
         host_id: a                 # optional transport host id (two-host layouts)
         mooncake: false            # optional: start a Mooncake transfer engine
+    dlo_groups:                    # optional: dit replicas stepping in lockstep (cluster/dlo_groups.py)
+      cfg: {address: "127.0.0.1:29500", world_size: 2, members: [dit, dit_uncond]}
     models:                        # what the conductor serves
       qwen3-omni:
         pipeline: qwen3_omni       # pipelines/registry.py
@@ -27,11 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from cluster.dlo_groups import DloGroupSpec, check_dlo_groups, parse_dlo_groups
 from conductor.deployment import load_yaml
 from conductor.placement import Placement, check_endpoint
 from graph.errors import GraphError
 
-TOP = {"name", "checkpoints", "conductor", "services", "models"}
+TOP = {"name", "checkpoints", "conductor", "services", "models", "dlo_groups"}
 SERVICE = {"component", "checkpoint", "replicas", "options", "host_id", "mooncake", "transport_mode"}
 MODEL = {"pipeline", "options", "placement", "kv_contexts"}
 
@@ -64,23 +67,30 @@ class ClusterSpec:
     checkpoints: Mapping[str, Mapping[str, str]]
     services: Mapping[str, ServiceSpec]
     models: Mapping[str, ModelSpec]
+    dlo_groups: Mapping[str, DloGroupSpec] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_endpoint("conductor", self.conductor)
         for s in self.services.values():
             if s.checkpoint and s.checkpoint not in self.checkpoints:
                 raise GraphError(f"services.{s.name}.checkpoint {s.checkpoint!r} is not under checkpoints")
+        check_dlo_groups(self.dlo_groups, self.services)
         for m in self.models.values():
             self.placement(m.name)  # validates services and nodes now, not at first request
 
     def placement(self, model: str) -> Placement:
+        """The model's services, plus every member of a dlo_group it uses: the conductor
+        pads lockstep runs to all ranks, also those the model places nothing on."""
         m = self.models[model]
         unknown = sorted({str(s) for s in _services_of(m.placement)} - set(self.services))
         if unknown:
             raise GraphError(f"models.{model}.placement names unknown service(s) {unknown}")
-        used = {s: {"replicas": list(self.services[s].replicas)} for s in _services_of(m.placement)}
-        return Placement.from_dict({"services": used, "placement": dict(m.placement),
-                                    "kv_contexts": dict(m.kv_contexts)})
+        used = _services_of(m.placement)
+        groups = {g.name: list(g.members) for g in self.dlo_groups.values() if used & set(g.members)}
+        used |= {s for members in groups.values() for s in members}
+        services = {s: {"replicas": list(self.services[s].replicas)} for s in sorted(used)}
+        return Placement.from_dict({"services": services, "placement": dict(m.placement),
+                                    "kv_contexts": dict(m.kv_contexts), "lockstep_groups": groups})
 
     @classmethod
     def load(cls, text_or_path: "str | Path") -> "ClusterSpec":
@@ -150,4 +160,5 @@ def cluster_from_dict(data: Mapping) -> ClusterSpec:
     models = {n: _model(n, m) for n, m in _mapping(data.get("models") or {}, "models").items()}
     if not services or not models:
         raise GraphError("deployment: needs at least one service and one model")
-    return ClusterSpec(str(data.get("name", "local")), str(conductor), checkpoints, services, models)
+    return ClusterSpec(str(data.get("name", "local")), str(conductor), checkpoints, services, models,
+                       parse_dlo_groups(data.get("dlo_groups")))

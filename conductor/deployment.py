@@ -14,7 +14,7 @@ import yaml
 from conductor.placement import Placement, ServiceSpec
 from graph.errors import GraphError
 
-TOP_KEYS = {"model", "services", "placement", "kv_contexts"}
+TOP_KEYS = {"model", "services", "placement", "kv_contexts", "lockstep_groups"}
 SERVICE_KEYS = {"replicas", "device", "options", "components"}
 NODE_KEYS = {"default", "walks"}
 
@@ -113,7 +113,9 @@ def placement_from_dict(data) -> Placement:
         _node(str(node), entry, defaults, overrides)
     groups = _mapping(data.get("kv_contexts") or {}, "deployment: kv_contexts")
     kv = {str(g): _str_list(nodes, f"kv_context {g}") for g, nodes in groups.items()}
+    lockstep = _mapping(data.get("lockstep_groups") or {}, "deployment: lockstep_groups")
+    lockstep = {str(g): _str_list(members, f"lockstep group {g}") for g, members in lockstep.items()}
     model = data.get("model", "")
     if not isinstance(model, str):
         raise GraphError(f"deployment: model must be a string, got {model!r}")
-    return Placement(specs, defaults, overrides, kv, model)
+    return Placement(specs, defaults, overrides, kv, model, lockstep)

@@ -19,7 +19,7 @@ from conductor.targets import run_item
 from conductor.walk_scope import WalkScope
 from conductor.walk_state import WalkState
 from graph.walk import WalkGraph
-from services.items import Cancel, Credit, NodeDone, NodeError, NodeOutput, OutboundEvent
+from services.items import LOCKSTEP_PAD, Cancel, Credit, NodeDone, NodeError, NodeOutput, OutboundEvent
 from services.telemetry import inject_context
 from transport.errors import StarmeshError
 
@@ -50,6 +50,7 @@ class Executor:
         self.max_backlog = max_backlog  # outputs held for a client that does not read
         self._outbox: dict[str, tuple[Any, list]] = {}  # target name -> (target, items) of this round
         self.materialize = materialize or (lambda value: value)
+        self.lockstep = None  # a conductor.lockstep.LockstepPadder when the placement has lockstep groups
         self.requests: dict[str, RequestRun] = {}
         self.tracer = tracer or trace.get_tracer("starmesh.conductor")
 
@@ -123,19 +124,33 @@ class Executor:
     def _pump(self, run: RequestRun) -> None:
         while not run.is_finished:
             traceparent, _ = inject_context(trace.set_span_in_context(run.spans[-1]))
+            opened = []  # (node, target) of the new node runs of this pump
             for d in run.state.ready():
                 target = self.route(d.node, run.walk, run.request_id)
                 run.reached[target.name] = target
                 if d.credits:
                     run.targets[(d.node, d.iteration)] = target
+                if not d.push:
+                    opened.append((d.node, target))
                 self.num_dispatched[d.node] = self.num_dispatched.get(d.node, 0) + 1
                 self._send(target, run_item(run.request_id, run.walk, d, run.params, target.convert,
                                             traceparent, run.state.scope, self.consumer_hosts(d.node, run.walk)))
+            self._pad_lockstep(run, opened)
             for node, tag, port, amount in run.state.credits.replenish():
                 self._send(run.targets[(node, tag)], Credit(run.request_id, node, port, amount, tag))
             if not run.state.is_complete:
                 return
             self._next_walk(run)
+
+    def _pad_lockstep(self, run: RequestRun, opened: list) -> None:
+        """Padding units for the ranks of a lockstep group this pump gave fewer units
+        (conductor.lockstep), sent in the same flush as the others'."""
+        if self.lockstep is None:
+            return
+        for target, num_pads in self.lockstep.pads(opened):
+            run.reached[target.name] = target  # its Cancel at the end frees the pads' state there
+            for _ in range(num_pads):
+                self._send(target, self.lockstep.pad_item(run.request_id, run.walk))
 
     def _next_walk(self, run: RequestRun) -> None:
         outputs = run.state.outputs
@@ -178,6 +193,10 @@ class Executor:
         self._flush()
 
     def _collect(self, run: RequestRun, ev: OutboundEvent) -> None:
+        if ev.node == LOCKSTEP_PAD:  # not a graph node: only its failure matters (the group is down)
+            if isinstance(ev, NodeError):
+                self._fail(run, ev.status, f"lockstep padding: {ev.message}")
+            return
         if isinstance(ev, NodeOutput):
             run.state.on_output(ev.node, ev.iteration, ev.tensors, ev.metadata.get("t_us"))
         elif isinstance(ev, NodeDone):

@@ -26,6 +26,9 @@ Deployment file (YAML, parsed with `yaml.safe_load`; unknown keys are errors)::
       cfg_uncond: {default: dit, walks: {image_edit: dit_b}}   # per-walk override
     kv_contexts:                  # optional: stateful nodes that share one request's KV
       thinker: [prefill, decode]  #   context (the graph cannot say so): one service
+    lockstep_groups:              # optional: services whose replicas step in lockstep
+      cfg: [dit, dit_uncond]      #   (a dlo_group), in rank order; one replica each. The
+                                  #   executor pads every lockstep dispatch to all of them.
 
 A node given as a mapping may omit `default`; it is then placed only in the walks
 it names (any other walk that runs it fails validation as "unplaced").
@@ -126,6 +129,7 @@ class Placement:
     walk_overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     kv_contexts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     model: str = ""
+    lockstep_groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     __hash__ = None  # mappings inside: compare by value, never hash
 
@@ -136,9 +140,12 @@ class Placement:
         object.__setattr__(self, "walk_overrides", _frozen(overrides))
         groups = {name: tuple(nodes) for name, nodes in self.kv_contexts.items()}
         object.__setattr__(self, "kv_contexts", _frozen(groups))
+        lockstep = {name: tuple(members) for name, members in self.lockstep_groups.items()}
+        object.__setattr__(self, "lockstep_groups", _frozen(lockstep))
         self._check_services()
         self._check_references()
         self._check_kv_groups()
+        self._check_lockstep_groups()
 
     # --- construction -------------------------------------------------------------
 
@@ -228,6 +235,23 @@ class Placement:
                 if node in owner:
                     raise GraphError(f"node {node} is in kv_contexts {owner[node]} and {group}")
                 owner[node] = group
+
+    def _check_lockstep_groups(self) -> None:
+        """Each member is a known service of one replica (a rank), in one group only."""
+        owner: dict[str, str] = {}
+        for group, members in self.lockstep_groups.items():
+            check_name("lockstep group", group)
+            if not members:
+                raise GraphError(f"lockstep group {group}: lists no services")
+            for service in members:
+                if service not in self.services:
+                    raise GraphError(f"lockstep group {group}: unknown service {service}")
+                if len(self.services[service].replicas) != 1:
+                    raise GraphError(f"lockstep group {group}: service {service} has "
+                                     f"{len(self.services[service].replicas)} replicas; a rank is one replica")
+                if service in owner:
+                    raise GraphError(f"service {service} is in lockstep groups {owner[service]} and {group}")
+                owner[service] = group
 
     def validate(self, graph) -> None:
         """Checks this placement against `graph` (a graph.walk.WalkGraph): the model

@@ -12,6 +12,7 @@ import functools
 from typing import AsyncIterator
 
 from conductor.executor import Executor
+from conductor.lockstep import LockstepPadder
 from conductor.placement import Placement
 from conductor.replicas import ReplicaSelector
 from conductor.targets import InProcessTarget, RemoteTarget
@@ -56,8 +57,10 @@ async def inprocess_executor(graph: WalkGraph, components, inner_loops=frozenset
 
 @contextlib.asynccontextmanager
 async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=frozenset(),
-                          tracer=None, interceptors=None, speculate: bool = True) -> AsyncIterator[Executor]:
-    """Nodes run on the replicas the placement names; one Run stream per replica."""
+                          tracer=None, interceptors=None, speculate: bool = True,
+                          lockstep_nodes=frozenset()) -> AsyncIterator[Executor]:
+    """Nodes run on the replicas the placement names; one Run stream per replica.
+    lockstep_nodes: runs padded across the placement's lockstep groups (conductor.lockstep)."""
     placement.validate(graph)
     selector = ReplicaSelector(placement)
     targets: dict[str, RemoteTarget] = {}
@@ -73,6 +76,10 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
         for spec in placement.services.values():
             for endpoint in spec.replicas:
                 targets[endpoint] = await RemoteTarget(endpoint, executor.on_events, interceptors=interceptors).start()
+        if placement.lockstep_groups and lockstep_nodes:
+            groups = {name: tuple(targets[placement.services[s].replicas[0]] for s in members)
+                      for name, members in placement.lockstep_groups.items()}
+            executor.lockstep = LockstepPadder(groups, lockstep_nodes)
         yield executor
     finally:
         for target in targets.values():

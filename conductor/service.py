@@ -109,7 +109,8 @@ class ConductorService:
             tracer = self.telemetry.tracer if self.telemetry else None
             interceptors = self.telemetry.client_interceptors() if self.telemetry else None
             executor = await self._stack.enter_async_context(
-                remote_executor(model.graph, model.placement, model.inner_loops, tracer, interceptors))
+                remote_executor(model.graph, model.placement, model.inner_loops, tracer, interceptors,
+                                lockstep_nodes=model.lockstep_nodes))
             if self.metrics is not None:
                 executor.on_edge = self.metrics.edge_observer(model.name)
             self.executors[model.name] = executor

@@ -28,10 +28,14 @@ def build_model(pipeline: str, name: str, placement, options: dict):
 
 def text_to_image_model(name: str, placement, fused: bool = False, max_steps: int | None = None):
     from conductor.model import ServedModel
-    from pipelines.text_to_image import DENOISE_LOOP, text_to_image_graph
+    from pipelines.text_to_image import DENOISE_LOOP, LOCKSTEP_NODES, text_to_image_graph
 
     graph = text_to_image_graph(name, fused=fused, **({"max_steps": max_steps} if max_steps else {}))
-    return ServedModel(name, graph, placement, inner_loops={DENOISE_LOOP} if fused else ())
+    if fused and placement.lockstep_groups:  # the fused loop runs both branches on one replica
+        raise GraphError(f"models.{name}.options.fused: the fused denoising loop cannot run on a dlo_group "
+                         f"({sorted(placement.lockstep_groups)}), whose replicas step in lockstep")
+    return ServedModel(name, graph, placement, inner_loops={DENOISE_LOOP} if fused else (),
+                       lockstep_nodes=() if fused else LOCKSTEP_NODES)
 
 
 def text_model(name: str, placement, max_new_tokens: int = 4096):

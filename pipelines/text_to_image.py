@@ -34,6 +34,9 @@ JOINED = ("join_text.prompt_embeds", "join_text.pooled", "join_text.negative_pro
 BRANCH_INPUTS = ("denoise_cond.embeds", "denoise_cond.pooled", "denoise_uncond.embeds", "denoise_uncond.pooled")
 FUSED_INPUTS = ("denoise_loop.embeds", "denoise_loop.pooled", "denoise_loop.negative_embeds",
                 "denoise_loop.negative_pooled")
+# Runs that are DiT forwards: on a dlo_group (AllGather offload) each pairs with one forward
+# on every other rank, so the conductor pads them to every rank (conductor.lockstep).
+LOCKSTEP_NODES = ("denoise_cond", "denoise_uncond")
 
 
 def _nodes(fused: bool) -> list[N]:
@@ -104,13 +107,17 @@ def text_to_image_graph(name: str = "sd3", max_steps: int = MAX_STEPS, fused: bo
     return WalkGraph(name, _nodes(fused), walks, first_walk=_first_walk)
 
 
-def placement_dict(graph: WalkGraph, text: str, dit: str, vae: str, dit_uncond: str | None = None) -> dict:
+def placement_dict(graph: WalkGraph, text: str, dit: str, vae: str, dit_uncond: str | None = None,
+                   dlo_group: tuple[str, ...] = ()) -> dict:
     """A deployment mapping for `graph`: text encoders, DiT and VAE services by endpoint.
     With `dit_uncond`, the unconditional branch runs on that second dit replica
-    (CFG-parallel); equal endpoints share one service (co-location, `starmesh serve sd3`)."""
-    if dit_uncond and "denoise_uncond" not in graph.node_by_name:
-        raise ValueError("CFG-parallel needs the branch nodes: build the graph with fused=False")
+    (CFG-parallel); equal endpoints share one service (co-location, `starmesh serve sd3`).
+    `dlo_group`: the dit endpoints of a dlo_group in rank order (lockstep group "dlo"; an
+    endpoint no node is placed on still joins, as service dit_rank<r>)."""
+    if (dit_uncond or dlo_group) and "denoise_uncond" not in graph.node_by_name:
+        raise ValueError("CFG-parallel and dlo groups need the branch nodes: build the graph with fused=False")
     endpoints = {"text": text, "dit": dit, "vae": vae, **({"dit_uncond": dit_uncond} if dit_uncond else {})}
+    endpoints.update({f"dit_rank{r}": e for r, e in enumerate(dlo_group) if e not in endpoints.values()})
     services: dict[str, dict] = {}
     service_of: dict[str, str] = {}
     for role, endpoint in endpoints.items():
@@ -121,18 +128,24 @@ def placement_dict(graph: WalkGraph, text: str, dit: str, vae: str, dit_uncond: 
     if dit_uncond:
         role["denoise_uncond"] = "dit_uncond"
     placement = {n.name: service_of[role.get(n.name, "dit")] for n in graph.nodes}
-    return {"model": graph.name, "services": services, "placement": placement}
+    out = {"model": graph.name, "services": services, "placement": placement}
+    if dlo_group:
+        by_endpoint = {spec["replicas"][0]: name for name, spec in services.items()}
+        out["lockstep_groups"] = {"dlo": [by_endpoint[e] for e in dlo_group]}
+    return out
 
 
 def served_model(name: str, text: str, dit: str, vae: str, dit_uncond: str | None = None,
-                 fused: bool = False, max_steps: int = MAX_STEPS):
-    """The conductor's ServedModel: the graph placed on these endpoints."""
+                 fused: bool = False, max_steps: int = MAX_STEPS, dlo_group: tuple[str, ...] = ()):
+    """The conductor's ServedModel: the graph placed on these endpoints (dlo_group: see
+    placement_dict)."""
     from conductor.model import ServedModel
     from conductor.placement import Placement
 
     graph = text_to_image_graph(name, max_steps, fused)
-    placement = Placement.from_dict(placement_dict(graph, text, dit, vae, dit_uncond))
-    return ServedModel(name, graph, placement, inner_loops={DENOISE_LOOP} if fused else ())
+    placement = Placement.from_dict(placement_dict(graph, text, dit, vae, dit_uncond, tuple(dlo_group)))
+    return ServedModel(name, graph, placement, inner_loops={DENOISE_LOOP} if fused else (),
+                       lockstep_nodes=() if fused else LOCKSTEP_NODES)
 
 
 def components(checkpoint: str, dtype: str = "float32", device: str = "cpu", max_batch_size: int = 8) -> list:

@@ -34,6 +34,12 @@ class Colocated:
     def open(self, item, inputs) -> None:
         self._owner(item.node, "open").open(item, inputs)
 
+    def refused(self, item) -> None:
+        """A run refused before open (StepLoop), for a member that counts its runs."""
+        owner = self.by_node.get(item.node)
+        if owner is not None and hasattr(owner, "refused"):
+            owner.refused(item)
+
     def push(self, item, tensors) -> None:
         self._owner(item.node, "push").push(item, tensors)
 

@@ -10,6 +10,11 @@ from typing import Any, Union
 
 from transport.refs import ConsumedLease, TensorRef  # noqa: F401  (ConsumedLease re-exported)
 
+# The node of a padding unit (docs/offload.md, dlo_group): the conductor opens it on each
+# rank of a lockstep group that a step has no branch for, so every rank receives as many
+# lockstep units; the rank answers NodeDone once a round consumed it (its padding forward).
+LOCKSTEP_PAD = "lockstep_pad"
+
 
 @dataclass(frozen=True)
 class StopRule:

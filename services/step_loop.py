@@ -162,16 +162,31 @@ class StepLoop:
             status = "UNAVAILABLE" if self._is_draining else "FAILED_PRECONDITION"
             why = "the service is shutting down" if self._is_draining else "the request is open on another stream"
             msg = f"{field}.open: {why}"
+            self._refused(item)
             self._emit(stream_id, NodeError(item.request_id, item.node, status, msg, item.iteration))
             return
         run, span = self._table.open_run(stream_id, item)
+        reached = False  # whether component.open saw the item
         try:
             inputs = self._resolve_all(item.inputs, f"{field}.open.inputs", run.handles, item.request_id)
+            reached = True
             with trace.use_span(span, end_on_exit=False):  # a component may inject this span's context
                 self.component.open(item, inputs)
             self.local.register(item)
         except Exception as e:
+            if not reached:
+                self._refused(item)
             self._fail(item.request_id, item.node, *failure(e, f"{field}.open (node {item.node})"), item.iteration)
+
+    def _refused(self, item: OpenNode) -> None:
+        """Tells a component that counts every run it is sent (a dlo_group member: its
+        peers count theirs, services.dit.lockstep) that one was refused before open."""
+        hook = getattr(self.component, "refused", None)
+        if hook is not None:
+            try:
+                hook(item)
+            except Exception:
+                log.exception("component.refused(%s) failed", item.node)
 
     def _open_local(self, stream_id: str, opens: list) -> None:
         """Consumer runs of co-located streaming edges: opened here, not by the conductor."""

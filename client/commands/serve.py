@@ -18,11 +18,22 @@ def add_parser(sub) -> None:
     )
     p.add_argument("component", help="registered component name or 'module:callable' factory")
     p.add_argument("--checkpoint", metavar="DIR", help="model checkpoint (Hugging Face layout) for model components")
+    p.add_argument("--device", metavar="DEVICE",
+                   help="cpu, cuda or cuda:N, passed to the factory as `device` (thinker, dit, vae, text_encoder, "
+                        "sd3); the same as --option device=DEVICE")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="component option passed to its factory (repeatable; VALUE parsed as JSON when it can be)")
     p.add_argument("--offload", action="append", nargs="?", const="enabled=true", default=[], metavar="KEY=VALUE",
                    help="layerwise offload of the service's block stacks: bare --offload turns it on, KEY=VALUE "
                         "sets an engine.offload.OffloadConfig field (repeatable; see docs/offload.md)")
+    g = p.add_argument_group("dlo_group", "a dit replica in a lockstep group: AllGather offload over it "
+                                          "(needs --offload use_allgather=true; see docs/offload.md)")
+    g.add_argument("--dlo-group", metavar="HOST:PORT", help="the group's rendezvous address (rank 0 binds it)")
+    g.add_argument("--dlo-rank", type=int, metavar="R", help="this replica's rank in the group")
+    g.add_argument("--dlo-world", type=int, metavar="W", help="the number of replicas in the group")
+    g.add_argument("--dlo-name", default="dlo", metavar="NAME", help="the group's name (messages, logs)")
+    g.add_argument("--dlo-timeout-s", type=float, default=60.0, metavar="S",
+                   help="every collective of the group (and its rendezvous) gives up after this")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
     p.add_argument("--port-file", metavar="PATH", help="write the bound port here once SERVING")
@@ -74,6 +85,8 @@ def _parse_pairs(pairs: list[str], flag: str) -> dict:
 
 def _factory_kwargs(args: argparse.Namespace) -> dict:
     kwargs = {"checkpoint": args.checkpoint} if args.checkpoint else {}
+    if getattr(args, "device", None):
+        kwargs["device"] = args.device
     kwargs.update(_parse_pairs(args.option, "--option"))
     return kwargs
 
@@ -90,6 +103,23 @@ def _offload_config(args: argparse.Namespace, kwargs: dict):
     from engine.offload.config import OffloadConfig
 
     return OffloadConfig.from_dict({"enabled": True, **(section or {}), **_parse_pairs(args.offload, "--offload")})
+
+
+def _dlo_group_config(args: argparse.Namespace, offload):
+    """The DloGroupConfig of `--dlo-group/--dlo-rank/--dlo-world` (all three or none);
+    the group exists to AllGather offloaded blocks, so it needs offload use_allgather."""
+    given = {"--dlo-group": args.dlo_group, "--dlo-rank": args.dlo_rank, "--dlo-world": args.dlo_world}
+    if all(v is None for v in given.values()):
+        return None
+    missing = [flag for flag, v in given.items() if v is None]
+    if missing:
+        raise ValueError(f"--dlo-group, --dlo-rank and --dlo-world go together (missing {', '.join(missing)})")
+    if offload is None or not offload.enabled or not offload.use_allgather:
+        raise ValueError("--dlo-group needs --offload use_allgather=true (the group AllGathers the offloaded "
+                         "blocks of its replicas)")
+    from engine.offload.group import DloGroupConfig
+
+    return DloGroupConfig(args.dlo_group, args.dlo_rank, args.dlo_world, args.dlo_name, args.dlo_timeout_s)
 
 
 def write_port_file(path: str, port: int) -> None:
@@ -132,7 +162,16 @@ def run(args: argparse.Namespace) -> int:
             from engine.offload.loading import set_process_config
 
             set_process_config(offload)  # read by every loader in this process
+        group = _dlo_group_config(args, offload)
+        if group is not None:
+            from engine.offload.group import set_process_group_config
+
+            set_process_group_config(group)  # read by the dit loader (DitComponent.from_checkpoint)
         component = build_component(args.component, **kwargs)
+        if group is not None and getattr(component, "lockstep", None) is None:
+            component.close()
+            raise ValueError(f"--dlo-group: component {args.component!r} does not step in lockstep "
+                             "(only a dit replica joins a dlo_group)")
     except (ValueError, ImportError, StarmeshError) as e:
         print(f"starmesh serve: {e}", file=sys.stderr)
         return 2

@@ -78,10 +78,11 @@ def load_model(cls, checkpoint: str | Path, subfolder: str, dtype: str = "float3
     return model.to(device).eval().requires_grad_(False)
 
 
-def attach_model_offload(module, checkpoint: str | Path, subfolder: str, offload, prefix: str = ""):
+def attach_model_offload(module, checkpoint: str | Path, subfolder: str, offload, prefix: str = "", group=None):
     """Layerwise offload for a loaded diffusers module (None when offload is off). With the
     mmap backing, its streamed parameters become views of the component's safetensors
-    files (`prefix` + parameter name is the tensor name there), after the preflight."""
+    files (`prefix` + parameter name is the tensor name there), after the preflight.
+    `group`: the process group an AllGather transfer gathers over (a dlo_group's)."""
     from engine.offload.loading import attach_offload, prepare_host_weights
 
     if offload is None:
@@ -97,4 +98,4 @@ def attach_model_offload(module, checkpoint: str | Path, subfolder: str, offload
                 files.update({name: file for name in f.keys()})
         sources = [(name, prefix + name, None) for name, _ in module.named_parameters()]
         mapped = prepare_host_weights(module, offload, files, sources)
-    return attach_offload(module, offload, mapped)
+    return attach_offload(module, offload, mapped, group=group)

@@ -75,21 +75,35 @@ class DitComponent(StatelessComponent):
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str, dtype: str = "float32", device: str = "cpu",
-                        max_batch_size: int = 8, offload=None) -> "DitComponent":
+                        max_batch_size: int = 8, offload=None, dlo_group=None) -> "DitComponent":
         """offload: an engine.offload.OffloadConfig (default: the process's, `serve --offload`);
-        the transformer's blocks then stream through two slots (layerwise offload)."""
+        the transformer's blocks then stream through two slots (layerwise offload).
+        dlo_group: an engine.offload.group.DloGroupConfig (default: the process's, `serve
+        --dlo-group`); the replica then steps in lockstep with its group (group_member.py)."""
+        from engine.offload.group import process_group_config
+
+        config = DitConfig(checkpoint, dtype, device, max_batch_size)
+        group_config = dlo_group if dlo_group is not None else process_group_config()
+        if group_config is not None:
+            from services.dit.group_member import GroupMemberDit
+
+            return GroupMemberDit.join(config, offload, group_config)
+        return cls(*cls.load_parts(config, offload), StatelessConfig(max_batch_size=config.max_batch_size))
+
+    @staticmethod
+    def load_parts(config: DitConfig, offload, group=None) -> tuple:
+        """(transformer, schedule, geometry, dtype, device) of a checkpoint; with offload on,
+        the transformer streams its blocks (AllGather over `group`, a process group)."""
         from diffusers import SD3Transformer2DModel
 
         from engine.offload.loading import effective_config
 
-        config = DitConfig(checkpoint, dtype, device, max_batch_size)
-        transformer = load_model(SD3Transformer2DModel, checkpoint, "transformer", dtype, device)
-        transformer.offload_backend = attach_model_offload(transformer, checkpoint, "transformer",
-                                                           effective_config(offload, "stateless"))
-        geom = geometry(checkpoint)
-        schedule = FlowSchedule(read_config(checkpoint, "scheduler"), geom.patch_size)
-        return cls(transformer, schedule, geom, transformer.dtype, device,
-                   StatelessConfig(max_batch_size=config.max_batch_size))
+        transformer = load_model(SD3Transformer2DModel, config.checkpoint, "transformer", config.dtype, config.device)
+        transformer.offload_backend = attach_model_offload(transformer, config.checkpoint, "transformer",
+                                                           effective_config(offload, "stateless"), group=group)
+        geom = geometry(config.checkpoint)
+        schedule = FlowSchedule(read_config(config.checkpoint, "scheduler"), geom.patch_size)
+        return transformer, schedule, geom, transformer.dtype, config.device
 
     # ---- open: validate, key, payload -------------------------------------------------
 

@@ -1,0 +1,145 @@
+"""A DiT replica in a dlo_group: AllGather offload over the group, forwards in lockstep.
+
+`starmesh serve dit --offload use_allgather=true --dlo-group HOST:PORT --dlo-rank R
+--dlo-world W` (the launcher derives the flags from the deployment's `dlo_groups`).
+At load the replica joins the group's process groups (engine.offload.group), then
+enables offload with AllGather over it: each rank keeps 1/world of every block. Its
+denoising branches and the conductor's padding units (LOCKSTEP_PAD) run in lockstep
+rounds (services.dit.lockstep); init_latent and combine need no peer and run on the
+ordinary engine. The fused denoise_loop is refused: it runs both branches of every step
+here, with no counterpart on the other ranks.
+
+Teardown order (close): no more rounds, then the offload backend is disabled
+(synchronizes the copy thread's pending gather, removes hooks, closes mappings), then
+the process groups are destroyed.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from engine.offload.group import DloGroup, DloGroupConfig
+from engine.stateless_engine import StatelessConfig, WorkItem, WorkResult
+from services.dit.denoiser import DENOISE_NODES, DitComponent, DitConfig
+from services.dit.lockstep import Lockstep, Unit
+from services.items import LOCKSTEP_PAD, NodeDone, NodeError, OpenNode, OutboundEvent
+from transport.errors import InvalidArgument
+
+log = logging.getLogger(__name__)
+LOCKSTEP_NODES = (*DENOISE_NODES, LOCKSTEP_PAD)
+
+
+def _allgather_config(offload, config: DloGroupConfig):
+    from engine.offload.loading import effective_config
+
+    offload = effective_config(offload, "stateless")
+    if offload is None or not offload.use_allgather:
+        raise InvalidArgument(f"{config.where}: a dlo_group member needs offload.use_allgather "
+                              "(--offload use_allgather=true): the group exists to AllGather its blocks")
+    return offload
+
+
+class GroupMemberDit(DitComponent):
+    nodes = (*DitComponent.nodes, LOCKSTEP_PAD)
+
+    def __init__(self, transformer, schedule, geom, dtype, device, config: StatelessConfig, group: DloGroup) -> None:
+        super().__init__(transformer, schedule, geom, dtype, device, config)
+        self.group = group
+        self.lockstep = Lockstep(group, config.max_batch_size, self._run_batch, self._pad_forward)
+
+    @classmethod
+    def join(cls, config: DitConfig, offload, group_config: DloGroupConfig) -> "GroupMemberDit":
+        """Joins the group (the rendezvous waits for every rank), loads the transformer and
+        enables AllGather offload over the group (the ranks first agree on the plan)."""
+        offload = _allgather_config(offload, group_config)
+        group = DloGroup.open(group_config, config.device)
+        try:
+            parts = cls.load_parts(config, offload, group.transfer)
+        except BaseException:
+            group.close()
+            raise
+        return cls(*parts, StatelessConfig(max_batch_size=config.max_batch_size), group)
+
+    # ---- units ------------------------------------------------------------------------
+
+    def open(self, item: OpenNode, inputs: dict[str, Any]) -> None:
+        if item.node == "denoise_loop":
+            raise InvalidArgument(f"open.node denoise_loop: this replica is in {self.lockstep.where} and steps in "
+                                  "lockstep with its peers; the fused loop has no counterpart there (use the "
+                                  "conductor-driven loop, fused=False)")
+        if item.node not in LOCKSTEP_NODES:
+            return super().open(item, inputs)
+        self.lockstep.check_usable()
+        unit = Unit(item)
+        self.lockstep.add(unit, is_pad=item.node == LOCKSTEP_PAD)  # counted before anything can fail
+        if item.node != LOCKSTEP_PAD:
+            key, payload = self.prepare(item, inputs)  # a bad branch stays a dead unit
+            unit.item = WorkItem(item.request_id, key, payload, tag=item)
+
+    def refused(self, item: OpenNode) -> None:
+        """The service refused the run before open (draining, a bad reference): its peers'
+        units are counted, so it still takes its place, dead."""
+        if item.node in LOCKSTEP_NODES and self.lockstep.broken is None:
+            self.lockstep.add(Unit(item, is_cancelled=True), is_pad=item.node == LOCKSTEP_PAD)
+
+    def cancel(self, request_id: str) -> None:
+        super().cancel(request_id)
+        self.lockstep.cancel(request_id)
+
+    def has_work(self) -> bool:
+        return self.engine.has_work() or self.lockstep.has_units
+
+    def step(self) -> list[OutboundEvent]:
+        events = super().step() if self.engine.has_work() else []
+        if self.lockstep.has_units:
+            events += [ev for result in self.lockstep.round() for ev in self._unit_events(*result)]
+        return events
+
+    def _unit_events(self, unit: Unit, output: Any, error: BaseException | None) -> list[OutboundEvent]:
+        item = unit.open
+        if unit.is_cancelled:
+            return []  # the request is gone here (or was failed when its run was refused)
+        if item.node == LOCKSTEP_PAD:
+            if error is not None:
+                return [NodeError(item.request_id, item.node, "UNAVAILABLE", str(error), item.iteration)]
+            return [NodeDone(item.request_id, item.node, iteration=item.iteration)]
+        if unit.item is None:
+            return []  # refused at prepare: its NodeError is out already
+        return self.events_for(WorkResult(unit.item, output, error))
+
+    @torch.inference_mode()
+    def _pad_forward(self) -> None:
+        """One forward of a zero input of one token: it streams (and gathers) every block
+        as a real forward does; the output is dropped."""
+        p, cfg = self.geometry.patch_size, self.transformer.config
+        to = dict(device=self.device, dtype=self.dtype)
+        self.transformer(hidden_states=torch.zeros(1, self.geometry.latent_channels, p, p, **to),
+                         timestep=torch.zeros(1, device=self.device),
+                         encoder_hidden_states=torch.zeros(1, 1, int(cfg.joint_attention_dim), **to),
+                         pooled_projections=torch.zeros(1, int(cfg.pooled_projection_dim), **to), return_dict=False)
+
+    # ---- health, load, teardown -------------------------------------------------------
+
+    def ready(self) -> bool:
+        return super().ready() and self.lockstep.broken is None
+
+    def load(self) -> dict:
+        backend = getattr(self.transformer, "offload_backend", None)
+        kind = backend.transfer.kind if backend is not None else ""
+        return {**super().load(), **self.lockstep.load(), "dlo_rank": self.group.config.rank,
+                "dlo_world": self.group.config.world_size, "dlo_allgather": int(kind == "allgather")}
+
+    def close(self) -> None:
+        if self.is_closed:
+            return
+        super().close()
+        if not self.lockstep.close(self.group.config.timeout_s + 5):
+            log.error("%s: a lockstep round is still running; the process groups are left to process exit",
+                      self.lockstep.where)
+            return
+        backend = getattr(self.transformer, "offload_backend", None)
+        if backend is not None:
+            backend.disable()  # before the process group goes: it synchronizes the pending gather
+        self.group.close()
