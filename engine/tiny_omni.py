@@ -82,6 +82,17 @@ def _randomize_snake(model) -> None:
             param.data.uniform_(-0.5, 0.5)
 
 
+def _init_talker_experts(model, seed: int) -> None:
+    """transformers' _init_weights skips the talker's fused expert tensors: they would be
+    saved as whatever memory torch.empty returned (seen as NaN after other tests ran)."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    std = model.config.talker_config.text_config.initializer_range
+    with torch.no_grad():
+        for name, param in model.talker.named_parameters():
+            if ".mlp.experts." in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * std)
+
+
 def write_omni_tokenizer(directory: str | Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
@@ -103,6 +114,7 @@ def make_tiny_omni(directory: str | Path, *, seed: int = 0, with_tokenizer: bool
     torch.manual_seed(seed)
     model = tf.Qwen3OmniMoeForConditionalGeneration(omni_config(**talker_overrides)).to(torch.float32).eval()
     _randomize_snake(model)
+    _init_talker_experts(model, seed)
     model.save_pretrained(str(directory), safe_serialization=True)
     if with_tokenizer:
         write_omni_tokenizer(directory)
