@@ -26,6 +26,7 @@ RunKey = tuple[str, str, tuple[int, ...]]
 class RequestState:
     stream_id: str
     consumer_host_ids: tuple[str, ...]
+    ended: set = field(default_factory=set)  # (node, iteration) of its runs that have ended
 
 
 @dataclass
@@ -79,7 +80,9 @@ class RequestTable:
     def open_run(self, stream_id: str, item: OpenNode) -> tuple[NodeRun, trace.Span]:
         """Registers the request on its stream and starts a `node <name>` span whose
         parent is the request's remote span (the OpenNode's traceparent)."""
-        self.requests[item.request_id] = RequestState(stream_id, item.consumer_host_ids)
+        known = self.requests.get(item.request_id)
+        self.requests[item.request_id] = RequestState(stream_id, item.consumer_host_ids,
+                                                      known.ended if known is not None else set())
         self.streams.setdefault(stream_id, set()).add(item.request_id)
         run = self.runs.setdefault((item.request_id, item.node, item.iteration), NodeRun())
         run.credits.update(item.credits)
@@ -110,7 +113,15 @@ class RequestTable:
     def end_run(self, request_id: str, node: str, iteration: tuple[int, ...] = (),
                 error: str | None = None) -> tuple[ConsumedLease, ...]:
         run = self.runs.pop((request_id, node, iteration), None)
+        state = self.requests.get(request_id)
+        if state is not None:
+            state.ended.add((node, iteration))
         return run.close(error) if run else ()
+
+    def has_ended(self, request_id: str, node: str, iteration: tuple[int, ...]) -> bool:
+        """The run ended on its own (a talker at codec EOS) while its request goes on."""
+        state = self.requests.get(request_id)
+        return state is not None and (node, iteration) in state.ended
 
     def drop_request(self, request_id: str, reason: str) -> None:
         """Forgets a request: ends its node runs (spans marked with `reason`)."""

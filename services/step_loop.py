@@ -200,6 +200,12 @@ class StepLoop:
 
     def _push(self, stream_id: str, field: str, item: PushChunk) -> None:
         run = self._table.runs.get((item.request_id, item.node, item.iteration))
+        if run is None and self._table.owner(item.request_id) == stream_id and self._table.has_ended(
+                item.request_id, item.node, item.iteration):
+            # a chunk that crossed the run's NodeDone (its producer streams on): nothing wants
+            # it; its leases go with the request, as every lease of a request does
+            log.debug("push to ended run %s/%s%s dropped", item.request_id, item.node, item.iteration)
+            return
         if run is None or self._table.owner(item.request_id) != stream_id:
             msg = f"{field}.push: node {item.node!r} of request {item.request_id!r} is not open"
             self._emit(stream_id, NodeError(item.request_id, item.node, "FAILED_PRECONDITION", msg, item.iteration))

@@ -70,6 +70,21 @@ def test_push_to_a_node_that_is_not_open_is_rejected(echo_server):
         assert err.status == "FAILED_PRECONDITION" and "items[0].push" in err.message
 
 
+def test_a_push_that_crosses_its_runs_end_is_dropped(echo_server):
+    """A producer streaming on after its consumer's run ended (a talker at codec EOS while
+    the thinker still talks): the late chunk is dropped, not an error failing the request."""
+    with RunStream(echo_server.address) as stream:
+        stream.send(_open("late"))
+        _, errors, dones = _by_kind(stream.events())
+        assert not errors and [d.request_id for d in dones] == ["late"]
+        req = component_pb2.RunRequest()
+        req.items.add().push.MergeFrom(component_pb2.PushChunk(request_id="late", node="echo", port="x"))
+        stream.send(req)
+        stream.send(_open("after"))
+        outputs, errors, _ = _by_kind(stream.events())
+        assert not errors and [o.request_id for o in outputs] == ["after"]
+
+
 def test_cancel_and_broken_stream_drop_held_requests(flaky_server):
     with RunStream(flaky_server.address) as stream:
         stream.send(_open("held", hold=True))
