@@ -3,7 +3,8 @@ C++ extension loader and cached per machine.
 
 Why compiled: on CPU, a decode step's attention in plain torch must first gather each
 sequence's blocks into one buffer and then let SDPA read that buffer again; the kernel
-reads the blocks where they lie (csrc/paged_decode.cpp), about twice as fast.
+reads the blocks where they lie (csrc/paged_decode.cpp), 2-3x faster. RMSNorm in one
+pass per row instead of six dispatches (csrc/rms_norm.cpp): four norms a layer.
 
 The build (one C++ file, ~20 s, once per machine and torch version) lands in
 $STARMESH_CACHE/kernels (default ~/.cache/starmesh/kernels), keyed by the sources, the
@@ -23,7 +24,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).parent / "csrc" / "paged_decode.cpp"]
+SOURCES = [Path(__file__).parent / "csrc" / name for name in ("paged_decode.cpp", "rms_norm.cpp")]
 # -ffast-math: glibc's vector expf (libmvec) for the softmax, and reassociated sums in the
 # dot products (fp32 accumulation either way; the kernel never meets inf or NaN: scores are
 # max-subtracted and only tokens the model wrote are read). ~1.5x over strict IEEE here.
@@ -61,20 +62,31 @@ def enabled() -> bool:
 
 
 @functools.cache
-def paged_decode():
-    """torch.ops.starmesh.paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale),
-    or None (disabled, or the build failed: the caller uses its torch path)."""
+def _ops():
+    """torch.ops.starmesh, or None (disabled, or the build failed: callers use their torch paths)."""
     if not enabled():
         return None
     try:
         _load()
     except Exception as e:  # no compiler, no ninja, a read-only cache...: torch paths still work
-        log.warning("CPU kernels unavailable, decode attention runs in plain torch (slower): %s",
+        log.warning("CPU kernels unavailable, attention and norms run in plain torch (slower): %s",
                     str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__)
         return None
     import torch
 
-    return torch.ops.starmesh.paged_decode
+    return torch.ops.starmesh
+
+
+def paged_decode():
+    """paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale) -> [S, H, D], or None."""
+    ops = _ops()
+    return None if ops is None else ops.paged_decode
+
+
+def rms_norm():
+    """rms_norm(x, weight, eps) -> like x (transformers' RMSNorm), or None."""
+    ops = _ops()
+    return None if ops is None else ops.rms_norm
 
 
 def _load() -> None:
