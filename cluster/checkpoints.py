@@ -31,6 +31,19 @@ def resolve(spec: dict, log=lambda msg: print(msg, file=sys.stderr, flush=True))
     return tiny(spec["tiny"], log)
 
 
+# Bumped when a builder changes what it writes, so a cache built by an older starmesh is
+# rebuilt (2: the Qwen3-Omni talker's experts are initialised, not left as torch.empty).
+TINY_VERSION = "2"
+VERSION_FILE = ".starmesh-tiny-version"
+
+
+def _current(final: Path) -> bool:
+    try:
+        return (final / VERSION_FILE).read_text().strip() == TINY_VERSION
+    except OSError:
+        return False
+
+
 def tiny(kind: str, log) -> Path:
     from client.commands.make_tiny import BUILDERS
 
@@ -39,11 +52,11 @@ def tiny(kind: str, log) -> Path:
     root = cache_root() / "tiny"
     root.mkdir(parents=True, exist_ok=True)
     final = root / kind
-    if final.is_dir():
+    if _current(final):
         return final
     with open(root / f".{kind}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if final.is_dir():  # built by another process while we waited
+        if _current(final):  # built by another process while we waited
             return final
         return _build(kind, final, log)
 
@@ -61,6 +74,11 @@ def _build(kind: str, final: Path, log) -> Path:
     build = getattr(importlib.import_module(module), func)
     try:
         build(tmp, **({"kind": kind} if func == "make_tiny_text" else {}))
+        (tmp / VERSION_FILE).write_text(TINY_VERSION)
+        if final.exists():  # an older build: out of the way first (os.replace needs an empty target)
+            stale = final.with_name(f".{final.name}.stale-{os.getpid()}")
+            os.replace(final, stale)
+            shutil.rmtree(stale, ignore_errors=True)
         os.replace(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
