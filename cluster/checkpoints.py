@@ -14,11 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+from engine.cache_root import cache_root
 from graph.errors import GraphError
 
-
-def cache_root() -> Path:
-    return Path(os.environ.get("STARMESH_CACHE") or Path.home() / ".cache" / "starmesh")
+__all__ = ["cache_root", "resolve", "tiny"]
 
 
 def resolve(spec: dict, log=lambda msg: print(msg, file=sys.stderr, flush=True)) -> Path:

@@ -22,6 +22,8 @@ import os
 import time
 from pathlib import Path
 
+from engine.cache_root import cache_root
+
 log = logging.getLogger(__name__)
 
 SOURCES = [Path(__file__).parent / "csrc" / name for name in ("paged_decode.cpp", "rms_norm.cpp")]
@@ -53,8 +55,7 @@ def build_key() -> str:
 
 
 def build_dir(key: str) -> Path:
-    root = Path(os.environ.get("STARMESH_CACHE") or Path.home() / ".cache" / "starmesh")
-    return root / "kernels" / key
+    return cache_root() / "kernels" / key
 
 
 def enabled() -> bool:
