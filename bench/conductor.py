@@ -67,8 +67,8 @@ def start_conductor(services: dict, items: int):
     from conductor.model import ServedModel
     from conductor.placement import Placement
     from conductor.service import ConductorService
-    from services.background import BackgroundServer
-    from services.telemetry import Telemetry
+    from runtime.background import BackgroundServer
+    from runtime.telemetry import Telemetry
 
     exporter = InMemorySpanExporter()
     telemetry = Telemetry("conductor", span_processors=[SimpleSpanProcessor(exporter)], environ={})
@@ -134,7 +134,7 @@ async def inprocess_items_per_s(items: int, concurrency: int, rounds: int) -> fl
     import torch
 
     from bench.conductor_toys import PIPELINE_INNER_LOOPS, make_a, make_b, make_c, pipeline_graph
-    from conductor.runners import inprocess_executor
+    from conductor.executor_setup import inprocess_executor
 
     async with inprocess_executor(pipeline_graph(items), [make_a(), make_b(), make_c()], PIPELINE_INNER_LOOPS) as ex:
         async def one(rid: str) -> int:
@@ -170,7 +170,7 @@ def run_mesh(services: dict, args) -> dict:
 
 
 def start_services(names=tuple(FACTORIES)) -> dict:
-    from services.process import ServiceProcess
+    from runtime.process import ServiceProcess
 
     procs = {k: ServiceProcess(FACTORIES[k], ["--host-id", "bench-host"], name=f"bench-{k}") for k in names}
     started = {}

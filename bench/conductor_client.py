@@ -27,7 +27,7 @@ def make_request(model: str, request_id: str, params: dict):
 
     from protos.starmesh.v1 import conductor_pb2 as pb
     from transport.codec import inline_ref
-    from transport.wire import ref_to_proto
+    from transport.ref_proto import ref_to_proto
 
     req = pb.GenerateRequest(model=model, request_id=request_id)
     ref_to_proto(inline_ref(torch.tensor([0.0])), req.inputs.add(name="n").tensor)

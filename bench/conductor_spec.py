@@ -8,8 +8,8 @@ import time
 
 async def node_round_trip_s(address: str, node: str, inputs: dict, params: dict, repeats: int) -> float:
     """Median seconds of one bare node run on a service's Run stream: open -> done."""
-    from client.component_client import ComponentClient
-    from services.items import Cancel, OpenNode
+    from runtime.run_client import ComponentClient
+    from runtime.items import Cancel, OpenNode
     from transport.codec import inline_ref
 
     times = []
@@ -40,7 +40,7 @@ async def timed_loops(placement, iters: int, params: dict, requests: int, specul
     import torch
 
     from bench.conductor_toys import loop_graph
-    from conductor.runners import remote_executor
+    from conductor.executor_setup import remote_executor
 
     times, outputs = [], []
     async with remote_executor(loop_graph(iters + 5), placement, speculate=speculate) as ex:

@@ -1,6 +1,6 @@
 """Toy components and graphs of the conductor benchmark (bench.conductor).
 
-Three services, each a `tests.conductor.toys.Toy`:
+Three services, each a `bench.toys.Toy`:
 - A (`make_a`): `src`, a loop run inside the service (DESIGN 5) emitting one item per
   engine step; `step`, one step of a conductor-driven loop (sleeps `step_s`: the
   device compute g of formula (9)).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from tests.conductor.toys import Toy
+from bench.toys import Toy
 
 
 class PacedToy(Toy):

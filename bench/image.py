@@ -2,7 +2,7 @@
 
     python -m bench.image --json bench-results/image.json
 
-Checkpoint: engine.tiny_sd3's "bench" preset (random, 2.5 M DiT parameters, 16 latent
+Checkpoint: engine.checkpoints.tiny_sd3's "bench" preset (random, 2.5 M DiT parameters, 16 latent
 channels), built on first use; 256x256 images (256 image tokens) with 77 + 77 text
 tokens, where one CFG step (a DiT call of batch 2) costs ~45 ms at one thread. Every
 process (the services and this one, where diffusers runs) uses --threads torch threads.
@@ -52,7 +52,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def checkpoint(args) -> str:
-    from engine.tiny_sd3 import make_tiny_sd3
+    from engine.checkpoints.tiny_sd3 import make_tiny_sd3
 
     if args.checkpoint:
         return args.checkpoint
@@ -82,7 +82,7 @@ def measure_parts(ckpt: str, args) -> dict:
     import torch
 
     from services.dit.denoiser import DitComponent
-    from services.dit.guidance import euler_step, guide
+    from engine.models.sd3.guidance import euler_step, guide
 
     dit = DitComponent.from_checkpoint(ckpt)
     c, h, w = dit.geometry.latent_channels, args.height // 8, args.width // 8
@@ -103,7 +103,7 @@ def measure_parts(ckpt: str, args) -> dict:
 def run_diffusers(ckpt: str, args) -> dict:
     import torch
 
-    from engine.tiny_sd3 import load_reference_pipeline
+    from engine.checkpoints.tiny_sd3 import load_reference_pipeline
 
     pipe = load_reference_pipeline(ckpt)
     pipe.set_progress_bar_config(disable=True)
@@ -145,8 +145,8 @@ class Mesh:
 
         from conductor.service import ConductorService
         from pipelines.text_to_image import served_model
-        from services.background import BackgroundServer
-        from services.process import ServiceProcess
+        from runtime.background import BackgroundServer
+        from runtime.process import ServiceProcess
 
         common = ["--checkpoint", self.ckpt, "--torch-threads", str(self.threads), "--log-level", "WARNING"]
         self.procs = [ServiceProcess("sd3", common, name="sd3", start_timeout_s=180),
@@ -174,7 +174,7 @@ class Mesh:
         """(latency ms, arrival times of the step events)."""
         from protos.starmesh.v1 import conductor_pb2 as pb
         from transport.codec import inline_ref
-        from transport.wire import ref_to_proto
+        from transport.ref_proto import ref_to_proto
         import torch
 
         req = pb.GenerateRequest(model=model)

@@ -17,7 +17,7 @@ CONFIG = dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=8, num_
 
 
 def checkpoint(root: str) -> str:
-    from engine.tiny import make_tiny
+    from engine.checkpoints.tiny_text import make_tiny
 
     path = os.path.join(root, "qwen3-offload-bench")
     if not os.path.exists(os.path.join(path, "config.json")):
@@ -67,7 +67,7 @@ def best_of_interleaved(a: Forward, b: Forward, repeats: int) -> tuple[float, fl
 
 
 def measure_thinker(root: str, tokens: int, repeats: int) -> dict:
-    from engine.checkpoint import load_model
+    from engine.models.loader import load_model
     from engine.offload.config import OffloadConfig
 
     path = checkpoint(root)
@@ -91,7 +91,7 @@ def measure_code2wav(num_frames: int, repeats: int) -> dict:
 
     import torch
 
-    from engine.models.code2wav import Code2Wav, Code2WavConfig
+    from engine.models.qwen3_omni.code2wav import Code2Wav, Code2WavConfig
     from engine.offload import OffloadBackend, OffloadConfig
 
     torch.manual_seed(0)

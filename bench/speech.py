@@ -2,7 +2,7 @@
 
     python -m bench.speech --json bench-results/speech.json [--quick] [--checkpoint DIR]
 
-Checkpoint: the tiny random Qwen3-Omni of engine.tiny_omni, built in a temp dir unless
+Checkpoint: the tiny random Qwen3-Omni of engine.checkpoints.tiny_omni, built in a temp dir unless
 --checkpoint is given. Every process (the four services, this one: conductor, client,
 in-process runner, transformers) runs torch with one thread. Requests: chat prompts
 (4 texts in turn), greedy, at most --text-tokens text tokens (32: ~10 s of speech is
@@ -42,7 +42,7 @@ PROMPTS = ("Hello there", "Tell me a story", "abc", "sing a song")
 
 
 def checkpoint(args) -> str:
-    from engine.tiny_omni import make_tiny_omni
+    from engine.checkpoints.tiny_omni import make_tiny_omni
 
     if args.checkpoint:
         return args.checkpoint
@@ -88,7 +88,7 @@ def measure(args) -> dict:
     import torch
 
     from bench.speech_baselines import hf_audio_s_per_s, inprocess_audio_s_per_s
-    from engine.tiny_omni import chat_prompt
+    from engine.checkpoints.tiny_omni import chat_prompt
 
     torch.set_num_threads(1)
     ckpt = checkpoint(args)

@@ -49,8 +49,8 @@ class SpeechMesh:
         from conductor.service import ConductorService
         from pipelines.qwen3_omni.model import speech_model, speech_placement
         from pipelines.qwen3_omni.stage_graph import stage_model
-        from services.background import BackgroundServer
-        from services.process import ServiceProcess
+        from runtime.background import BackgroundServer
+        from runtime.process import ServiceProcess
 
         args = ["--checkpoint", self.checkpoint, "--torch-threads", str(self.threads), "--log-level", "WARNING"]
         self.procs = {name: ServiceProcess(name, args, name=f"bench-{name}", start_timeout_s=180)

@@ -36,7 +36,7 @@ def workload(n: int, seed: int) -> list[tuple[list[int], int]]:
 
 
 def checkpoint(root: str) -> str:
-    from engine.tiny import make_tiny
+    from engine.checkpoints.tiny_text import make_tiny
 
     path = os.path.join(root, "qwen3-bench")
     if not os.path.exists(os.path.join(path, "config.json")):
@@ -46,7 +46,7 @@ def checkpoint(root: str) -> str:
 
 def run_engine(path: str, work) -> dict:
     from engine.llm_engine import EngineConfig, LLMEngine
-    from engine.sampling import SamplingParams
+    from engine.sampling_params import SamplingParams
 
     engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=path, num_blocks=2048, block_size=16,
                                                     max_num_batched_tokens=2048))

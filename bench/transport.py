@@ -42,7 +42,7 @@ class Producer:
 
     async def handoff(self, x) -> tuple[float, float]:
         """Seconds from holding `x` until the consumer's sum arrives; and that sum."""
-        from services.items import NodeError, NodeOutput, OpenNode
+        from runtime.items import NodeError, NodeOutput, OpenNode
 
         self.count += 1
         rid = f"bench-{self.count}"
@@ -109,8 +109,8 @@ async def round_trip(transport, address: str, mode: str) -> None:
     """Producer -> echo service -> producer: the tensor comes back bit-identical."""
     import torch
 
-    from client.component_client import ComponentClient
-    from services.items import NodeOutput, OpenNode, Release
+    from runtime.run_client import ComponentClient
+    from runtime.items import NodeOutput, OpenNode, Release
 
     x = torch.randn(3, 1000, 70).to(torch.bfloat16)[:, ::2]  # non-contiguous, 420 KB
     async with ComponentClient(address, 128 * MiB) as run:
@@ -133,7 +133,7 @@ async def round_trip(transport, address: str, mode: str) -> None:
 
 
 def start_services():
-    from services.process import ServiceProcess
+    from runtime.process import ServiceProcess
 
     big = ["--max-message-mb", "160", "--arena-bytes", str(512 * MiB)]
     return {
@@ -149,7 +149,7 @@ def start_services():
 
 
 async def run_transports(services: dict, repeats: int, fit_repeats: int) -> dict:
-    from client.component_client import ComponentClient
+    from runtime.run_client import ComponentClient
     from transport.config import TransportConfig
     from transport.transport import Transport
 

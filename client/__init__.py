@@ -1,1 +1,1 @@
-"""The Python SDK and the `starmesh` CLI (`client.cli`)."""
+"""The Python SDK and the `starmesh` CLI (`cli.main`)."""

@@ -57,7 +57,7 @@ class SpeechSummary:
 def _tensor(event):
     """The event's tensor (the conductor sends client outputs by value)."""
     from transport.codec import view
-    from transport.wire import ref_from_proto
+    from transport.ref_proto import ref_from_proto
 
     ref = ref_from_proto(event.tensor.tensor, f"event.tensor[{event.tensor.name}]")
     return view(ref.location.data, ref.dtype, ref.shape).clone()

@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from engine.cache_root import cache_root
-from graph.errors import GraphError
+from core.cache_root import cache_root
+from core.errors import GraphError
 
 __all__ = ["cache_root", "resolve", "tiny"]
 
@@ -44,7 +44,7 @@ def _current(final: Path) -> bool:
 
 
 def tiny(kind: str, log) -> Path:
-    from client.commands.make_tiny import BUILDERS
+    from engine.checkpoints.builders import BUILDERS
 
     if kind not in BUILDERS:
         raise GraphError(f"tiny checkpoint kind {kind!r} is unknown (have {sorted(BUILDERS)})")
@@ -61,18 +61,14 @@ def tiny(kind: str, log) -> Path:
 
 
 def _build(kind: str, final: Path, log) -> Path:
-    import importlib
-
-    from client.commands.make_tiny import BUILDERS
+    from engine.checkpoints.builders import build_tiny
 
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    module, _, func = BUILDERS[kind].partition(":")
     log(f"building the tiny {kind} checkpoint in {final} (first use only) ...")
     t0 = time.perf_counter()
-    build = getattr(importlib.import_module(module), func)
     try:
-        build(tmp, **({"kind": kind} if func == "make_tiny_text" else {}))
+        build_tiny(kind, tmp)
         (tmp / VERSION_FILE).write_text(TINY_VERSION)
         if final.exists():  # an older build: out of the way first (os.replace needs an empty target)
             stale = final.with_name(f".{final.name}.stale-{os.getpid()}")

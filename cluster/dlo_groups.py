@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from conductor.placement import check_endpoint
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.node import check_name
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 GROUP = {"address", "world_size", "members", "timeout_s"}
 MEMBER_COMPONENT = "dit"

@@ -23,8 +23,8 @@ import yaml
 from cluster.checkpoints import resolve
 from cluster.dlo_groups import member_args
 from cluster.spec import ClusterSpec
-from services.process import ServiceProcess
-from services.telemetry import TRACE_STORE_ENV
+from runtime.process import ServiceProcess
+from runtime.telemetry import TRACE_STORE_ENV
 
 _print_lock = threading.Lock()
 

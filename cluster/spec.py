@@ -32,7 +32,7 @@ from typing import Any, Mapping
 from cluster.dlo_groups import DloGroupSpec, check_dlo_groups, parse_dlo_groups
 from conductor.deployment import load_yaml
 from conductor.placement import Placement, check_endpoint
-from graph.errors import GraphError
+from core.errors import GraphError
 
 TOP = {"name", "checkpoints", "conductor", "services", "models", "dlo_groups"}
 SERVICE = {"component", "checkpoint", "replicas", "options", "host_id", "mooncake", "transport_mode"}

@@ -7,7 +7,7 @@ import dataclasses
 import numbers
 
 from graph.chunking import ChunkPolicy, LeftContext
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 
 def first_chunk_param(params: dict) -> int | None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from protos.starmesh.v1 import conductor_pb2 as pb
 from transport.codec import inline_ref
 from transport.config import default_host_id
-from transport.errors import PeerUnavailable
+from core.errors import PeerUnavailable
 from transport.peers import PeerArenas
 from transport.refs import InlineLocation, ShmLocation, TensorRef
-from transport.wire import ref_to_proto
+from transport.ref_proto import ref_to_proto
 
 
 class ClientOutputs:

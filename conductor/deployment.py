@@ -12,7 +12,7 @@ from typing import Mapping
 import yaml
 
 from conductor.placement import Placement, ServiceSpec
-from graph.errors import GraphError
+from core.errors import GraphError
 
 TOP_KEYS = {"model", "services", "placement", "kv_contexts", "lockstep_groups"}
 SERVICE_KEYS = {"replicas", "device", "options", "components"}

@@ -19,9 +19,9 @@ from conductor.targets import run_item
 from conductor.walk_scope import WalkScope
 from conductor.walk_state import WalkState
 from graph.walk import WalkGraph
-from services.items import LOCKSTEP_PAD, Cancel, Credit, NodeDone, NodeError, NodeOutput, OutboundEvent
-from services.telemetry import inject_context
-from transport.errors import StarmeshError
+from runtime.items import LOCKSTEP_PAD, Cancel, Credit, NodeDone, NodeError, NodeOutput, OutboundEvent
+from runtime.telemetry import inject_context
+from core.errors import StarmeshError
 
 log = logging.getLogger(__name__)
 Route = Callable[[str, str, str], Any]  # (node, walk, request_id) -> target

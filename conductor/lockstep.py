@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterable, Mapping
 
-from services.items import LOCKSTEP_PAD, OpenNode
+from runtime.items import LOCKSTEP_PAD, OpenNode
 
 
 class LockstepPadder:

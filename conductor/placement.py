@@ -43,7 +43,7 @@ one request's context lives on exactly one replica.
 Checks split in two: `Placement(...)` itself rejects what is wrong without a
 graph (unknown service, duplicate endpoint, no replica, a node placed on a
 service whose `components` omit it); `validate(graph)` checks it against a graph.
-Every error is a `graph.errors.GraphError` naming the node, service or walk.
+Every error is a `core.errors.GraphError` naming the node, service or walk.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.node import check_name
 
 LATER = "KV transfer between replicas is a later issue"

@@ -18,13 +18,13 @@ from conductor.client_outputs import ClientOutputs
 from conductor.executor import Executor
 from conductor.metrics import ConductorMetrics, RequestMeter
 from conductor.model import ServedModel
-from conductor.runners import remote_executor
+from conductor.executor_setup import remote_executor
 from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc
-from services.errors import map_errors
-from services.wire import params_from_struct
-from transport.errors import InvalidArgument
-from transport.wire import ref_from_proto
+from runtime.grpc_status import map_errors
+from runtime.item_proto import params_from_struct
+from core.errors import InvalidArgument
+from transport.ref_proto import ref_from_proto
 
 log = logging.getLogger(__name__)
 CONDUCTOR_SERVICE = pb.DESCRIPTOR.services_by_name["Conductor"].full_name
@@ -82,7 +82,7 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
 
 
 class ConductorService:
-    """services.server.HostedService for the conductor: one executor per model,
+    """runtime.server.HostedService for the conductor: one executor per model,
     each holding one Run stream per replica, opened when the server starts."""
 
     service_names = (CONDUCTOR_SERVICE,)

@@ -8,8 +8,8 @@ import itertools
 import logging
 from typing import Any, Callable
 
-from services.items import InboundItem, OpenNode
-from services.parts import part_name
+from runtime.items import InboundItem, OpenNode
+from runtime.parts import part_name
 from transport.codec import inline_ref
 from transport.refs import TensorRef
 
@@ -65,7 +65,7 @@ class InProcessTarget:
     """A component hosted in this process on its own engine thread (services.StepLoop)."""
 
     def __init__(self, component, loop: asyncio.AbstractEventLoop, sink) -> None:
-        from services.step_loop import StepLoop
+        from runtime.step_loop import StepLoop
 
         self.name = f"inproc:{component.name}"
         self.step_loop = StepLoop(component, LocalTransport())
@@ -104,7 +104,7 @@ class RemoteTarget:
         self.host_id = ""  # the replica's transport host id (Describe), for transport choice
 
     async def start(self) -> "RemoteTarget":
-        from client.component_client import ComponentClient
+        from runtime.run_client import ComponentClient
 
         self.client = ComponentClient(*self._client_args)
         await self.client.__aenter__()
@@ -176,7 +176,7 @@ class RemoteTarget:
 def run_item(request_id: str, walk: str, dispatch, params: dict, convert, traceparent: str = "", scope=None,
              consumer_host_ids: tuple[str, ...] = ()):
     """The Run item for a dispatch: an OpenNode, or a PushChunk into an open loop run."""
-    from services.items import ChunkInfo, PushChunk, StopRule, StreamInput
+    from runtime.items import ChunkInfo, PushChunk, StopRule, StreamInput
 
     if dispatch.push:
         port, meta = scope.pushed[dispatch.node].dst_port, dispatch.chunk
@@ -202,7 +202,7 @@ def run_item(request_id: str, walk: str, dispatch, params: dict, convert, tracep
 
 def local_streams(scope, dispatch, params: dict) -> tuple:
     """The co-located streaming edges out of an inner-loop run (WalkScope.local_out)."""
-    from services.items import LocalStream
+    from runtime.items import LocalStream
 
     if scope is None:
         return ()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from graph.composites import Loop, node_names
 from graph.edge import GraphEdge
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.node import WALK_INPUT, WALK_OUTPUT
 from graph.walk import Walk
 

@@ -34,7 +34,7 @@ import torch
 
 from engine.attention.flashinfer_backend import FlashInferPlan, PageTable
 from engine.attention.metadata import AttentionMetadata
-from engine.device import copy_into
+from engine.device_option import copy_into
 
 log = logging.getLogger("engine.cuda_graphs")
 

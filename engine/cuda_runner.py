@@ -29,7 +29,7 @@ import torch
 
 from engine.attention.flashinfer_backend import FlashInferBackend
 from engine.attention.metadata import AttentionMetadata
-from engine.device import to_device
+from engine.device_option import to_device
 from engine.plan_ahead import predict_next_decode
 
 log = logging.getLogger("engine.cuda")

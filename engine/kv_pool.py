@@ -8,7 +8,7 @@ from collections import deque
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from transport.errors import InvalidArgument, ResourceExhausted
+from core.errors import InvalidArgument, ResourceExhausted
 
 if TYPE_CHECKING:
     from engine.sequence import Sequence

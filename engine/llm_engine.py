@@ -13,13 +13,13 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-from engine.device import resolve_device
+from engine.device_option import resolve_device
 from engine.model_runner import ModelRunner
 from engine.sampler import Sampler
-from engine.sampling import SamplingParams
+from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class LLMEngine:
 
     @classmethod
     def from_checkpoint(cls, config: EngineConfig) -> "LLMEngine":
-        from engine.checkpoint import load_model
+        from engine.models.loader import load_model
 
         return cls(load_model(config.checkpoint, dtype=config.dtype, device=resolve_device(config.device)), config)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 FAMILIES = ("qwen3", "qwen3_moe", "llama")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

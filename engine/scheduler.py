@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from engine.batch import ScheduledBatch
 from engine.kv_pool import IntegrityError, KVPool
 from engine.sequence import Sequence, SequenceStatus
-from transport.errors import InvalidArgument, NotFound
+from core.errors import InvalidArgument, NotFound
 
 __all__ = ["ScheduledBatch", "Scheduler", "SchedulerConfig"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import enum
 
 from engine.embed_rows import EmbedRows
-from engine.sampling import SamplingParams
-from transport.errors import InvalidArgument
+from engine.sampling_params import SamplingParams
+from core.errors import InvalidArgument
 
 
 class SequenceStatus(enum.Enum):

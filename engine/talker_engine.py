@@ -19,17 +19,17 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.device import resolve_device
+from engine.device_option import resolve_device
 from engine.llm_engine import EngineConfig
 from engine.model_runner import ModelRunner
-from engine.models.talker import Talker
+from engine.models.qwen3_omni.talker import Talker
 from engine.sampler import Sampler, seeded_generator, top_k_filter, top_p_filter
-from engine.sampling import SamplingParams
+from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
-from engine.talker_prompt import talker_prompt
+from engine.models.qwen3_omni.talker_prompt import talker_prompt
 from engine.talker_request import TalkerRequest
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 PREDICTOR_TOP_K, PREDICTOR_TOP_P = 50, 0.8  # what HF's talker passes its code predictor when sampling
 
@@ -61,7 +61,7 @@ class TalkerEngine:
 
     @classmethod
     def from_checkpoint(cls, config: EngineConfig) -> "TalkerEngine":
-        from engine.talker_checkpoint import load_talker
+        from engine.models.qwen3_omni.talker_loader import load_talker
 
         return cls(load_talker(config.checkpoint, dtype=config.dtype), config)
 

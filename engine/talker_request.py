@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.sampling import SamplingParams
-from transport.errors import InvalidArgument
+from engine.sampling_params import SamplingParams
+from core.errors import InvalidArgument
 
 HEAD_ROWS = 4  # <|im_start|> assistant \n + the first text token
 

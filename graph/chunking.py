@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from graph.errors import GraphError
+from core.errors import GraphError
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 from graph.edge import GraphEdge, split_endpoint
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.node import check_name
 
 Part = Union[str, "Sequential", "Parallel", "Loop"]

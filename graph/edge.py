@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from graph.chunking import ChunkPolicy, FixedChunk
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.node import check_name
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from graph.errors import GraphError
+from core.errors import GraphError
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Reserved node names: edges from "input.<name>" carry walk inputs, edges into

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.chunking import Chunk, ChunkPolicy
-from graph.errors import GraphError
+from core.errors import GraphError
 
 
 class StreamBuffer:

@@ -17,7 +17,7 @@ A walk without outputs is allowed (its outputs are empty).
 from __future__ import annotations
 
 from graph.composites import Loop, Parallel, Sequential, loops_in, node_names
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.node import GraphNode
 from graph.validate_cycles import check_acyclic
 from graph.validate_loops import check_loop_ports

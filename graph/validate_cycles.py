@@ -4,7 +4,7 @@ live on the Loop, not in `walk.edges`, so they never appear here)."""
 from __future__ import annotations
 
 from graph.edge import GraphEdge
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.node import WALK_INPUT, WALK_OUTPUT
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from graph.composites import node_names
 from graph.edge import split_endpoint
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.validate_ports import check_port
 
 

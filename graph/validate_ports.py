@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from graph.composites import node_names
 from graph.edge import GraphEdge
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.node import WALK_INPUT, WALK_OUTPUT
 
 

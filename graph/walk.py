@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from graph.composites import Loop, Part, loops_in, node_names
 from graph.edge import GraphEdge
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.node import WALK_INPUT, WALK_OUTPUT, GraphNode, check_name
 
 

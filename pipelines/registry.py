@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from graph.errors import GraphError
+from core.errors import GraphError
 
 BUILDERS = {
     "qwen3_omni": "pipelines.qwen3_omni.model:speech_model",

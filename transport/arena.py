@@ -15,7 +15,7 @@ import weakref
 from dataclasses import dataclass
 
 from transport.allocator import BlockAllocator
-from transport.errors import ArenaFull, BadTensorRef, UnknownLease
+from core.errors import ArenaFull, BadTensorRef, UnknownLease
 from transport.segment import OwnedSegment
 
 HEADER = struct.Struct("<QQQQ")  # magic, lease_id, nbytes, reserved

@@ -1,7 +1,7 @@
 """The dtypes that may cross the wire, by name; torch is imported lazily."""
 from __future__ import annotations
 
-from transport.errors import BadTensorRef
+from core.errors import BadTensorRef
 
 # name -> element size in bytes. Names match torch's (torch.float32 -> "float32").
 ELEMENT_SIZES = {

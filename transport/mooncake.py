@@ -9,7 +9,7 @@ import logging
 import os
 import shutil
 
-from transport.errors import PeerUnavailable, TransportError
+from core.errors import PeerUnavailable, TransportError
 
 log = logging.getLogger(__name__)
 

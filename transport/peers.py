@@ -5,7 +5,7 @@ import ctypes
 import threading
 
 from transport.arena import check_header
-from transport.errors import PeerUnavailable
+from core.errors import PeerUnavailable
 from transport.segment import PeerSegment
 
 

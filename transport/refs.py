@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from transport.dtypes import element_size
-from transport.errors import BadTensorRef
+from core.errors import BadTensorRef
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import os
 import secrets
 import time
 
-from transport.errors import UnknownLease
+from core.errors import UnknownLease
 
 PREFIX = "starmesh-"
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from transport.arena import HEADER_BYTES, Arena, check_header
 from transport.codec import copy_into, to_bytes, view
 from transport.config import CLIENT_HOST, TransportConfig
 from transport.dtypes import element_size, from_torch
-from transport.errors import PeerUnavailable
+from core.errors import PeerUnavailable
 from transport.mooncake import MooncakeEndpoint
 from transport.peers import PeerArenas
 from transport.refs import ConsumedLease, InlineLocation, MooncakeLocation, ShmLocation, TensorRef

@@ -22,7 +22,7 @@ import os
 import time
 from pathlib import Path
 
-from engine.cache_root import cache_root
+from core.cache_root import cache_root
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from engine.models.base import CausalLM, kv_cache_shape
 from engine.models.llama import LlamaForCausalLM
 from engine.models.qwen3 import Qwen3ForCausalLM
 from engine.models.qwen3_moe import Qwen3MoeForCausalLM
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 MODEL_CLASSES: dict[str, type[CausalLM]] = {
     "qwen3": Qwen3ForCausalLM,

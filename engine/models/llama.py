@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from engine.model_config import ModelConfig
 from engine.models.base import CausalLM
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 
 class LlamaForCausalLM(CausalLM):

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from engine.offload.plan import OffloadPlan
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 SHARD_ALIGN = 64
 

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from engine.offload.config import OffloadConfig
-from engine.offload.device import make_device
+from engine.offload.slot_device import make_device
 from engine.offload.host import HostWeightPlan, host_weights
 from engine.offload.plan import OffloadPlan, build_plan
 from engine.offload.registration import HostRegistration

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 HOST_BACKINGS = ("tensors", "mmap", "cache")
 ENGINE_KINDS = ("kv_cache", "stateless")

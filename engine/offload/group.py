@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 
-from transport.errors import InvalidArgument, Unavailable
+from core.errors import InvalidArgument, Unavailable
 
 log = logging.getLogger("engine.offload")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")

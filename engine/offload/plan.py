@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 ALIGN = 256  # bytes: every parameter view starts at a multiple of this (CUDA-friendly)
 

@@ -30,7 +30,7 @@ def _is_dit(checkpoint: str) -> bool:
 def _load_thinker(checkpoint: str):
     """(the engine, its offload backend or None, []) after a one-token generate."""
     from engine.llm_engine import EngineConfig, LLMEngine
-    from engine.sampling import SamplingParams
+    from engine.sampling_params import SamplingParams
 
     engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, num_blocks=16))
     engine.generate([[1, 2, 3, 4]], SamplingParams(max_new_tokens=1))  # every block's pages are read
@@ -67,9 +67,9 @@ def _probe(args: argparse.Namespace) -> tuple[dict, object]:
         import services.dit.denoiser  # noqa: F401  (imported before the PSS baseline)
         from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel  # noqa: F401  (lazy: ~100 MiB)
     else:
-        import engine.checkpoint  # noqa: F401
+        import engine.models.loader  # noqa: F401
         import engine.llm_engine  # noqa: F401
-        import engine.sampling  # noqa: F401
+        import engine.sampling_params  # noqa: F401
     from engine.offload.config import OffloadConfig
     from engine.offload.loading import set_process_config
 

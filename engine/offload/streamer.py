@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from engine.offload.device import Ready
+from engine.offload.slot_device import Ready
 from engine.offload.plan import BlockLayout, OffloadPlan
 
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 
 @dataclass(frozen=True)

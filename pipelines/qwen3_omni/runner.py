@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import torch
 
 from engine.llm_engine import EngineConfig, LLMEngine
-from engine.sampling import SamplingParams
+from engine.sampling_params import SamplingParams
 from engine.talker_engine import TalkerEngine
 from graph.chunking import LeftContext
 from graph.stream_buffer import StreamBuffer
 from pipelines.qwen3_omni.requests import SpeechRequest, SpeechResult
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 
 @dataclass
@@ -44,8 +44,8 @@ class SpeechRunner:
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str, num_blocks: int = 512, block_size: int = 16) -> "SpeechRunner":
-        from engine.models.code2wav import Code2Wav
-        from engine.talker_checkpoint import read_talker_spec
+        from engine.models.qwen3_omni.code2wav import Code2Wav
+        from engine.models.qwen3_omni.talker_loader import read_talker_spec
 
         spec = read_talker_spec(checkpoint)
         thinker = LLMEngine.from_checkpoint(EngineConfig(

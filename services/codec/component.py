@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine.stateless_engine import StatelessConfig
-from services.stateless_component import StatelessComponent
-from services.items import OpenNode
-from transport.errors import InvalidArgument
+from runtime.stateless_component import StatelessComponent
+from runtime.items import OpenNode
+from core.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from engine.models.code2wav import Code2Wav
+    from engine.models.qwen3_omni.code2wav import Code2Wav
 
 NODE = "code2wav"
 
@@ -49,7 +49,7 @@ class CodecComponent(StatelessComponent):
     def from_checkpoint(cls, checkpoint: str, dtype: str | None = None, device: str = "cpu",
                         max_batch_size: int = 8, max_queued: int = 1024) -> "CodecComponent":
         """The code2wav of a Qwen3-Omni checkpoint; dtype defaults to the checkpoint's."""
-        from engine.models.code2wav import Code2Wav
+        from engine.models.qwen3_omni.code2wav import Code2Wav
 
         model = Code2Wav.from_checkpoint(checkpoint, dtype=dtype, device=device)
         return cls(model, StatelessConfig(max_batch_size=max_batch_size, max_queued=max_queued))

@@ -1,9 +1,9 @@
 """The text encoders, the DiT and the VAE of one SD3 checkpoint behind one
-`starmesh serve sd3` process (services.colocated)."""
+`starmesh serve sd3` process (runtime.colocated)."""
 from __future__ import annotations
 
-from services.colocated import Colocated
-from transport.errors import InvalidArgument
+from runtime.colocated import Colocated
+from core.errors import InvalidArgument
 
 
 def make_sd3(checkpoint: str, dtype: str = "float32", device: str = "cpu", max_batch_size: int = 8,

@@ -19,10 +19,10 @@ import torch
 
 from engine.stateless_engine import StatelessEngine, WorkItem, WorkResult
 from services.dit.params import ImageParams
-from services.dit.schedule import Schedule
-from services.errors import failure
-from services.items import NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent
-from transport.errors import ResourceExhausted
+from engine.models.sd3.schedule import Schedule
+from runtime.grpc_status import failure
+from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent
+from core.errors import ResourceExhausted
 
 BRANCHES = ("cond", "uncond")
 

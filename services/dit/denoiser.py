@@ -21,14 +21,14 @@ from typing import Any, Hashable
 import torch
 
 from engine.stateless_engine import StatelessConfig, WorkResult
-from services.dit.checkpoint import DTYPES, Sd3Geometry, attach_model_offload, geometry, load_model, read_config
+from engine.models.sd3.checkpoint import DTYPES, Sd3Geometry, attach_model_offload, geometry, load_model, read_config
 from services.dit.denoise_loop import BranchTag, DenoiseLoops, LoopRun
-from services.dit.guidance import euler_step, guide
+from engine.models.sd3.guidance import euler_step, guide
 from services.dit.params import ImageParams, image_params
-from services.dit.schedule import FlowSchedule
-from services.stateless_component import StatelessComponent
-from services.items import OpenNode, OutboundEvent
-from transport.errors import InvalidArgument
+from engine.models.sd3.schedule import FlowSchedule
+from runtime.stateless_component import StatelessComponent
+from runtime.items import OpenNode, OutboundEvent
+from core.errors import InvalidArgument
 
 DENOISE_NODES = ("denoise_cond", "denoise_uncond")
 

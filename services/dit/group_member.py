@@ -24,8 +24,8 @@ from engine.offload.group import DloGroup, DloGroupConfig
 from engine.stateless_engine import StatelessConfig, WorkItem, WorkResult
 from services.dit.denoiser import DENOISE_NODES, DitComponent, DitConfig
 from services.dit.lockstep import Lockstep, Unit
-from services.items import LOCKSTEP_PAD, NodeDone, NodeError, OpenNode, OutboundEvent
-from transport.errors import InvalidArgument
+from runtime.items import LOCKSTEP_PAD, NodeDone, NodeError, OpenNode, OutboundEvent
+from core.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
 LOCKSTEP_NODES = (*DENOISE_NODES, LOCKSTEP_PAD)

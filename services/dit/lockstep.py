@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from engine.offload.group import LockstepError
 from engine.stateless_engine import WorkItem
-from services.items import OpenNode
+from runtime.items import OpenNode
 
 
 @dataclass(eq=False)

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 MAX_STEPS = 1000  # the denoising loop's bound (pipelines.text_to_image)
 MAX_SIDE = 4096

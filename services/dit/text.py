@@ -19,11 +19,11 @@ from typing import Any, Hashable
 import torch
 
 from engine.stateless_engine import StatelessConfig
-from services.dit.checkpoint import checkpoint_dir, load_model
+from engine.models.sd3.checkpoint import checkpoint_dir, load_model
 from services.dit.params import image_params
-from services.stateless_component import StatelessComponent
-from services.items import OpenNode
-from transport.errors import InvalidArgument
+from runtime.stateless_component import StatelessComponent
+from runtime.items import OpenNode
+from core.errors import InvalidArgument
 
 ENCODERS = {"clip_l": ("text_encoder", "tokenizer"), "clip_g": ("text_encoder_2", "tokenizer_2"),
             "t5": ("text_encoder_3", "tokenizer_3")}

@@ -14,12 +14,12 @@ from typing import Any, Hashable
 import torch
 
 from engine.stateless_engine import StatelessConfig
-from services.dit.checkpoint import attach_model_offload, load_model
+from engine.models.sd3.checkpoint import attach_model_offload, load_model
 from services.dit.denoiser import tensor_input
 from services.dit.params import image_params
-from services.stateless_component import StatelessComponent
-from services.items import OpenNode
-from transport.errors import InvalidArgument
+from runtime.stateless_component import StatelessComponent
+from runtime.items import OpenNode
+from core.errors import InvalidArgument
 
 
 class VaeComponent(StatelessComponent):

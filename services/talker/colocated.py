@@ -1,13 +1,13 @@
 """Talker and code2wav in one service process (the paper's Qwen3-Omni layout: thinker
 on one device, talker + code2wav on another). With a placement that puts both nodes on
 this service, the conductor hands the talker -> code2wav edge over to the process
-(services.local_streams): no conductor message per chunk on that edge."""
+(runtime.colocated_streams): no conductor message per chunk on that edge."""
 from __future__ import annotations
 
 
 def make_talker_codec(checkpoint: str, dtype: str | None = None, max_batch_size: int = 8, **engine_options):
     from services.codec.component import CodecComponent
-    from services.colocated import Colocated
+    from runtime.colocated import Colocated
     from services.talker.component import TalkerComponent
 
     talker = TalkerComponent.from_checkpoint(checkpoint, dtype=dtype, **engine_options)

@@ -21,8 +21,8 @@ import torch
 from engine.engine_load import scheduler_load
 from engine.llm_engine import EngineConfig
 from engine.talker_engine import TalkerEngine
-from services.items import NodeDone, NodeError, NodeOutput, OpenNode
-from transport.errors import InvalidArgument
+from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode
+from core.errors import InvalidArgument
 
 _INTS = ("max_frames", "min_frames", "talker_top_k", "seed")
 _FLOATS = ("talker_temperature", "talker_top_p", "talker_repetition_penalty")

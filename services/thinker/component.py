@@ -13,9 +13,9 @@ import torch
 
 from engine.engine_load import scheduler_load
 from engine.llm_engine import EngineConfig, LLMEngine
-from services.items import NodeDone, NodeOutput, OpenNode
+from runtime.items import NodeDone, NodeOutput, OpenNode
 from services.thinker.params import sampling_params
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 
 def talker_feed_options(checkpoint: str) -> dict:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.sampling import SamplingParams
-from transport.errors import InvalidArgument
+from engine.sampling_params import SamplingParams
+from core.errors import InvalidArgument
 
 _INTS = ("max_new_tokens", "top_k", "seed")
 _FLOATS = ("temperature", "top_p", "repetition_penalty")

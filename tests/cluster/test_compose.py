@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from client.cli import build_parser
+from cli.main import build_parser
 from cluster.launcher import Cluster
 from cluster.spec import ClusterSpec
 

@@ -13,7 +13,7 @@ from client.speech import speak
 from cluster.launcher import Cluster
 from cluster.spec import ClusterSpec
 from cluster.trace_store import edge_table
-from engine.tiny_omni import chat_prompt
+from engine.checkpoints.tiny_omni import chat_prompt
 from cluster.deployments import rewrite
 from tests.fixtures.services import wait_until
 

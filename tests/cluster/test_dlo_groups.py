@@ -9,13 +9,13 @@ import copy
 import pytest
 import yaml
 
-from client.cli import build_parser
-from client.commands.serve import _dlo_group_config, _factory_kwargs, _offload_config
+from cli.main import build_parser
+from cli.serve import _dlo_group_config, _factory_kwargs, _offload_config
 from cluster.deployments import DEPLOYMENTS, rewrite
 from cluster.launcher import Cluster
 from cluster.spec import ClusterSpec, cluster_from_dict
 from engine.offload.group import DloGroupConfig
-from graph.errors import GraphError
+from core.errors import GraphError
 from pipelines.registry import build_model
 
 EXAMPLE = DEPLOYMENTS / "cfg-parallel-dlo.yaml"

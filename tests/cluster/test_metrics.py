@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from client.speech import speak
-from engine.tiny_omni import chat_prompt
+from engine.checkpoints.tiny_omni import chat_prompt
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -22,7 +22,7 @@ from cluster.launcher import Cluster, free_port
 from cluster.phoenix import MARKER, Phoenix, is_installed, start_trace_ui, venv_dir
 from cluster.spec import ClusterSpec
 from cluster.trace_store import TraceStore
-from engine.tiny_omni import chat_prompt
+from engine.checkpoints.tiny_omni import chat_prompt
 from cluster.deployments import rewrite
 from tests.fixtures.services import wait_until
 

@@ -8,8 +8,8 @@ import pytest
 
 from client.speech import speak
 from cluster.launcher import free_port
-from engine.tiny_omni import chat_prompt
-from services.process import ServiceProcess
+from engine.checkpoints.tiny_omni import chat_prompt
+from runtime.process import ServiceProcess
 
 pytestmark = pytest.mark.timeout(300)
 PARAMS = {"max_new_tokens": 8, "max_frames": 24}

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from client.speech import speak
-from engine.tiny_omni import chat_prompt
+from engine.checkpoints.tiny_omni import chat_prompt
 from cluster.deployments import rewrite
 from tests.fixtures import tiny_sd3
 from tests.fixtures.services import describe
@@ -56,7 +56,7 @@ def _wait_for_line(proc, text: str, timeout_s: float) -> list[str]:
 def test_up_serves_speech_and_image_then_stops_clean(tiny_omni, tmp_path):
     path = rewrite("local", {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint()}, directory=str(tmp_path))
     env = {**os.environ, "STARMESH_CACHE": str(tmp_path / "cache")}
-    up = subprocess.Popen([sys.executable, "-m", "client", "up", "--deployment", str(path)], env=env,
+    up = subprocess.Popen([sys.executable, "-m", "cli", "up", "--deployment", str(path)], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         lines = _wait_for_line(up, "Ctrl-C stops everything", 300)
@@ -67,7 +67,7 @@ def test_up_serves_speech_and_image_then_stops_clean(tiny_omni, tmp_path):
         summary = asyncio.run(speak(conductor, "qwen3-omni", chat_prompt("hi"), {"max_new_tokens": 8,
                                                                                  "max_frames": 30}))
         assert summary.num_chunks > 0
-        image = subprocess.run([sys.executable, "-m", "client", "imagine", "--conductor", conductor, "--prompt",
+        image = subprocess.run([sys.executable, "-m", "cli", "imagine", "--conductor", conductor, "--prompt",
                                 "a fox", "-o", str(tmp_path / "fox.png"), "--steps", "2", "--size", "64x64",
                                 "--json"], capture_output=True, text=True, timeout=120)
         assert image.returncode == 0, image.stderr

@@ -6,8 +6,8 @@ import time
 import pytest
 import torch
 
-from conductor.runners import inprocess_executor
-from tests.conductor import toys
+from conductor.executor_setup import inprocess_executor
+from bench import toys
 
 pytestmark = pytest.mark.timeout(60)
 BACKLOG = 32

@@ -5,14 +5,14 @@ import pytest
 import torch
 
 from conductor.executor import RequestFailed
-from conductor.runners import inprocess_executor
+from conductor.executor_setup import inprocess_executor
 from graph.chunking import LeftContext
 from graph.composites import DynamicLoop, Loop, Parallel, Sequential, StopRule
 from graph.edge import GraphEdge as E
 from graph.edge import StreamingGraphEdge
 from graph.node import GraphNode as N
 from graph.walk import Walk, WalkGraph
-from tests.conductor.toys import Toy
+from bench.toys import Toy
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,10 +8,10 @@ import pytest
 
 from conductor.lockstep import LockstepPadder
 from conductor.placement import Placement
-from graph.errors import GraphError
+from core.errors import GraphError
 from pipelines.registry import text_to_image_model
 from pipelines.text_to_image import LOCKSTEP_NODES, placement_dict, served_model, text_to_image_graph
-from services.items import LOCKSTEP_PAD
+from runtime.items import LOCKSTEP_PAD
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ import pytest
 from conductor.placement import Placement, ServiceSpec
 from graph.composites import Sequential
 from graph.edge import GraphEdge
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.node import GraphNode
 from graph.walk import Walk, WalkGraph
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 DEPLOYMENTS = Path(__file__).resolve().parents[2] / "compose" / "deployments"
 E = GraphEdge

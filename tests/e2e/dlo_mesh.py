@@ -23,8 +23,8 @@ from cluster.dlo_groups import DloGroupSpec, member_args
 from cluster.launcher import free_port
 from conductor.service import ConductorService
 from pipelines.text_to_image import served_model
-from services.background import BackgroundServer
-from services.process import ServiceProcess
+from runtime.background import BackgroundServer
+from runtime.process import ServiceProcess
 from services.registry import build_component
 from tests.fixtures import registry, tiny_sd3
 from tests.fixtures.services import describe, start_in_process

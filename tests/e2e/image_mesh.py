@@ -19,12 +19,12 @@ import torch
 from conductor.service import ConductorService
 from pipelines.text_to_image import served_model
 from protos.starmesh.v1 import conductor_pb2 as pb
-from services.background import BackgroundServer
-from services.process import ServiceProcess
+from runtime.background import BackgroundServer
+from runtime.process import ServiceProcess
 from tests.fixtures import registry, tiny_sd3
 from tests.fixtures.services import describe
 from transport.codec import inline_ref, view
-from transport.wire import ref_from_proto, ref_to_proto
+from transport.ref_proto import ref_from_proto, ref_to_proto
 
 
 @dataclass

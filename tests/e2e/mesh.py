@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.items import Cancel, NodeDone, NodeError, NodeOutput, OpenNode, Release
-from services.process import ServiceProcess
+from runtime.items import Cancel, NodeDone, NodeError, NodeOutput, OpenNode, Release
+from runtime.process import ServiceProcess
 from tests.fixtures import registry
 from tests.fixtures.services import RunStream, describe
 

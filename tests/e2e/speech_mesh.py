@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from conductor.service import ConductorService
 from pipelines.qwen3_omni.model import speech_model, speech_placement
-from services.background import BackgroundServer
-from services.process import ServiceProcess
+from runtime.background import BackgroundServer
+from runtime.process import ServiceProcess
 from tests.fixtures import registry
 from tests.fixtures.services import describe
 

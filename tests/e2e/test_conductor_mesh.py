@@ -10,17 +10,17 @@ import torch
 
 from conductor.model import ServedModel
 from conductor.placement import Placement
-from conductor.runners import inprocess_executor
+from conductor.executor_setup import inprocess_executor
 from conductor.service import ConductorService
 from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc
-from services.background import BackgroundServer
-from services.process import ServiceProcess
-from tests.conductor import toys
+from runtime.background import BackgroundServer
+from runtime.process import ServiceProcess
+from bench import toys
 from tests.fixtures import registry
 from tests.fixtures.services import describe, wait_until
 from transport.codec import inline_ref, view
-from transport.wire import ref_to_proto
+from transport.ref_proto import ref_to_proto
 
 pytestmark = pytest.mark.timeout(120)
 FACTORIES = {"svc_embed": "make_failing_embed", "svc_lm": "make_slow_lm", "svc_codec": "make_codec"}
@@ -28,7 +28,7 @@ FACTORIES = {"svc_embed": "make_failing_embed", "svc_lm": "make_slow_lm", "svc_c
 
 @pytest.fixture(scope="module")
 def mesh():
-    procs = {name: ServiceProcess(f"tests.conductor.toys:{factory}", name=name).start()
+    procs = {name: ServiceProcess(f"bench.toys:{factory}", name=name).start()
              for name, factory in FACTORIES.items()}
     for proc in procs.values():
         registry.register(proc.address, describe(proc.address).arena)

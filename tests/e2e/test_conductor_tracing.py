@@ -12,9 +12,9 @@ from conductor.model import ServedModel
 from conductor.placement import Placement
 from conductor.service import ConductorService
 from protos.starmesh.v1 import conductor_pb2_grpc
-from services.background import BackgroundServer
-from services.telemetry import Telemetry
-from tests.conductor import toys
+from runtime.background import BackgroundServer
+from runtime.telemetry import Telemetry
+from bench import toys
 from tests.e2e.test_conductor_mesh import request
 from tests.fixtures.services import start_in_process, wait_until
 

@@ -11,7 +11,7 @@ import grpc
 import pytest
 import torch
 
-from conductor.runners import inprocess_executor
+from conductor.executor_setup import inprocess_executor
 from pipelines.text_to_image import text_to_image_graph
 from protos.starmesh.v1 import conductor_pb2_grpc
 from services.dit.denoiser import DitComponent

@@ -112,7 +112,7 @@ def test_unknown_model_names_the_model(mesh):
 
 def test_starmesh_imagine_writes_the_png_with_a_progress_bar(mesh, tmp_path):
     out = tmp_path / "fox.png"
-    cmd = [sys.executable, "-m", "client", "imagine", "--conductor", mesh.address, "--model", "sd3",
+    cmd = [sys.executable, "-m", "cli", "imagine", "--conductor", mesh.address, "--model", "sd3",
            "--prompt", tiny_sd3.PROMPT, "--negative-prompt", tiny_sd3.NEGATIVE, "-o", str(out),
            "--steps", "3", "--guidance", "5", "--seed", "7", "--size", "64x64", "--json"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO)
@@ -133,7 +133,7 @@ def test_text_dit_and_vae_as_separate_services_pass_conditioning_through_shm():
     prompt embeddings ([1, 77 + 256, 64] fp32 = 85 KB) go text -> dit through shm."""
     from conductor.service import ConductorService
     from pipelines.text_to_image import served_model
-    from services.background import BackgroundServer
+    from runtime.background import BackgroundServer
     from services.registry import build_component
     from tests.fixtures.services import start_in_process
 

@@ -8,8 +8,8 @@ import time
 import pytest
 import torch
 
-from services.items import NodeError, OpenNode
-from services.process import ServiceProcess
+from runtime.items import NodeError, OpenNode
+from runtime.process import ServiceProcess
 from tests.e2e.mesh import ECHO, HOST_A, HOST_B, Mesh
 from tests.fixtures.components import inline_ref
 from tests.fixtures.services import RunStream, describe, wait_until

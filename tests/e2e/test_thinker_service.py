@@ -12,8 +12,8 @@ from conductor.service import ConductorService
 from pipelines.text_generation import DECODE_LOOP, text_generation_graph
 from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc
-from services.background import BackgroundServer
-from services.process import ServiceProcess
+from runtime.background import BackgroundServer
+from runtime.process import ServiceProcess
 from tests.fixtures import registry
 from tests.fixtures.services import describe, wait_until
 from transport.codec import view
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(scope="module")
 def thinker(tmp_path_factory):
-    from engine.tiny import make_tiny
+    from engine.checkpoints.tiny_text import make_tiny
 
     ckpt = str(tmp_path_factory.mktemp("qwen3"))
     make_tiny("qwen3", ckpt)
@@ -63,7 +63,7 @@ def generate(address: str, prompts: list[list[int]], max_new_tokens: int, **para
 
 def offline(ckpt: str, prompts, max_new_tokens: int) -> list[list[int]]:
     from engine.llm_engine import EngineConfig, LLMEngine
-    from engine.sampling import SamplingParams
+    from engine.sampling_params import SamplingParams
 
     engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=ckpt))
     return [engine.generate([p], SamplingParams(max_new_tokens=max_new_tokens))[0] for p in prompts]

@@ -7,7 +7,7 @@ the tokens so far, so a request's output never depends on batching or preemption
 """
 from __future__ import annotations
 
-from engine.sampling import SamplingParams
+from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from engine.sequence import Sequence, SequenceStatus
 

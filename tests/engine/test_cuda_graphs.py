@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from engine.attention.flashinfer_backend import PageTable
-from engine.checkpoint import load_model
+from engine.models.loader import load_model
 from engine.cuda_graphs import bucket_for, graph_batch_sizes, graph_unsupported_reason, is_decode_only, pad_decode
-from engine.tiny import make_tiny
+from engine.checkpoints.tiny_text import make_tiny
 from tests.engine.models.paged import PagedDriver
 
 pytestmark = pytest.mark.timeout(180)

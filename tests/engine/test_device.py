@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
-from engine.device import resolve_device
+from engine.device_option import resolve_device
 from engine.llm_engine import EngineConfig
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -80,8 +80,8 @@ def test_talker_engine_refuses_cuda(two_gpus):
 
 
 def test_serve_device_flag_reaches_the_factory():
-    from client.cli import build_parser
-    from client.commands.serve import _factory_kwargs
+    from cli.main import build_parser
+    from cli.serve import _factory_kwargs
 
     args = build_parser().parse_args(["serve", "thinker", "--checkpoint", "ckpt", "--device", "cuda:1",
                                       "--option", "max_num_seqs=8"])
@@ -91,7 +91,7 @@ def test_serve_device_flag_reaches_the_factory():
 
 
 def test_generate_device_flag_is_validated(no_cuda, capsys, tmp_path):
-    from client.cli import main
+    from cli.main import main
 
     rc = main(["generate", "--checkpoint", str(tmp_path), "--input-ids", "1,2", "--device", "cuda"])
     assert rc == 2
@@ -101,14 +101,14 @@ def test_generate_device_flag_is_validated(no_cuda, capsys, tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a machine without CUDA gives")
 def test_serve_thinker_on_cuda_without_cuda_exits_with_the_error(tmp_path):
     env = {**os.environ, "PYTHONPATH": REPO}
-    result = subprocess.run([sys.executable, "-m", "client", "serve", "thinker", "--checkpoint", str(tmp_path),
+    result = subprocess.run([sys.executable, "-m", "cli", "serve", "thinker", "--checkpoint", str(tmp_path),
                              "--device", "cuda"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result
     assert "engine.device is 'cuda', but CUDA is not available" in result.stderr
 
 
 def test_cuda_modules_import_without_cuda_or_flashinfer():
-    code = ("import sys, torch, engine.device, engine.cuda_graphs, engine.cuda_runner, engine.plan_ahead, "
+    code = ("import sys, torch, engine.device_option, engine.cuda_graphs, engine.cuda_runner, engine.plan_ahead, "
             "engine.llm_engine; assert 'flashinfer' not in sys.modules; "
             "assert not torch.cuda.is_initialized(); print('ok')")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

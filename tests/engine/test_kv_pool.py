@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.kv_pool import IntegrityError, KVPool
-from engine.sampling import SamplingParams
+from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
-from transport.errors import InvalidArgument, ResourceExhausted
+from core.errors import InvalidArgument, ResourceExhausted
 
 
 def seq(rid: str = "r", n: int = 1) -> Sequence:

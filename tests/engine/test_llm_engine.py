@@ -6,9 +6,9 @@ import random
 import pytest
 
 from engine.llm_engine import EngineConfig, LLMEngine
-from engine.sampling import SamplingParams
-from engine.tiny import make_tiny
-from transport.errors import InvalidArgument
+from engine.sampling_params import SamplingParams
+from engine.checkpoints.tiny_text import make_tiny
+from core.errors import InvalidArgument
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -12,8 +12,8 @@ from engine.attention.flashinfer_backend import FlashInferBackend, PageTable
 from engine.cuda_runner import CudaRunner
 from engine.llm_engine import EngineConfig, LLMEngine
 from engine.plan_ahead import predict_next_decode
-from engine.sampling import SamplingParams
-from engine.tiny import make_tiny
+from engine.sampling_params import SamplingParams
+from engine.checkpoints.tiny_text import make_tiny
 from tests.engine import fake_flashinfer
 
 pytestmark = pytest.mark.timeout(180)

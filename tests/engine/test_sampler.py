@@ -12,7 +12,7 @@ from transformers.generation.logits_process import (
 )
 
 from engine.sampler import Sampler, processed_logits, repetition_penalty, seeded_generator, top_k_filter, top_p_filter
-from engine.sampling import SamplingParams
+from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 
 V = 50

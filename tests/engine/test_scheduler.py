@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import SequenceStatus
 from tests.engine.scheduler_sim import FakeRunner, config, expected_output, make, run_all, step
-from transport.errors import InvalidArgument, NotFound
+from core.errors import InvalidArgument, NotFound
 
 
 def test_config_is_validated():

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.sampling import SamplingParams
+from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence, SequenceStatus
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 
 def seq(prompt=(1, 2, 3), max_context=64, vocab=128, **params) -> Sequence:

@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from client.cli import main
-from services.dit.checkpoint import geometry
+from cli.main import main
+from engine.models.sd3.checkpoint import geometry
 from tests.fixtures import tiny_sd3
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,8 +12,8 @@ import torch
 
 from engine.attention.torch_backend import TorchAttentionBackend
 from engine.llm_engine import EngineConfig, LLMEngine
-from engine.sampling import SamplingParams
-from engine.tiny import make_tiny
+from engine.sampling_params import SamplingParams
+from engine.checkpoints.tiny_text import make_tiny
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from graph.chunking import FixedChunk, LeftContext, SlidingWindow
 from graph.edge import StreamingGraphEdge
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.stream_buffer import StreamBuffer
 
 fixed = st.builds(FixedChunk, st.integers(1, 8), pad_final=st.booleans())

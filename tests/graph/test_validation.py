@@ -9,7 +9,7 @@ import pytest
 from graph.chunking import FixedChunk, LeftContext
 from graph.composites import DynamicLoop, Loop, Parallel, Sequential, StopRule
 from graph.edge import GraphEdge, StreamingGraphEdge
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.node import GraphNode
 from graph.walk import Walk, WalkGraph
 

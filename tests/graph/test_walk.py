@@ -7,7 +7,7 @@ import pytest
 
 from graph.composites import DynamicLoop, Loop, Parallel, Sequential, StopRule
 from graph.edge import GraphEdge as E
-from graph.errors import GraphError
+from core.errors import GraphError
 from graph.node import GraphNode
 from graph.walk import Walk, WalkGraph
 

@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from engine.tiny_omni import TOKENS
+from engine.checkpoints.tiny_omni import TOKENS
 
 
 class OmniReference:

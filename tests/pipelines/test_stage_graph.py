@@ -8,8 +8,8 @@ import asyncio
 import pytest
 import torch
 
-from conductor.runners import inprocess_executor
-from engine.tiny_omni import chat_prompt
+from conductor.executor_setup import inprocess_executor
+from engine.checkpoints.tiny_omni import chat_prompt
 from pipelines.qwen3_omni.graph import INNER_LOOPS, speech_graph
 from pipelines.qwen3_omni.stage_graph import stage_graph
 from services.codec.component import CodecComponent

@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.models.code2wav import Code2Wav
+from engine.models.qwen3_omni.code2wav import Code2Wav
 from engine.stateless_engine import StatelessConfig
 from services.codec.component import CodecComponent
-from services.items import ChunkInfo, NodeDone, NodeError, NodeOutput, OpenNode, Release
+from runtime.items import ChunkInfo, NodeDone, NodeError, NodeOutput, OpenNode, Release
 from services.registry import resolve_factory
 from tests.fixtures import registry
 from tests.fixtures.services import RunStream, start_in_process
 from transport.codec import inline_ref
 from transport.config import TransportConfig
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 from transport.transport import Transport
 
 pytestmark = pytest.mark.timeout(120)
@@ -25,7 +25,7 @@ CODEBOOK, NUM_GROUPS = 64, 4
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    from engine.tiny_omni import make_tiny_omni
+    from engine.checkpoints.tiny_omni import make_tiny_omni
 
     return Code2Wav.from_checkpoint(make_tiny_omni(tmp_path_factory.mktemp("omni"), with_tokenizer=False))
 

@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
-from conductor.runners import inprocess_executor
+from conductor.executor_setup import inprocess_executor
 from pipelines.text_to_image import DENOISE_LOOP, components, text_to_image_graph
-from services.dit.guidance import guide
+from engine.models.sd3.guidance import guide
 from services.dit.params import image_params
-from services.items import OpenNode
+from runtime.items import OpenNode
 from tests.fixtures import tiny_sd3
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -147,7 +147,7 @@ def test_image_params_defaults_follow_diffusers():
 def test_imagine_in_process_writes_the_png(comps, tmp_path, capsys):
     from PIL import Image
 
-    from client.cli import main
+    from cli.main import main
 
     out = tmp_path / "fox.png"
     args = ["imagine", "--checkpoint", tiny_sd3.checkpoint(), "--prompt", tiny_sd3.PROMPT, "--negative-prompt",

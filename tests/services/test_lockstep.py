@@ -14,9 +14,9 @@ from engine.stateless_engine import WorkItem
 from services.dit.denoiser import DitComponent
 from services.dit.group_member import GroupMemberDit
 from services.dit.lockstep import Lockstep, Unit, plan_batches
-from services.items import LOCKSTEP_PAD, NodeDone, NodeOutput, OpenNode
+from runtime.items import LOCKSTEP_PAD, NodeDone, NodeOutput, OpenNode
 from tests.fixtures import tiny_sd3
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 pytestmark = pytest.mark.timeout(120)
 SOLO = DloGroupConfig("127.0.0.1:29999", 0, 1, "solo")

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from engine.llm_engine import EngineConfig, LLMEngine
-from engine.sampling import SamplingParams
-from engine.tiny_omni import chat_prompt
+from engine.sampling_params import SamplingParams
+from engine.checkpoints.tiny_omni import chat_prompt
 from pipelines.qwen3_omni.requests import SpeechRequest
 from pipelines.qwen3_omni.runner import SpeechRunner
-from services.items import NodeDone, NodeError, NodeOutput, OpenNode, PushChunk, Release, StreamInput
+from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode, PushChunk, Release, StreamInput
 from services.talker.component import TalkerComponent
 from tests.fixtures import registry
 from tests.fixtures.services import RunStream, start_in_process

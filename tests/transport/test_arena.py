@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from transport.config import TransportConfig
-from transport.errors import ArenaFull, BadTensorRef, PeerUnavailable, UnknownLease
+from core.errors import ArenaFull, BadTensorRef, PeerUnavailable, UnknownLease
 from transport.refs import ShmLocation, TensorRef
 from transport.transport import Transport
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from transport.config import TransportConfig
-from transport.errors import PeerUnavailable
+from core.errors import PeerUnavailable
 from transport.refs import MooncakeLocation, ShmLocation, TensorRef
 from transport.segment import sweep_stale_segments
 from transport.transport import Transport

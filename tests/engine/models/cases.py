@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.tiny import LLAMA3_ROPE
+from engine.checkpoints.tiny_text import LLAMA3_ROPE
 
-# case name -> (family for engine.tiny.make_tiny, config overrides)
+# case name -> (family for engine.checkpoints.tiny_text.make_tiny, config overrides)
 PARITY_CASES = {
     "qwen3": ("qwen3", {}),
     "qwen3_moe": ("qwen3_moe", {}),

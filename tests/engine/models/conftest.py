@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.tiny import make_tiny
+from engine.checkpoints.tiny_text import make_tiny
 from tests.engine.models.cases import PARITY_CASES
 
 

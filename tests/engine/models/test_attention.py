@@ -116,7 +116,7 @@ def test_flashinfer_page_indices_describe_the_kv_the_torch_backend_reads():
 
 
 def test_flashinfer_module_imports_without_flashinfer():
-    code = ("import sys, engine.attention.flashinfer_backend as f, engine.checkpoint, engine.models; "
+    code = ("import sys, engine.attention.flashinfer_backend as f, engine.models.loader, engine.models; "
             "assert 'flashinfer' not in sys.modules; assert 'transformers' not in sys.modules; print(f.FlashInferBackend.name)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.checkpoint import load_model
+from engine.models.loader import load_model
 from tests.engine.models.cases import random_prompt
 from tests.engine.models.paged import PagedDriver
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.checkpoint import load_model, read_model_config, tokenizer_path
-from engine.tiny import make_tiny
+from engine.models.loader import load_model, read_model_config, tokenizer_path
+from engine.checkpoints.tiny_text import make_tiny
 from tests.engine.models.cases import random_prompt
 from tests.engine.models.paged import PagedDriver, greedy
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 
 def _logits(model, prompt):

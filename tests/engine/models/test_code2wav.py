@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from engine.models.code2wav import Code2Wav, Code2WavConfig, chunk_windows
-from transport.errors import InvalidArgument
+from engine.models.qwen3_omni.code2wav import Code2Wav, Code2WavConfig, chunk_windows
+from core.errors import InvalidArgument
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -27,7 +27,7 @@ def one_torch_thread():
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from engine.tiny_omni import make_tiny_omni
+    from engine.checkpoints.tiny_omni import make_tiny_omni
 
     return make_tiny_omni(tmp_path_factory.mktemp("omni"), with_tokenizer=False)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.checkpoint import load_model
+from engine.models.loader import load_model
 from tests.engine.models.cases import PARITY_CASES, random_prompt
 from tests.engine.models.paged import PagedDriver, greedy
 from tests.engine.models.reference import hf_greedy, hf_hidden_states

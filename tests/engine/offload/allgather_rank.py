@@ -11,7 +11,7 @@ import torch.distributed as dist
 from engine.offload import OffloadBackend, OffloadConfig
 from engine.offload.allgather import shard_bytes
 from tests.engine.offload.stack import Stack, inputs
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 CONFIG = OffloadConfig(enabled=True, use_allgather=True)
 

@@ -17,7 +17,7 @@ from engine.offload import OffloadBackend, OffloadConfig
 from engine.offload.group import DloGroup, DloGroupConfig, LockstepError
 from engine.stateless_engine import WorkItem
 from services.dit.lockstep import Lockstep, Unit
-from services.items import OpenNode
+from runtime.items import OpenNode
 from tests.engine.offload.stack import Stack, inputs
 
 # rank -> waves of units: (request id, batch key or None for no work, cancelled)

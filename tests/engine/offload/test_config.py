@@ -6,10 +6,10 @@ import argparse
 
 import pytest
 
-from client.commands import serve
+from cli import serve
 from engine.offload.config import OffloadConfig, check_engine_kind
 from engine.offload.loading import effective_config, process_config, set_process_config
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 REJECTED = [
     (dict(use_allgather=True, resident_layers=1), ("resident_layers", "use_allgather")),

@@ -9,12 +9,12 @@ import os
 import pytest
 import torch
 
-from engine.checkpoint import load_model
+from engine.models.loader import load_model
 from engine.offload.cache_lock import temp_prefix, writer_lock
 from engine.offload.config import OffloadConfig
 from engine.offload.host_cache import MANIFEST, content_key, publish_or_join
 from engine.offload.probe import start_probes, stop_probes, two_process_pss
-from engine.tiny import make_tiny
+from engine.checkpoints.tiny_text import make_tiny
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 import torch
 
-from conductor.runners import inprocess_executor
+from conductor.executor_setup import inprocess_executor
 from engine.offload import OffloadConfig
 from engine.offload.memory import param_bytes, weight_bytes
 from pipelines.text_to_image import text_to_image_graph

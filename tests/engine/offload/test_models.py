@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from engine.llm_engine import EngineConfig, LLMEngine
-from engine.models.code2wav import Code2Wav
+from engine.models.qwen3_omni.code2wav import Code2Wav
 from engine.offload.config import OffloadConfig
 from engine.offload.loading import set_process_config
 from engine.offload.memory import param_bytes, weight_bytes
-from engine.sampling import SamplingParams
-from engine.tiny import make_tiny
-from engine.tiny_omni import chat_prompt
+from engine.sampling_params import SamplingParams
+from engine.checkpoints.tiny_text import make_tiny
+from engine.checkpoints.tiny_omni import chat_prompt
 from pipelines.qwen3_omni.requests import SpeechRequest
 from pipelines.qwen3_omni.runner import SpeechRunner
 

@@ -6,12 +6,12 @@ import pytest
 import torch
 from torch import nn
 
-from engine.checkpoint import load_model
-from engine.models.code2wav import Code2Wav
+from engine.models.loader import load_model
+from engine.models.qwen3_omni.code2wav import Code2Wav
 from engine.offload.plan import ALIGN, build_plan, discover_blocks
-from engine.talker_checkpoint import load_talker
+from engine.models.qwen3_omni.talker_loader import load_talker
 from tests.engine.offload.stack import Stack
-from transport.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 
 def test_engine_models_stream_their_block_stacks(tiny_omni):

@@ -1,0 +1,58 @@
+"""`starmesh conductor --deployment FILE`: serve the deployment's models (the front door)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("conductor", help="run the conductor for a deployment's models",
+                       description="Serve Conductor.Generate for every model of a deployment file.")
+    p.add_argument("--deployment", required=True, metavar="FILE")
+    p.add_argument("--host", default=None, help="bind address (default: the deployment's conductor host)")
+    p.add_argument("--port", type=int, default=None, help="port (default: the deployment's; 0 picks one)")
+    p.add_argument("--port-file", metavar="PATH", help="write the bound port here once SERVING")
+    p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus /metrics on this port")
+    p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"))
+    p.set_defaults(func=run)
+
+
+def served_models(spec) -> list:
+    from pipelines.registry import build_model
+
+    return [build_model(m.pipeline, name, spec.placement(name), dict(m.options)) for name, m in spec.models.items()]
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import asyncio
+
+    from cli.serve import write_port_file
+    from cluster.spec import ClusterSpec
+    from conductor.service import ConductorService
+    from core.errors import GraphError
+    from runtime.server import ServerConfig, serve
+    from runtime.telemetry import Telemetry
+
+    try:
+        spec = ClusterSpec.load(args.deployment)
+        models = served_models(spec)
+    except GraphError as e:
+        print(f"starmesh conductor: {e}", file=sys.stderr)
+        return 2
+    host, _, port = spec.conductor.rpartition(":")
+    config = ServerConfig(host=args.host or host, port=int(port) if args.port is None else args.port)
+    telemetry = Telemetry("conductor")
+    telemetry.install_global()
+    on_serving = (lambda p: write_port_file(args.port_file, p)) if args.port_file else None
+    metrics = None
+    if args.metrics_port is not None:
+        from conductor.metrics import ConductorMetrics
+        from runtime.metrics import serve_metrics
+
+        metrics = ConductorMetrics()
+        serve_metrics(args.metrics_port, metrics.registry, config.host)
+    asyncio.run(serve(ConductorService(models, telemetry, metrics), config, telemetry, on_serving=on_serving))
+    return 0

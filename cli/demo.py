@@ -1,0 +1,82 @@
+"""`starmesh demo`: the whole system once, on this machine, with tiny built-in models.
+
+Starts the default deployment (`starmesh up`), speaks one sentence into a WAV file,
+generates one image into a PNG, prints time to first audio, real-time factor, image
+latency and the speech request's per-edge latency table read back from the local trace
+store, then stops everything.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import time
+import uuid
+from pathlib import Path
+
+
+def add_parser(sub) -> None:
+    from cli.up import DEFAULT_DEPLOYMENT
+
+    p = sub.add_parser("demo", help="start everything, speak a sentence, draw an image, show the traces, stop")
+    p.add_argument("--deployment", default=str(DEFAULT_DEPLOYMENT), metavar="FILE")
+    p.add_argument("--out-dir", default="demo-output", metavar="DIR", help="where the WAV and PNG go")
+    p.add_argument("--text", default="Hello from starmesh!")
+    p.add_argument("--prompt", default="a red fox in the snow")
+    p.set_defaults(func=run)
+
+
+def _cli_json(argv: list[str]) -> dict:
+    """Runs a starmesh subcommand with --json in this process; its JSON line, parsed."""
+    from cli.main import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main([*argv, "--json"])
+    if code != 0:
+        raise RuntimeError(f"`starmesh {' '.join(argv)}` failed (exit {code})")
+    return json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+def _edges(store, request_id: str, timeout_s: float = 15.0) -> list[dict]:
+    """The request's edge rows once the conductor's spans reached the store."""
+    from cluster.trace_store import edge_table
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = edge_table(store.request(request_id)["spans"])
+        if rows or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.2)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cli.trace import print_edges
+    from cli.up import start_stack, stop_stack
+
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    print("starting the deployment (the first run builds the tiny checkpoints) ...", flush=True)
+    store, cluster = start_stack(args.deployment, trace_store=True)
+    try:
+        address, rid = cluster.conductor_address, f"demo-{uuid.uuid4().hex[:8]}"
+        print(f"speaking {args.text!r} ...", flush=True)
+        speech = _cli_json(["speak", "--model", "qwen3-omni", "--text", args.text, "-o", str(out / "speech.wav"),
+                            "--address", address, "--request-id", rid, "--max-frames", "100"])
+        print(f"drawing {args.prompt!r} ...", flush=True)
+        image = _cli_json(["imagine", "--model", "sd3", "--prompt", args.prompt, "-o", str(out / "image.png"),
+                           "--conductor", address, "--steps", "8", "--size", "128x128"])
+        rows = _edges(store, rid)
+    finally:
+        stop_stack(store, cluster)
+    print(f"\n{out / 'speech.wav'}: {speech['audio_s']:.2f} s of audio in {speech['num_chunks']} chunks")
+    print(f"  time to first audio {speech['ttfa_ms']:.1f} ms, real-time factor {speech['rtf']:.3f}")
+    print(f"{out / 'image.png'}: {image['width']}x{image['height']}, {image['latency_ms']:.0f} ms")
+    print(f"\nper-edge latency of speech request {rid} (from the trace store):")
+    print_edges(rows)
+    print(f"\ndemo took {time.perf_counter() - t0:.1f} s; everything is stopped", flush=True)
+    return 0 if rows else 1
+
+

@@ -1,0 +1,40 @@
+"""`starmesh` command line: a thin dispatcher over cli.*."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+# Later issues append their subcommand modules here.
+COMMANDS = ("cli.version", "cli.serve", "cli.health", "cli.generate",
+            "cli.make_tiny",
+            "cli.imagine", "cli.conductor", "cli.up",
+            "cli.status", "cli.trace",
+            "cli.speak", "cli.demo")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="starmesh",
+        description="Serve multimodal models as a mesh of gRPC services, one per model component.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(name).add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Nothing a starmesh process runs may reach a model hub unless a user opts in.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""`starmesh speak`: one streaming speech request through a conductor; the audio goes to
+a 24 kHz mono 16-bit WAV file as its chunks arrive.
+
+    starmesh speak --model qwen3-omni --text "Hello there" -o out.wav
+    starmesh speak --model qwen3-omni --input-ids 256,259,10,97,257,10,256,260,10 -o out.wav --json
+
+Prints time to first audio, real-time factor, audio seconds and chunk count; --json
+prints {"text_ids", "codec_codes", "ttfa_ms", "rtf", "audio_s", "num_chunks"} instead.
+Exit status: 0 done, 1 the request failed (conductor down, unknown model, rejected
+input), 2 bad arguments or an output file that cannot be written.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+DEFAULT_ADDRESS = "127.0.0.1:50050"
+ADDRESS_ENV = "STARMESH_CONDUCTOR"
+SAMPLE_RATE = 24000  # client.speech.SAMPLE_RATE (not imported here: it pulls grpc into --help)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("speak", help="speak through a conductor (streaming speech model) into a WAV file",
+                       description="One streaming speech request; the WAV file grows as audio chunks arrive.")
+    p.add_argument("--model", required=True, help="served model name, e.g. qwen3-omni")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", help="user text, wrapped in the chat template (byte-level ids of the tiny "
+                                    "Qwen3-Omni vocabulary, engine.checkpoints.tiny_omni.chat_prompt)")
+    src.add_argument("--input-ids", help="comma-separated chat-formatted prompt ids, e.g. 256,259,10")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write (24 kHz mono PCM16)")
+    p.add_argument("--address", help=f"conductor HOST:PORT (default ${ADDRESS_ENV} or {DEFAULT_ADDRESS})")
+    p.add_argument("--max-frames", type=int, help="at most this many codec steps (12.5 frames per second of audio)")
+    p.add_argument("--min-frames", type=int, help="suppress the codec's end before this many steps")
+    p.add_argument("--max-text-tokens", type=int, help="at most this many text tokens")
+    p.add_argument("--speaker", help="talker voice, e.g. ethan or chelsie")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--timeout", type=float, metavar="S", help="deadline of the whole request in seconds")
+    p.add_argument("--request-id", default="", help="request id (default: the conductor assigns one); "
+                                                     "`starmesh trace ID` reads its spans")
+    p.add_argument("--json", action="store_true",
+                   help='print {"text_ids", "codec_codes", "ttfa_ms", "rtf", "audio_s", "num_chunks"}')
+    p.set_defaults(func=run)
+
+
+def prompt_ids(args: argparse.Namespace) -> list[int]:
+    """The request's prompt ids; ValueError naming the bad id."""
+    if args.text is not None:
+        from engine.checkpoints.tiny_omni import chat_prompt
+
+        if not args.text:
+            raise ValueError("--text is empty")
+        return chat_prompt(args.text)
+    ids = []
+    for part in args.input_ids.split(","):
+        part = part.strip()
+        if not part.lstrip("-").isdigit():
+            raise ValueError(f"--input-ids: {part!r} is not an integer id")
+        if int(part) < 0:
+            raise ValueError(f"--input-ids: {part} is negative")
+        ids.append(int(part))
+    if not ids:
+        raise ValueError("--input-ids is empty")
+    return ids
+
+
+def request_params(args: argparse.Namespace) -> dict:
+    """CLI options -> the conductor's request params (only those given)."""
+    names = {"max_frames": "max_frames", "min_frames": "min_frames", "max_text_tokens": "max_new_tokens",
+             "speaker": "speaker", "seed": "seed"}
+    params = {}
+    for option, param in names.items():
+        value = getattr(args, option)
+        if value is not None:
+            if isinstance(value, int) and value < 0:
+                raise ValueError(f"--{option.replace('_', '-')} must be >= 0, got {value}")
+            params[param] = value
+    return params
+
+
+class WavSink:
+    """A WAV file that is valid after every chunk: `wave` patches the header's lengths
+    on each write (and on close), so a player may read it while it grows."""
+
+    def __init__(self, path: str) -> None:
+        import wave
+
+        self.path = path
+        self.num_samples = 0
+        self.raw = open(path, "wb")  # opened here: wave.open(path) failing leaves a noisy half-built writer
+        self.file = wave.open(self.raw, "wb")
+        self.file.setnchannels(1)
+        self.file.setsampwidth(2)
+        self.file.setframerate(SAMPLE_RATE)
+
+    def write(self, audio) -> None:
+        """float32 [S] in [-1, 1] -> 16-bit PCM, clipped (little-endian, as WAV wants)."""
+        import torch
+
+        pcm = (audio.reshape(-1).float().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
+        self.file.writeframes(pcm.numpy().astype("<i2").tobytes())
+        self.raw.flush()  # a reader sees every chunk (and the patched header) as it arrives
+        self.num_samples += int(pcm.numel())
+
+    def close(self, keep: bool = True) -> None:
+        self.file.close()
+        self.raw.close()
+        if not keep:
+            os.unlink(self.path)
+
+
+def _describe(error, address: str, model: str) -> str:
+    """A gRPC failure as one line that names the problem."""
+    import grpc
+
+    code, details = error.code(), error.details() or ""
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return f"conductor at {address} is unavailable (UNAVAILABLE): {details}"
+    if code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("model "):
+        return f"model {model!r}: {details} (INVALID_ARGUMENT)"
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"no answer from {address} in time (DEADLINE_EXCEEDED): {details}"
+    return f"request failed ({code.name}): {details}"
+
+
+async def _speak(args, address: str, ids: list[int], params: dict, sink: WavSink):
+    from client.speech import speak
+
+    def on_event(ev) -> None:
+        if ev.kind == "audio":
+            sink.write(ev.value)
+
+    return await speak(address, args.model, ids, params, on_event=on_event, timeout_s=args.timeout,
+                       request_id=args.request_id)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import grpc
+
+    address = args.address or os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS
+    try:
+        ids, params = prompt_ids(args), request_params(args)
+        sink = WavSink(args.output)
+    except (ValueError, OSError) as e:
+        print(f"starmesh speak: {e}", file=sys.stderr)
+        return 2
+    try:
+        summary = asyncio.run(_speak(args, address, ids, params, sink))
+    except grpc.aio.AioRpcError as e:
+        sink.close(keep=sink.num_samples > 0)  # the audio that arrived stays playable
+        print(f"starmesh speak: {_describe(e, address, args.model)}", file=sys.stderr)
+        return 1
+    sink.close()
+    _report(args, summary)
+    return 0
+
+
+def _report(args, summary) -> None:
+    if args.json:
+        print(json.dumps(summary.as_json()), flush=True)
+        return
+    ttfa = "-" if summary.ttfa_ms is None else f"{summary.ttfa_ms:.1f} ms"
+    rtf = "-" if summary.rtf is None else f"{summary.rtf:.3f}"
+    print(f"wrote {args.output}: {summary.audio_s:.2f} s of audio at {SAMPLE_RATE} Hz\n"
+          f"time to first audio  {ttfa}\n"
+          f"real-time factor     {rtf} (wall / audio seconds)\n"
+          f"audio seconds        {summary.audio_s:.3f}\n"
+          f"chunks               {summary.num_chunks}\n"
+          f"text ids             {len(summary.text_ids)}, codec frames {len(summary.codec_codes)}", flush=True)

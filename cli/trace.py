@@ -1,0 +1,64 @@
+"""`starmesh trace REQUEST_ID`: the request's per-edge latency table from the trace store."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("trace", help="per-edge latency of one request, from the local trace store")
+    p.add_argument("request_id")
+    p.add_argument("--store", help="trace store query URL (default: the one `starmesh up` runs)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def fetch(store: str, request_id: str) -> dict:
+    import json
+    import urllib.parse
+    import urllib.request
+
+    url = f"{store}/v1/requests/{urllib.parse.quote(request_id)}"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.load(resp)
+
+
+def default_store() -> str | None:
+    from cli.up import STORE_FILE
+    from cluster.checkpoints import cache_root
+
+    path = cache_root() / STORE_FILE
+    return path.read_text().strip() if path.is_file() else None
+
+
+def print_edges(rows: list[dict]) -> None:
+    print(f"{'edge':<44} {'items':>6} {'bytes':>10} {'p50 ms':>8} {'max ms':>8}  transport")
+    for r in rows:
+        print(f"{r['edge']:<44} {r['items']:>6} {r['bytes']:>10} {r.get('p50_us', 0) / 1e3:>8.2f} "
+              f"{r.get('max_us', 0) / 1e3:>8.2f}  {r['transport']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from cluster.trace_store import edge_table
+
+    store = args.store or default_store()
+    if not store:
+        print("starmesh trace: no trace store (is `starmesh up` running? or pass --store URL)", file=sys.stderr)
+        return 2
+    try:
+        data = fetch(store, args.request_id)
+    except OSError as e:
+        print(f"starmesh trace: cannot read {store}: {e}", file=sys.stderr)
+        return 2
+    if not data["spans"]:
+        print(f"starmesh trace: no spans for request {args.request_id!r} (yet)", file=sys.stderr)
+        return 1
+    rows = edge_table(data["spans"])
+    if args.json:
+        print(json.dumps({"trace_ids": data["trace_ids"], "edges": rows}))
+    else:
+        print(f"trace {', '.join(data['trace_ids'])}: {len(data['spans'])} spans")
+        print_edges(rows)
+    return 0

@@ -1,0 +1,1 @@
+"""engine/models/qwen3_omni."""

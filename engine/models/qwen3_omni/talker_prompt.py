@@ -1,0 +1,58 @@
+"""The talker's prompt rows, built from the thinker's rows as HF's Qwen3-Omni generate does
+(`_get_talker_user_parts`, `_get_talker_assistant_parts`), for one request.
+
+  user rows       every prompt position whose turn is `user`: text_projection(embedding),
+                  or hidden_projection(accept-layer hidden) at audio/image/video tokens;
+  assistant head  9 rows: text part [a, a+1, a+2 projected; tts_pad x4; tts_bos; a+3 projected]
+                  plus codec part [0 x3; codec_embed(nothink, think_bos, think_eos, speaker,
+                  codec_pad, codec_bos)].
+"""
+from __future__ import annotations
+
+import torch
+
+from engine.models.qwen3_omni.talker import Talker
+from engine.talker_request import HEAD_ROWS, TalkerRequest
+
+CODEC_HEAD = ("codec_nothink_id", "codec_think_bos_id", "codec_think_eos_id", None, "codec_pad_id", "codec_bos_id")
+
+
+def user_positions(ids: list[int], tokens: dict) -> list[int]:
+    """Prompt positions in a user turn: the token after their last <|im_start|> is `user`."""
+    last_start, out = 0, []
+    for p, t in enumerate(ids):
+        if t == tokens["im_start_token_id"]:
+            last_start = p
+        role = ids[min(last_start + 1, len(ids) - 1)]
+        if role == tokens["user_token_id"]:
+            out.append(p)
+    return out
+
+
+@torch.no_grad()
+def talker_prompt(model: Talker, req: TalkerRequest) -> torch.Tensor:
+    """[U + 9, hidden] input rows of the talker's prompt for `req` (its head rows have arrived)."""
+    spec = model.spec
+    parts = []
+    users = user_positions(req.prompt_ids, spec.tokens)
+    if users:
+        parts.append(_user_rows(model, req, users))
+    a = req.assistant_start
+    head = model.text_projection(req.rows(a, a + HEAD_ROWS))  # [4, hidden]
+    bos, _, pad = model.tts_rows()  # each [hidden]
+    text = torch.cat([head[:3], pad.expand(4, -1), bos[None], head[3:4]])  # [9, hidden]
+    ids = [req.speaker_id if f is None else spec.codec[f] for f in CODEC_HEAD]
+    codec = torch.cat([text.new_zeros(3, text.shape[1]), model.codec_embed(torch.tensor(ids))])  # [9, hidden]
+    parts.append(text + codec)
+    return torch.cat(parts)
+
+
+def _user_rows(model: Talker, req: TalkerRequest, users: list[int]) -> torch.Tensor:
+    multimodal = [req.prompt_ids[p] in model.spec.multimodal_ids for p in users]
+    embeds = req.rows(0, len(req.prompt_ids))
+    out = model.text_projection(embeds[users])  # [U, hidden]
+    if any(multimodal):
+        mm = [p for p, m in zip(users, multimodal) if m]
+        hidden = req.rows(0, len(req.prompt_ids), hidden=True)
+        out[torch.tensor(multimodal)] = model.hidden_projection(hidden[mm])
+    return out

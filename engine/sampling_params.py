@@ -1,0 +1,71 @@
+"""Per-request sampling and stop parameters (what a client asks for; validated once,
+at the edge, so the engine never sees a nonsensical request)."""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+from core.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 16
+    temperature: float = 0.0          # 0 -> greedy
+    top_k: int = 0                    # 0 -> off
+    top_p: float = 1.0                # 1 -> off
+    # HF semantics: logits of already-seen ids (prompt + output) are divided by the
+    # penalty when positive, multiplied when negative. 1 -> off.
+    repetition_penalty: float = 1.0
+    penalize_prompt: bool = True   # False: the penalty sees output ids only (HF with inputs_embeds)
+    suppress_token_ids: tuple[int, ...] = ()   # never sampled
+    min_new_tokens: int = 0           # EOS ids are suppressed until this many tokens (HF semantics)
+    seed: int | None = None
+    # The eos/stop token that ends a request is kept in its output ids (as HF generate does).
+    eos_token_ids: tuple[int, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Lists are accepted for convenience; tuples keep the params hashable and immutable.
+        for name in ("suppress_token_ids", "eos_token_ids", "stop_token_ids"):
+            ids = tuple(getattr(self, name))
+            if any(not _is_int(i) or i < 0 for i in ids):
+                raise InvalidArgument(f"{name} must be non-negative integers, got {list(ids)}")
+            object.__setattr__(self, name, tuple(int(i) for i in ids))
+        for name in ("max_new_tokens", "top_k", "min_new_tokens"):
+            if not _is_int(getattr(self, name)):
+                raise InvalidArgument(f"{name} must be an integer, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, int(getattr(self, name)))  # numpy ints -> int
+        for name in ("temperature", "top_p", "repetition_penalty"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Real) or isinstance(value, bool):
+                raise InvalidArgument(f"{name} must be a number, got {value!r}")
+            object.__setattr__(self, name, float(value))
+        if self.max_new_tokens <= 0:
+            raise InvalidArgument(f"max_new_tokens must be > 0, got {self.max_new_tokens}")
+        if not self.temperature >= 0:  # also rejects NaN
+            raise InvalidArgument(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise InvalidArgument(f"min_new_tokens must be in 0..max_new_tokens, got {self.min_new_tokens}")
+        if self.top_k < 0:
+            raise InvalidArgument(f"top_k must be >= 0, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise InvalidArgument(f"top_p must be in (0, 1], got {self.top_p}")
+        if not self.repetition_penalty > 0:
+            raise InvalidArgument(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.seed is not None and not _is_int(self.seed):
+            raise InvalidArgument(f"seed must be an integer, got {self.seed!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def needs_logit_processing(self) -> bool:
+        """Whether anything but a plain argmax/draw touches this request's logits."""
+        return self.repetition_penalty != 1.0 or bool(self.suppress_token_ids) or self.min_new_tokens > 0
+
+
+def _is_int(x: object) -> bool:
+    # numbers.Integral admits numpy integers; bool is an int but never a count.
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)

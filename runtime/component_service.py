@@ -1,0 +1,72 @@
+"""A component, its transport and its engine thread as one `HostedService`.
+
+    service = ComponentService(component, Transport(TransportConfig()), telemetry)
+    await serve(service, ServerConfig(port=50051), telemetry)          # a process
+    with BackgroundServer(service, ServerConfig(), telemetry) as srv:  # in a test
+        channel = grpc.insecure_channel(srv.address)
+
+The service owns the transport from then on: close() closes it, which unlinks
+the arena.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import grpc
+
+from protos.starmesh.v1 import component_pb2, component_pb2_grpc
+from runtime.component import Component
+from runtime.servicer import ComponentServicer
+from runtime.step_loop import StepLoop
+from runtime.telemetry import Telemetry
+from core.version import starmesh_version
+
+log = logging.getLogger(__name__)
+
+_MEMBERS = ("name", "nodes", "open", "push", "cancel", "has_work", "step", "ready", "close")
+COMPONENT_SERVICE = component_pb2.DESCRIPTOR.services_by_name["Component"].full_name
+
+
+class ComponentService:
+    """Implements runtime.server.HostedService for one component."""
+
+    service_names = (COMPONENT_SERVICE,)
+
+    def __init__(self, component: Component, transport: Any, telemetry: Telemetry | None = None) -> None:
+        if not isinstance(component, Component):
+            missing = [m for m in _MEMBERS if not hasattr(component, m)]
+            raise TypeError(f"{type(component).__name__} is not a component: it lacks {missing}")
+        self.component = component
+        self.transport = transport
+        tracer = telemetry.tracer if telemetry else None
+        self.step_loop = StepLoop(component, transport, tracer)
+        self.servicer = ComponentServicer(component, transport, self.step_loop, starmesh_version())
+        self._closed = False
+
+    def register(self, server: grpc.aio.Server) -> None:
+        component_pb2_grpc.add_ComponentServicer_to_server(self.servicer, server)
+
+    def start(self) -> None:
+        self.step_loop.start()
+
+    def ready(self) -> bool:
+        return bool(self.component.ready())
+
+    async def drain(self, timeout_s: float) -> None:
+        self.step_loop.drain()
+        # wait_idle blocks: run it off the event loop so streams keep flowing meanwhile.
+        if not await asyncio.to_thread(self.step_loop.wait_idle, timeout_s):
+            log.warning("grace period of %.1fs ended with work in flight", timeout_s)
+
+    def close(self) -> None:
+        """Stops the engine thread, then closes the component and the transport."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.step_loop.stop(timeout=10.0)
+            self.component.close()
+        finally:
+            self.transport.close()

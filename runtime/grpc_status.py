@@ -1,0 +1,80 @@
+"""Domain errors -> gRPC status codes: one decorator for every handler, and the
+(status, message) of a NodeError for failures inside the Run stream.
+
+`StarmeshError` subclasses carry the name of their status (`status`); their
+message already names the bad field, so it becomes the status details as is.
+Anything else is a bug: logged with its traceback, answered with INTERNAL.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+from typing import Any, Callable
+
+import grpc
+
+from core.errors import FieldError, StarmeshError
+
+log = logging.getLogger(__name__)
+
+
+def failure(exc: BaseException, where: str) -> tuple[str, str]:
+    """(status name, message) for a NodeError about an exception raised in `where`.
+
+    Domain errors keep their status; anything else is a bug: logged, INTERNAL.
+    """
+    if isinstance(exc, FieldError):
+        return exc.status, str(exc)
+    if isinstance(exc, StarmeshError):
+        return exc.status, f"{where}: {exc}"
+    log.error("%s failed", where, exc_info=exc)
+    return "INTERNAL", f"{where}: internal error: {type(exc).__name__}: {exc}"
+
+
+def status_code(name: str) -> grpc.StatusCode:
+    """grpc.StatusCode by name; an unknown name is itself a bug, so INTERNAL."""
+    return grpc.StatusCode.__members__.get(name, grpc.StatusCode.INTERNAL)
+
+
+def _passes_through(exc: BaseException) -> bool:
+    # Aborts the handler raised itself, and cancellation of the RPC, are not ours to map.
+    return isinstance(exc, (asyncio.CancelledError, grpc.aio.AbortError, grpc.RpcError))
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: Exception, method: str) -> None:
+    if isinstance(exc, StarmeshError):
+        await context.abort(status_code(exc.status), str(exc))
+    log.exception("%s failed", method, exc_info=exc)
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def map_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorates an async unary handler or an async-generator streaming handler of a
+    grpc.aio servicer (signature `(self, request, context)`)."""
+    name = handler.__qualname__
+    if inspect.isasyncgenfunction(handler):
+
+        @functools.wraps(handler)
+        async def stream_wrapper(self, request, context):
+            try:
+                async for response in handler(self, request, context):
+                    yield response
+            except Exception as e:
+                if _passes_through(e):
+                    raise
+                await _abort(context, e, name)
+
+        return stream_wrapper
+
+    @functools.wraps(handler)
+    async def unary_wrapper(self, request, context):
+        try:
+            return await handler(self, request, context)
+        except Exception as e:
+            if _passes_through(e):
+                raise
+            await _abort(context, e, name)
+
+    return unary_wrapper

@@ -1,0 +1,266 @@
+"""`starmesh.v1` Run messages <-> `runtime.items` (the gRPC edge of the services).
+
+Both directions exist for both sides: a service reads RunRequest and writes
+RunResponse; a client of a service (the conductor, a relay) does the reverse.
+Conversion validates; errors are `InvalidArgument` whose message names the field
+as it appears on the wire, e.g. "items[2].open.inputs[x].shape".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import grpc
+from google.protobuf import json_format, struct_pb2
+
+from protos.starmesh.v1 import component_pb2 as pb
+from runtime.items import (
+    Cancel,
+    ChunkInfo,
+    StreamInput,
+    Credit,
+    ConsumedLease,
+    InboundItem,
+    NodeDone,
+    NodeError,
+    NodeOutput,
+    OpenNode,
+    OutboundEvent,
+    PushChunk,
+    Release,
+    StopRule,
+)
+from runtime.colocated_stream_proto import local_streams_from_proto, local_streams_to_proto
+from core.errors import InvalidArgument, StarmeshError
+from transport.refs import TensorRef
+from transport.ref_proto import ref_from_proto, ref_to_proto
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An inbound item that failed conversion; the service answers it with a NodeError."""
+
+    request_id: str
+    node: str
+    status: str  # grpc.StatusCode name
+    message: str
+
+
+def status_value(name: str) -> int:
+    """grpc.StatusCode name -> its integer value (unknown names map to INTERNAL)."""
+    code = grpc.StatusCode.__members__.get(name, grpc.StatusCode.INTERNAL)
+    return code.value[0]
+
+
+def status_name(value: int) -> str:
+    for code in grpc.StatusCode:
+        if code.value[0] == value:
+            return code.name
+    return "UNKNOWN"
+
+
+def params_to_struct(params: dict[str, Any], out: struct_pb2.Struct, field: str = "params") -> None:
+    try:
+        out.update(params)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument(f"{field}: not representable as google.protobuf.Struct: {e}") from None
+
+
+def params_from_struct(msg: struct_pb2.Struct) -> dict[str, Any]:
+    # Struct numbers are doubles on the wire: 3 comes back as 3.0.
+    try:
+        return json_format.MessageToDict(msg)
+    except ValueError:  # NaN or an infinity has no JSON number: keep it a float for the node to judge
+        return _plain(msg)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, struct_pb2.Struct):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, struct_pb2.ListValue):
+        return [_plain(v) for v in value]
+    return value
+
+
+def tensors_from_proto(named: Iterable, field: str) -> dict[str, TensorRef]:
+    out: dict[str, TensorRef] = {}
+    for i, nt in enumerate(named):
+        if not nt.name:
+            raise InvalidArgument(f"{field}[{i}].name is empty")
+        if nt.name in out:
+            raise InvalidArgument(f"{field}[{nt.name}]: duplicate tensor name")
+        if not nt.HasField("tensor"):
+            raise InvalidArgument(f"{field}[{nt.name}].tensor is not set")
+        out[nt.name] = ref_from_proto(nt.tensor, f"{field}[{nt.name}]")
+    return out
+
+
+def tensors_to_proto(tensors: dict[str, TensorRef], out) -> None:
+    for name, ref in tensors.items():
+        nt = out.add(name=name)
+        ref_to_proto(ref, nt.tensor)
+
+
+# ---- inbound: RunRequest ------------------------------------------------------
+
+
+def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
+    return OpenNode(
+        request_id=m.request_id,
+        node=m.node,
+        walk=m.walk,
+        iteration=tuple(m.iteration),
+        inputs=tensors_from_proto(m.inputs, f"{field}.inputs"),
+        params=params_from_struct(m.params),
+        stop_rule=StopRule(m.stop_rule.max_iters, tuple(m.stop_rule.stop_token_ids), m.stop_rule.predicate),
+        traceparent=m.traceparent,
+        tracestate=m.tracestate,
+        consumer_host_ids=tuple(m.consumer_host_ids),
+        credits=dict(m.credits),
+        chunk=ChunkInfo(m.chunk.start, m.chunk.num_context, m.chunk.is_last, m.chunk.num_pad)
+        if m.HasField("chunk") else None,
+        stream=StreamInput(m.stream.port, m.stream.continue_after_producer_done) if m.HasField("stream") else None,
+        local_streams=local_streams_from_proto(m.local_streams, field),
+    )
+
+
+def _push_from_proto(m: pb.PushChunk, field: str) -> PushChunk:
+    if not m.request_id or not m.node:
+        raise InvalidArgument(f"{field}: request_id and node are required")
+    tensors = tensors_from_proto(m.tensors, f"{field}.tensors")
+    return PushChunk(m.request_id, m.node, m.port, tuple(m.iteration), tensors, m.end_of_stream,
+                     m.num_context, m.num_pad)
+
+
+def item_from_proto(msg: pb.RunItem, field: str) -> InboundItem:
+    """Converts one RunItem; raises StarmeshError naming `field`."""
+    kind = msg.WhichOneof("kind")
+    if kind is None:
+        raise InvalidArgument(f"{field}: none of open, push, cancel, release, credit is set")
+    sub = getattr(msg, kind)
+    try:
+        if kind == "open":
+            return _open_from_proto(sub, f"{field}.open")
+        if kind == "push":
+            return _push_from_proto(sub, f"{field}.push")
+        if kind == "cancel":
+            return Cancel(sub.request_id, sub.reason)
+        if kind == "credit":
+            return Credit(sub.request_id, sub.node, sub.port, sub.amount, tuple(sub.iteration))
+        return Release(sub.request_id, tuple(sub.lease_ids))
+    except ValueError as e:  # dataclass validation ("open.request_id is empty")
+        raise InvalidArgument(f"{field}.{e}") from None
+
+
+def request_from_proto(msg: pb.RunRequest) -> list[tuple[str, InboundItem | Rejected]]:
+    """Converts every item; a bad item becomes `Rejected` so the others still run.
+
+    Returns (field path, item) pairs; the path ("items[3].open") prefixes later errors.
+    """
+    out: list[tuple[str, InboundItem | Rejected]] = []
+    for i, item in enumerate(msg.items):
+        field = f"items[{i}]"
+        try:
+            out.append((field, item_from_proto(item, field)))
+        except StarmeshError as e:
+            kind = item.WhichOneof("kind")
+            sub = getattr(item, kind) if kind else None
+            request_id = getattr(sub, "request_id", "")
+            node = getattr(sub, "node", "")
+            out.append((field, Rejected(request_id, node, e.status, str(e))))
+    return out
+
+
+def items_to_proto(items: Iterable[InboundItem]) -> pb.RunRequest:
+    """Client side: builds one RunRequest from items whose tensors are TensorRefs."""
+    msg = pb.RunRequest()
+    for item in items:
+        it = msg.items.add()
+        if isinstance(item, OpenNode):
+            o = it.open
+            o.request_id, o.walk, o.node = item.request_id, item.walk, item.node
+            o.iteration.extend(item.iteration)
+            tensors_to_proto(item.inputs, o.inputs)
+            params_to_struct(item.params, o.params, "open.params")
+            o.stop_rule.max_iters = item.stop_rule.max_iters
+            o.stop_rule.stop_token_ids.extend(item.stop_rule.stop_token_ids)
+            o.stop_rule.predicate = item.stop_rule.predicate
+            o.traceparent, o.tracestate = item.traceparent, item.tracestate
+            o.consumer_host_ids.extend(item.consumer_host_ids)
+            o.credits.update(item.credits)
+            if item.chunk is not None:
+                c = item.chunk
+                o.chunk.start, o.chunk.num_context, o.chunk.is_last, o.chunk.num_pad = (
+                    c.start, c.num_context, c.is_last, c.num_pad)
+            if item.stream is not None:
+                o.stream.port = item.stream.port
+                o.stream.continue_after_producer_done = item.stream.continue_after_producer_done
+            local_streams_to_proto(item.local_streams, o.local_streams)
+        elif isinstance(item, PushChunk):
+            p = it.push
+            p.request_id, p.node, p.port, p.end_of_stream = item.request_id, item.node, item.port, item.end_of_stream
+            p.iteration.extend(item.iteration)
+            p.num_context, p.num_pad = item.num_context, item.num_pad
+            tensors_to_proto(item.tensors, p.tensors)
+        elif isinstance(item, Cancel):
+            it.cancel.request_id, it.cancel.reason = item.request_id, item.reason
+        elif isinstance(item, Release):
+            it.release.request_id = item.request_id
+            it.release.lease_ids.extend(item.lease_ids)
+        elif isinstance(item, Credit):
+            c = it.credit
+            c.request_id, c.node, c.port, c.amount = item.request_id, item.node, item.port, item.amount
+            c.iteration.extend(item.iteration)
+        else:
+            raise TypeError(f"not a Run item: {type(item).__name__}")
+    return msg
+
+
+# ---- outbound: RunResponse ----------------------------------------------------
+
+
+def events_to_proto(events: Iterable[OutboundEvent]) -> pb.RunResponse:
+    """Service side: NodeOutput tensors must already be exported TensorRefs."""
+    msg = pb.RunResponse()
+    for ev in events:
+        e = msg.events.add()
+        if isinstance(ev, NodeOutput):
+            o = e.output
+            o.request_id, o.node = ev.request_id, ev.node
+            o.iteration.extend(ev.iteration)
+            tensors_to_proto(ev.tensors, o.outputs)
+            params_to_struct(ev.metadata, o.metadata, "output.metadata")
+        elif isinstance(ev, NodeError):
+            r = e.error
+            r.request_id, r.node, r.message = ev.request_id, ev.node, ev.message
+            r.code = status_value(ev.status)
+            r.iteration.extend(ev.iteration)
+        elif isinstance(ev, NodeDone):
+            e.done.request_id, e.done.node = ev.request_id, ev.node
+            e.done.iteration.extend(ev.iteration)
+            for c in ev.consumed:
+                e.done.consumed.add(arena=c.arena, lease_id=c.lease_id)
+        else:
+            raise TypeError(f"not a Run event: {type(ev).__name__}")
+    return msg
+
+
+def events_from_proto(msg: pb.RunResponse) -> list[OutboundEvent]:
+    """Client side: NodeOutput.tensors hold TensorRefs (resolve them with a Transport)."""
+    out: list[OutboundEvent] = []
+    for i, e in enumerate(msg.events):
+        kind = e.WhichOneof("kind")
+        if kind == "output":
+            o = e.output
+            tensors = tensors_from_proto(o.outputs, f"events[{i}].output.outputs")
+            out.append(NodeOutput(o.request_id, o.node, tensors, tuple(o.iteration), params_from_struct(o.metadata)))
+        elif kind == "error":
+            r = e.error
+            out.append(NodeError(r.request_id, r.node, status_name(r.code), r.message, tuple(r.iteration)))
+        elif kind == "done":
+            d = e.done
+            consumed = tuple(ConsumedLease(c.arena, c.lease_id) for c in d.consumed)
+            out.append(NodeDone(d.request_id, d.node, consumed, tuple(d.iteration)))
+        else:
+            raise InvalidArgument(f"events[{i}]: none of output, error, done is set")
+    return out

@@ -1,0 +1,152 @@
+"""Work items that travel on `Component.Run`, as the core sees them (no protobuf).
+
+`runtime.item_proto` converts them to and from `starmesh.v1` messages at the gRPC edge.
+Inbound: OpenNode, PushChunk, Cancel, Release. Outbound: NodeOutput, NodeError, NodeDone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from transport.refs import ConsumedLease, TensorRef  # noqa: F401  (ConsumedLease re-exported)
+
+# The node of a padding unit (docs/offload.md, dlo_group): the conductor opens it on each
+# rank of a lockstep group that a step has no branch for, so every rank receives as many
+# lockstep units; the rank answers NodeDone once a round consumed it (its padding forward).
+LOCKSTEP_PAD = "lockstep_pad"
+
+
+@dataclass(frozen=True)
+class StopRule:
+    max_iters: int = 0  # 0: the node's own bound
+    stop_token_ids: tuple[int, ...] = ()
+    predicate: str = ""  # a stop rule the component registered, by name
+
+
+@dataclass(frozen=True)
+class ChunkInfo:
+    """Where a chunk-fed run sits in its stream."""
+
+    start: int = 0
+    num_context: int = 0
+    is_last: bool = False
+    num_pad: int = 0
+
+
+@dataclass(frozen=True)
+class StreamInput:
+    """A loop run inside the component fed by PushChunk items on `port`."""
+
+    port: str
+    continue_after_producer_done: bool = False
+
+
+@dataclass(frozen=True)
+class LocalStream:
+    """A streaming edge whose consumer runs in this process (co-location): the service
+    cuts `policy`'s chunks from the run's `src_port` outputs and opens `dst_node` runs at
+    dst_iteration + (k,), then a NodeDone at dst_iteration once all of them are done."""
+
+    src_port: str
+    dst_node: str
+    dst_port: str
+    policy: Any  # a graph.chunking.ChunkPolicy
+    dst_iteration: tuple[int, ...] = ()
+    max_buffered: int = 4096
+
+
+@dataclass(frozen=True)
+class OpenNode:
+    """Opens a node run for one request; `inputs` are references until resolved."""
+
+    request_id: str
+    node: str
+    walk: str = ""
+    iteration: tuple[int, ...] = ()
+    inputs: dict[str, TensorRef] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    stop_rule: StopRule = StopRule()
+    traceparent: str = ""
+    tracestate: str = ""
+    consumer_host_ids: tuple[str, ...] = ()
+    credits: dict[str, int] = field(default_factory=dict)  # output port -> items before parking
+    chunk: ChunkInfo | None = None
+    stream: StreamInput | None = None
+    local_streams: tuple[LocalStream, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.request_id:
+            raise ValueError("open.request_id is empty")
+        if not self.node:
+            raise ValueError("open.node is empty")
+
+
+@dataclass(frozen=True)
+class PushChunk:
+    request_id: str
+    node: str
+    port: str
+    iteration: tuple[int, ...] = ()
+    tensors: dict[str, TensorRef] = field(default_factory=dict)
+    end_of_stream: bool = False
+    num_context: int = 0  # leading items already pushed before (left context)
+    num_pad: int = 0
+
+
+@dataclass(frozen=True)
+class Cancel:
+    request_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Release:
+    """A consumer acknowledges leases of this process's arena."""
+
+    request_id: str
+    lease_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Credit:
+    """Room for `amount` more items from one run's output port (backpressure)."""
+
+    request_id: str
+    node: str
+    port: str
+    amount: int
+    iteration: tuple[int, ...] = ()
+
+
+InboundItem = Union[OpenNode, PushChunk, Cancel, Release, Credit]
+
+
+@dataclass(frozen=True)
+class NodeOutput:
+    """Outputs of one node step; `tensors` hold torch tensors inside the core."""
+
+    request_id: str
+    node: str
+    tensors: dict[str, Any]
+    iteration: tuple[int, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeError:
+    request_id: str
+    node: str
+    status: str  # name of a grpc.StatusCode, e.g. "INVALID_ARGUMENT"
+    message: str
+    iteration: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeDone:
+    request_id: str
+    node: str
+    consumed: tuple[ConsumedLease, ...] = ()
+    iteration: tuple[int, ...] = ()  # a node run is identified by (request_id, node, iteration)
+
+
+OutboundEvent = Union[NodeOutput, NodeError, NodeDone]

@@ -1,0 +1,119 @@
+"""A service replica as a child process (`starmesh serve ...`), started and stopped cleanly.
+
+Used by the benchmarks and end-to-end tests, and by `starmesh up` later:
+
+    with ServiceProcess("module:factory", ["--host-id", "a"]) as svc:
+        ... svc.address ...
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+
+class ServiceProcess:
+    """`log` (a callable taking one line) gets the process's stdout and stderr, each line
+    prefixed with its name; without it the child writes to ours directly. `command` is
+    the starmesh subcommand (`serve`, or `conductor` with the deployment as `component`'s
+    place taken by args)."""
+
+    def __init__(self, component: str, args: list[str] = (), env: dict[str, str] | None = None,
+                 name: str | None = None, start_timeout_s: float = 60.0, port: int = 0,
+                 command: str = "serve", log=None) -> None:
+        self.component = component
+        self.command = command
+        self.log = log
+        self._reader: threading.Thread | None = None
+        self._terminated = False
+        self.args = list(args)
+        self.env = {**os.environ, **(env or {})}
+        self.name = name or component.rsplit(":", 1)[-1]
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = port or None  # kept across restarts: clients reconnect to it
+        self._tmp = tempfile.TemporaryDirectory(prefix="starmesh-proc-")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def start(self) -> "ServiceProcess":
+        """Starts the process and waits until it is SERVING (its port file appears)."""
+        return self.launch().wait_serving()
+
+    def launch(self) -> "ServiceProcess":
+        """Starts the process without waiting (several start in parallel, then wait_serving)."""
+        port_file = os.path.join(self._tmp.name, "port")
+        if os.path.exists(port_file):
+            os.unlink(port_file)
+        self._terminated = False
+        target = [self.component] if self.component else []
+        cmd = [sys.executable, "-m", "cli", self.command, *target, "--port", str(self.port or 0),
+               "--port-file", port_file, *self.args]
+        self._cmd = cmd
+        if self.log is None:
+            self.proc = subprocess.Popen(cmd, env=self.env)
+        else:
+            self.proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         text=True, bufsize=1)
+            self._reader = threading.Thread(target=self._relay, daemon=True, name=f"log-{self.name}")
+            self._reader.start()
+        return self
+
+    def _relay(self) -> None:
+        for line in self.proc.stdout:
+            self.log(f"{self.name} | {line.rstrip()}")
+
+    def wait_serving(self) -> "ServiceProcess":
+        port_file = os.path.join(self._tmp.name, "port")
+        cmd = self._cmd
+        deadline = time.monotonic() + self.start_timeout_s
+        while not os.path.exists(port_file):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} before SERVING: {cmd}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"{self.name} not SERVING after {self.start_timeout_s}s")
+            time.sleep(0.05)
+        with open(port_file) as f:
+            self.port = int(f.read())
+        return self
+
+    def terminate(self) -> None:
+        """Sends SIGTERM once: a second one during the graceful stop would kill the
+        process before it unlinks its arena."""
+        if self.proc is not None and self.proc.poll() is None and not self._terminated:
+            self._terminated = True
+            self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        """SIGTERM (graceful: drain, unlink the arena), then SIGKILL after `timeout_s`."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.terminate()
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def kill(self) -> None:
+        """SIGKILL: the crash case (its segment stays until the next start sweeps it)."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def __enter__(self) -> "ServiceProcess":
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        self._tmp.cleanup()

@@ -1,0 +1,144 @@
+"""Per-request bookkeeping of the engine thread: which stream carries a request,
+which resolved inputs a node run still holds, and its `node <name>` spans.
+
+Only the step loop's engine thread touches a RequestTable, so it has no locks.
+A request stays known until Cancel or the end of its stream (the component may
+keep state such as KV blocks between node runs); a node run ends at its
+NodeDone or NodeError, which closes its resolved inputs and its spans.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from runtime.items import ConsumedLease, OpenNode
+from runtime.telemetry import extract_context
+
+log = logging.getLogger(__name__)
+RunKey = tuple[str, str, tuple[int, ...]]
+
+
+@dataclass
+class RequestState:
+    stream_id: str
+    consumer_host_ids: tuple[str, ...]
+    ended: set = field(default_factory=set)  # (node, iteration) of its runs that have ended
+
+
+@dataclass
+class NodeRun:
+    """One open (request, node, iteration): resolved input handles it holds and its spans."""
+
+    handles: list[Any] = field(default_factory=list)  # transport Resolved objects
+    spans: list[trace.Span] = field(default_factory=list)
+    credits: dict[str, int] = field(default_factory=dict)  # output port -> items it may still emit
+    is_parked: bool = False
+    consumer_host_ids: tuple[str, ...] = ()  # where this run's outputs go (transport choice)
+
+    @property
+    def has_credit(self) -> bool:
+        return all(c > 0 for c in self.credits.values())
+
+    def close(self, error: str | None = None) -> tuple[ConsumedLease, ...]:
+        """Closes every handle and span; returns the leases of other arenas consumed."""
+        consumed = []
+        for h in self.handles:
+            c = getattr(h, "consumed", None)
+            if c is not None:
+                consumed.append(ConsumedLease(c.arena, c.lease_id))
+            try:
+                h.close()
+            except Exception:  # a failing close must not keep the others open
+                log.exception("closing a resolved input failed")
+        self.handles.clear()
+        for span in self.spans:
+            if error is not None:
+                span.set_status(Status(StatusCode.ERROR, error))
+            span.end()
+        self.spans.clear()
+        return tuple(consumed)
+
+
+class RequestTable:
+    def __init__(self, tracer: trace.Tracer) -> None:
+        self._tracer = tracer
+        self.requests: dict[str, RequestState] = {}
+        self.runs: dict[RunKey, NodeRun] = {}  # (request_id, node, iteration)
+        self.streams: dict[str, set[str]] = {}  # stream id -> request ids it carries
+
+    def add_stream(self, stream_id: str) -> None:
+        self.streams.setdefault(stream_id, set())
+
+    def owner(self, request_id: str) -> str | None:
+        state = self.requests.get(request_id)
+        return state.stream_id if state else None
+
+    def open_run(self, stream_id: str, item: OpenNode) -> tuple[NodeRun, trace.Span]:
+        """Registers the request on its stream and starts a `node <name>` span whose
+        parent is the request's remote span (the OpenNode's traceparent)."""
+        known = self.requests.get(item.request_id)
+        self.requests[item.request_id] = RequestState(stream_id, item.consumer_host_ids,
+                                                      known.ended if known is not None else set())
+        self.streams.setdefault(stream_id, set()).add(item.request_id)
+        run = self.runs.setdefault((item.request_id, item.node, item.iteration), NodeRun())
+        run.credits.update(item.credits)
+        run.consumer_host_ids = item.consumer_host_ids
+        span = self._tracer.start_span(
+            f"node {item.node}",
+            context=extract_context(item.traceparent, item.tracestate),
+            attributes={
+                "starmesh.request_id": item.request_id,
+                "starmesh.walk": item.walk,
+                "starmesh.node": item.node,
+                "starmesh.iteration": list(item.iteration),
+                "starmesh.num_inputs": len(item.inputs),
+            },
+        )
+        run.spans.append(span)
+        return run, span
+
+    def run_of(self, request_id: str, node: str, iteration: tuple[int, ...]) -> tuple[RunKey, NodeRun] | None:
+        """The open run an output belongs to: its own iteration, or the loop run it
+        iterates (a loop inside a component tags outputs with iteration + (k,))."""
+        for key in ((request_id, node, iteration), (request_id, node, iteration[:-1])):
+            run = self.runs.get(key)
+            if run is not None:
+                return key, run
+        return None
+
+    def end_run(self, request_id: str, node: str, iteration: tuple[int, ...] = (),
+                error: str | None = None) -> tuple[ConsumedLease, ...]:
+        run = self.runs.pop((request_id, node, iteration), None)
+        state = self.requests.get(request_id)
+        if state is not None:
+            state.ended.add((node, iteration))
+        return run.close(error) if run else ()
+
+    def has_ended(self, request_id: str, node: str, iteration: tuple[int, ...]) -> bool:
+        """The run ended on its own (a talker at codec EOS) while its request goes on."""
+        state = self.requests.get(request_id)
+        return state is not None and (node, iteration) in state.ended
+
+    def drop_request(self, request_id: str, reason: str) -> None:
+        """Forgets a request: ends its node runs (spans marked with `reason`)."""
+        for key in [k for k in self.runs if k[0] == request_id]:
+            self.runs.pop(key).close(reason)
+        state = self.requests.pop(request_id, None)
+        if state is not None:
+            self.streams.get(state.stream_id, set()).discard(request_id)
+
+    def drop_stream(self, stream_id: str) -> list[str]:
+        """Forgets a stream; returns the requests it carried (already dropped)."""
+        request_ids = sorted(self.streams.pop(stream_id, set()))
+        for rid in request_ids:
+            self.drop_request(rid, "stream ended")
+        return request_ids
+
+    def has_runs(self, stream_id: str) -> bool:
+        carried = self.streams.get(stream_id, set())
+        return any(key[0] in carried for key in self.runs)
+

@@ -1,0 +1,75 @@
+"""Async client of one `Component.Run` stream: what a conductor (or a tool) holds per replica.
+
+    async with ComponentClient("127.0.0.1:50051") as run:
+        await run.send([OpenNode(...), OpenNode(...)])   # one message
+        events = await run.recv()                        # one engine step's events
+
+Tensors inside events stay TensorRefs; resolve them with a Transport, then
+acknowledge the leases with a Release item.
+"""
+from __future__ import annotations
+
+import grpc
+
+from protos.starmesh.v1 import component_pb2, component_pb2_grpc
+from runtime.items import InboundItem, NodeDone, NodeError, OutboundEvent
+from runtime.item_proto import events_from_proto, items_to_proto
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
+
+
+class StreamClosed(Exception):
+    """The service ended the Run stream."""
+
+
+class ComponentClient:
+    def __init__(self, address: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, interceptors=None) -> None:
+        options = [
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+        ]
+        self.address = address
+        self.channel = grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
+        self.stub = component_pb2_grpc.ComponentStub(self.channel)
+        self.call = None
+
+    async def __aenter__(self) -> "ComponentClient":
+        self.call = self.stub.Run()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def describe(self, timeout_s: float = 10.0) -> component_pb2.ComponentInfo:
+        return await self.stub.Describe(component_pb2.DescribeRequest(), timeout=timeout_s)
+
+    async def send(self, items: list[InboundItem]) -> None:
+        """Sends every item in one RunRequest."""
+        await self.call.write(items_to_proto(items))
+
+    async def recv(self) -> list[OutboundEvent]:
+        msg = await self.call.read()
+        if msg is grpc.aio.EOF:
+            raise StreamClosed(f"{self.address} closed the Run stream")
+        return events_from_proto(msg)
+
+    async def until_finished(self, request_ids) -> dict[str, list[OutboundEvent]]:
+        """Collects events until every request has a NodeDone or NodeError."""
+        pending = set(request_ids)
+        events: dict[str, list[OutboundEvent]] = {r: [] for r in pending}
+        while pending:
+            for ev in await self.recv():
+                events.setdefault(ev.request_id, []).append(ev)
+                if isinstance(ev, (NodeDone, NodeError)):
+                    pending.discard(ev.request_id)
+        return events
+
+    async def close(self) -> None:
+        if self.call is not None:
+            try:
+                await self.call.done_writing()
+            except grpc.aio.AioRpcError:
+                pass
+            self.call.cancel()
+            self.call = None
+        await self.channel.close()

@@ -1,0 +1,113 @@
+"""`starmesh.v1.Component` servicer: converts and enqueues, nothing else.
+
+Per Run stream: a reader task converts each RunRequest (`runtime.item_proto`) and
+submits its items to the step loop; the handler itself is the writer, yielding
+the RunResponses the engine thread puts on the stream's asyncio queue (one per
+engine step). When the client half-closes, the stream ends once the node runs
+it opened have ended (NodeDone/NodeError); when it breaks, at once. Either way
+the step loop then cancels what the stream carried and frees the leases it
+carried (`transport.release_carrier`).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from protos.starmesh.v1 import component_pb2, component_pb2_grpc
+from runtime import item_proto as wire
+from runtime.component import Component
+from runtime.grpc_status import map_errors
+from runtime.items import NodeError, NodeOutput, OutboundEvent
+from runtime.step_loop import StepLoop
+
+log = logging.getLogger(__name__)
+
+_END = object()  # end the response stream
+
+
+def _events_to_proto(events: list[OutboundEvent]) -> component_pb2.RunResponse:
+    """Converts one step's events; an event that cannot be converted (metadata that
+    is not a Struct) becomes a NodeError instead of losing the whole batch."""
+    try:
+        return wire.events_to_proto(events)
+    except Exception:
+        safe = []
+        for ev in events:
+            try:
+                wire.events_to_proto([ev])
+                safe.append(ev)
+            except Exception as e:
+                log.exception("cannot convert %s of request %s", type(ev).__name__, ev.request_id)
+                node = getattr(ev, "node", "")
+                where = "output.metadata" if isinstance(ev, NodeOutput) else type(ev).__name__
+                safe.append(NodeError(ev.request_id, node, "INTERNAL", f"{where}: {e}"))
+        return wire.events_to_proto(safe)
+
+
+class ComponentServicer(component_pb2_grpc.ComponentServicer):
+    def __init__(self, component: Component, transport: Any, step_loop: StepLoop, version: str) -> None:
+        self._component = component
+        self._transport = transport
+        self._step_loop = step_loop
+        self._version = version
+
+    @map_errors
+    async def Describe(self, request, context) -> component_pb2.ComponentInfo:
+        info = component_pb2.ComponentInfo(
+            name=self._component.name,
+            nodes=list(self._component.nodes),
+            host_id=self._transport.host_id,
+            arena=self._transport.arena_name or "",
+            mooncake_session=self._transport.mooncake_session or "",
+            version=self._version,
+            transport=self._transport_stats(),
+            num_open_requests=self._step_loop.num_open_requests,
+        )
+        load = getattr(self._component, "load", None)
+        if load is not None:  # read without the engine thread: a momentary view
+            info.load.update({k: float(v) for k, v in load().items()})
+        return info
+
+    def _transport_stats(self) -> component_pb2.TransportStats:
+        stats = self._transport.stats()
+        return component_pb2.TransportStats(
+            num_leases=stats.get("num_leases", 0),
+            used_bytes=stats.get("used_bytes", 0),
+            arena_bytes=stats.get("arena_bytes", 0),
+        )
+
+    @map_errors
+    async def Run(self, request_iterator, context):
+        stream_id = f"run-{uuid.uuid4().hex}"
+        loop = asyncio.get_running_loop()
+        outbox: asyncio.Queue = asyncio.Queue()
+
+        def sink(events: list[OutboundEvent] | None) -> None:  # engine thread
+            msg = _END if events is None else _events_to_proto(events)
+            loop.call_soon_threadsafe(outbox.put_nowait, msg)
+
+        self._step_loop.attach(stream_id, sink)
+        reader = asyncio.create_task(self._read(request_iterator, stream_id, outbox))
+        try:
+            while True:
+                msg = await outbox.get()
+                if msg is _END:
+                    return
+                yield msg
+        finally:
+            reader.cancel()
+            self._step_loop.detach(stream_id)
+
+    async def _read(self, request_iterator, stream_id: str, outbox: asyncio.Queue) -> None:
+        try:
+            async for request in request_iterator:
+                self._step_loop.submit(stream_id, wire.request_from_proto(request))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.info("Run stream %s broke while reading", stream_id, exc_info=True)
+            outbox.put_nowait(_END)  # broken: end now (the handler's finally detaches)
+            return
+        self._step_loop.finish(stream_id)  # half-closed: end after the open runs end

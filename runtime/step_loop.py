@@ -1,0 +1,347 @@
+"""The engine thread of a component service (DESIGN section 2).
+
+The grpc.aio event loop only converts messages and enqueues them here
+(`attach`, `submit`, `detach` never block). This thread does everything that
+may block or burn CPU: resolving TensorRefs (a Mooncake transfer), the
+component's open/push/cancel/step, exporting outputs. Each iteration drains
+the inbox, runs at most one `component.step()`, and hands each stream the
+events of that iteration as ONE batch (one RunResponse per step per stream).
+
+Failure isolation: a bad item or reference fails its request with a NodeError
+(status from the StarmeshError, message naming the field); any other exception
+from the component fails the affected requests with INTERNAL. The thread and
+the streams stay up.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+from opentelemetry import trace
+
+from runtime.backpressure import CreditGate
+from runtime.component import Component
+from core.errors import FieldError
+from runtime.grpc_status import failure
+from runtime.items import Cancel, Credit, NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent, PushChunk, Release
+from runtime.colocated_streams import LocalStreams
+from runtime.outbox import Outbox, Sink
+from runtime.parts import join_parts
+from runtime.request_table import RequestTable
+from runtime.item_proto import Rejected
+from core.errors import StarmeshError
+
+log = logging.getLogger(__name__)
+
+Entry = tuple[str, Any]  # (field path such as "items[2]", inbound item or Rejected)
+_STOP = object()
+
+
+class StepLoop:
+    """Runs `component` on a dedicated thread; streams feed it through an inbox."""
+
+    def __init__(self, component: Component, transport: Any, tracer: trace.Tracer | None = None) -> None:
+        self.component = component
+        self.transport = transport
+        self._table = RequestTable(tracer or trace.NoOpTracer())
+        self._credits = CreditGate(self._table, component)
+        self.local = LocalStreams()  # co-located streaming edges: consumers opened here
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._outbox = Outbox()
+        self._lock = threading.Lock()
+        self._pending = 0  # inbox messages not yet handled (guarded by _lock)
+        self._idle = threading.Event()
+        self._idle.set()
+        self._is_draining = False
+        self._thread = threading.Thread(target=self._run, name=f"step-loop-{component.name}", daemon=True)
+
+    # ---- called from the event loop (thread-safe, never blocks) ----------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def attach(self, stream_id: str, sink: Sink) -> None:
+        self._put(("attach", stream_id, sink))
+
+    def submit(self, stream_id: str, entries: list[Entry]) -> None:
+        if entries:
+            self._put(("items", stream_id, entries))
+
+    def finish(self, stream_id: str) -> None:
+        """The client half-closed: end the stream once its open node runs ended."""
+        self._put(("finish", stream_id, None))
+
+    def detach(self, stream_id: str) -> None:
+        """The stream ended or broke: cancel what it carried, free its leases."""
+        self._put(("detach", stream_id, None))
+
+    def drain(self) -> None:
+        """Graceful shutdown began: new OpenNodes get UNAVAILABLE, open work finishes."""
+        self._is_draining = True
+
+    @property
+    def num_open_requests(self) -> int:
+        """Requests known on this replica (read without a lock: a momentary count)."""
+        return len(self._table.requests)
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        """Blocks until no node run is open and the inbox is empty (or timeout)."""
+        return self._idle.wait(timeout)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Detaches every stream (cancelling its requests) and ends the thread."""
+        if self._thread.is_alive():
+            self._put(_STOP)
+            self._thread.join(timeout)
+
+    def _put(self, msg: Any) -> None:
+        with self._lock:
+            self._pending += 1
+            self._idle.clear()
+        self._inbox.put(msg)
+
+    # ---- engine thread ------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            # Block on the inbox only when the component has nothing to do: no polling.
+            msg = self._next_nowait() if self._has_work() else self._inbox.get()
+            while msg is not None:
+                if msg is _STOP:
+                    self._stop_streams()
+                    return
+                self._handle(msg)
+                msg = self._next_nowait()
+            if self._has_work():
+                self._step()
+            self._outbox.flush(self._table.has_runs)
+            self._update_idle()
+
+    def _next_nowait(self) -> Any:
+        try:
+            return self._inbox.get_nowait()
+        except queue.Empty:
+            return None
+
+    def _handle(self, msg: Any) -> None:
+        kind, stream_id, payload = msg
+        try:
+            if kind == "attach":
+                self._outbox.attach(stream_id, payload)
+                self._table.add_stream(stream_id)
+            elif kind == "detach":
+                self._detach(stream_id)
+            elif kind == "finish":
+                self._outbox.finish(stream_id)
+            else:
+                for field, item in payload:
+                    self._handle_item(stream_id, field, item)
+        finally:
+            with self._lock:
+                self._pending -= 1
+
+    def _handle_item(self, stream_id: str, field: str, item: Any) -> None:
+        if isinstance(item, Rejected):
+            self._emit(stream_id, NodeError(item.request_id, item.node, item.status, item.message))
+        elif isinstance(item, OpenNode):
+            self._open(stream_id, field, item)
+        elif isinstance(item, PushChunk):
+            self._push(stream_id, field, item)
+        elif isinstance(item, Cancel):
+            self._cancel(item.request_id)
+        elif isinstance(item, Release):
+            self._release(field, item)
+        elif isinstance(item, Credit):
+            self._credits.grant(item)
+
+    def _open(self, stream_id: str, field: str, item: OpenNode) -> None:
+        owner = self._table.owner(item.request_id)
+        if self._is_draining or (owner is not None and owner != stream_id):
+            status = "UNAVAILABLE" if self._is_draining else "FAILED_PRECONDITION"
+            why = "the service is shutting down" if self._is_draining else "the request is open on another stream"
+            msg = f"{field}.open: {why}"
+            self._refused(item)
+            self._emit(stream_id, NodeError(item.request_id, item.node, status, msg, item.iteration))
+            return
+        run, span = self._table.open_run(stream_id, item)
+        reached = False  # whether component.open saw the item
+        try:
+            inputs = self._resolve_all(item.inputs, f"{field}.open.inputs", run.handles, item.request_id)
+            reached = True
+            with trace.use_span(span, end_on_exit=False):  # a component may inject this span's context
+                self.component.open(item, inputs)
+            self.local.register(item)
+        except Exception as e:
+            if not reached:
+                self._refused(item)
+            self._fail(item.request_id, item.node, *failure(e, f"{field}.open (node {item.node})"), item.iteration)
+
+    def _refused(self, item: OpenNode) -> None:
+        """Tells a component that counts every run it is sent (a dlo_group member: its
+        peers count theirs, services.dit.lockstep) that one was refused before open."""
+        hook = getattr(self.component, "refused", None)
+        if hook is not None:
+            try:
+                hook(item)
+            except Exception:
+                log.exception("component.refused(%s) failed", item.node)
+
+    def _open_local(self, stream_id: str, opens: list) -> None:
+        """Consumer runs of co-located streaming edges: opened here, not by the conductor."""
+        for item, tensors in opens:
+            _, span = self._table.open_run(stream_id, item)
+            try:
+                with trace.use_span(span, end_on_exit=False):
+                    self.component.open(item, tensors)
+            except Exception as e:
+                self._fail(item.request_id, item.node, *failure(e, f"local open (node {item.node})"), item.iteration)
+
+    def _push(self, stream_id: str, field: str, item: PushChunk) -> None:
+        run = self._table.runs.get((item.request_id, item.node, item.iteration))
+        if run is None and self._table.owner(item.request_id) == stream_id and self._table.has_ended(
+                item.request_id, item.node, item.iteration):
+            # a chunk that crossed the run's NodeDone (its producer streams on): nothing wants
+            # it; its leases go with the request, as every lease of a request does
+            log.debug("push to ended run %s/%s%s dropped", item.request_id, item.node, item.iteration)
+            return
+        if run is None or self._table.owner(item.request_id) != stream_id:
+            msg = f"{field}.push: node {item.node!r} of request {item.request_id!r} is not open"
+            self._emit(stream_id, NodeError(item.request_id, item.node, "FAILED_PRECONDITION", msg, item.iteration))
+            return
+        try:
+            tensors = self._resolve_all(item.tensors, f"{field}.push.tensors", run.handles, item.request_id)
+            self.component.push(item, tensors)
+        except Exception as e:
+            self._fail(item.request_id, item.node, *failure(e, f"{field}.push (node {item.node})"), item.iteration)
+
+    def _resolve_all(self, refs: dict, field: str, handles: list, request_id: str) -> dict:
+        """Resolves every ref; handles join the node run so NodeDone closes them."""
+        tensors = {}
+        for name, ref in refs.items():
+            try:
+                resolved = self.transport.resolve(ref, request_id=request_id)
+            except StarmeshError as e:
+                raise FieldError(e, f"{field}[{name}]: {e}") from None
+            handles.append(resolved)
+            tensors[name] = resolved.tensor
+        return join_parts(tensors)
+
+    def _drop_in_component(self, request_id: str) -> None:
+        """The component (and the co-located streams) forget the request; never raises."""
+        self.local.cancel(request_id)
+        try:
+            self.component.cancel(request_id)
+        except Exception:
+            log.exception("component.cancel(%r) failed", request_id)
+
+    def _cancel(self, request_id: str) -> None:
+        self._drop_in_component(request_id)
+        self._table.drop_request(request_id, "cancelled")
+        self._call_transport("release_request", request_id)
+
+    def _release(self, field: str, item: Release) -> None:
+        try:
+            self.transport.release(list(item.lease_ids), request_id=item.request_id or None)
+        except StarmeshError as e:
+            # An ack for a lease already freed (e.g. after its carrier broke) is harmless.
+            log.warning("%s.release: %s", field, e)
+
+    def _detach(self, stream_id: str) -> None:
+        self._outbox.detach(stream_id)
+        for rid in self._table.drop_stream(stream_id):
+            self._drop_in_component(rid)
+        self._call_transport("release_carrier", stream_id)
+
+    def _stop_streams(self) -> None:
+        for stream_id in list(self._table.streams):
+            self._detach(stream_id)
+        with self._lock:
+            self._pending = 0
+        self._idle.set()
+
+    def _call_transport(self, method: str, arg: str) -> None:
+        try:
+            getattr(self.transport, method)(arg)
+        except Exception:
+            log.exception("transport.%s(%r) failed", method, arg)
+
+    # ---- stepping and outbound events ---------------------------------------
+
+    def _has_work(self) -> bool:
+        try:
+            return bool(self.component.has_work())
+        except Exception as e:
+            self._fail_everything(e, "component.has_work")
+            return False
+
+    def _step(self) -> None:
+        try:
+            events = self.component.step()
+        except Exception as e:
+            self._fail_everything(e, "component.step")
+            return
+        for ev in events:
+            self._postprocess(ev)
+
+    def _fail_everything(self, exc: Exception, where: str) -> None:
+        """The component failed outside any one request: every request with an open
+        node run fails (any of them may have been in the batch), and the component
+        drops them so it does not fail the same way again."""
+        status, message = failure(exc, where)
+        for rid in sorted({key[0] for key in self._table.runs}):
+            for key in [k for k in self._table.runs if k[0] == rid]:
+                self._fail(rid, key[1], status, message, key[2])
+            self._drop_in_component(rid)
+
+    def _postprocess(self, ev: OutboundEvent) -> None:
+        state = self._table.requests.get(ev.request_id)
+        if state is None:
+            return  # cancelled or its stream ended meanwhile: nobody to tell
+        if isinstance(ev, NodeOutput):
+            found = self._table.run_of(ev.request_id, ev.node, ev.iteration)
+            hosts = found[1].consumer_host_ids if found else state.consumer_host_ids
+            try:
+                refs = {
+                    name: self.transport.export(t, request_id=ev.request_id, carrier=state.stream_id,
+                                                consumer_host_ids=hosts)
+                    for name, t in ev.tensors.items()
+                }
+            except Exception as e:
+                self._fail(ev.request_id, ev.node, *failure(e, f"output {ev.node}"), ev.iteration)
+                return
+            self._credits.spend(ev)
+            # t_us: when the output was produced, for the conductor's edge latency spans.
+            metadata = {**ev.metadata, "t_us": time.time() * 1e6}
+            self._emit(state.stream_id, NodeOutput(ev.request_id, ev.node, refs, ev.iteration, metadata))
+            self._open_local(state.stream_id, self.local.on_output(ev.request_id, ev.node, ev.iteration, ev.tensors))
+        elif isinstance(ev, NodeDone):
+            consumed = self._table.end_run(ev.request_id, ev.node, ev.iteration)
+            self._emit(state.stream_id, NodeDone(ev.request_id, ev.node, ev.consumed + consumed, ev.iteration))
+            opens, markers = self.local.on_done(ev.request_id, ev.node, ev.iteration)
+            self._open_local(state.stream_id, opens)
+            for marker in markers:
+                self._emit(state.stream_id, marker)
+        elif isinstance(ev, NodeError):
+            self._fail(ev.request_id, ev.node, ev.status, ev.message, ev.iteration)
+
+    def _fail(self, request_id: str, node: str, status: str, message: str, iteration: tuple[int, ...] = ()) -> None:
+        """NodeError for one node run; a NodeDone follows when the run had consumed
+        leases of other arenas, so their producers can free them."""
+        stream_id = self._table.owner(request_id)
+        consumed = self._table.end_run(request_id, node, iteration, error=message)
+        if stream_id is None:
+            return
+        self._emit(stream_id, NodeError(request_id, node, status, message, iteration))
+        if consumed:
+            self._emit(stream_id, NodeDone(request_id, node, consumed, iteration))
+
+    def _emit(self, stream_id: str, ev: OutboundEvent) -> None:
+        self._outbox.emit(stream_id, ev)
+
+    def _update_idle(self) -> None:
+        with self._lock:
+            if self._pending == 0 and not self._table.runs:
+                self._idle.set()

@@ -1,0 +1,70 @@
+"""runtime.item_proto: Run items and events <-> protobuf, with errors naming the field."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from protos.starmesh.v1 import component_pb2
+from runtime import item_proto as wire
+from runtime.items import Cancel, ConsumedLease, NodeDone, NodeError, NodeOutput, OpenNode, PushChunk, Release, StopRule
+from tests.fixtures.components import inline_ref
+from core.errors import InvalidArgument
+from transport.refs import ShmLocation, TensorRef
+
+
+def test_inbound_items_round_trip():
+    shm = TensorRef("bfloat16", (2, 3), ShmLocation("starmesh-ab", 128, 12, 7, "h1"))
+    items = [
+        OpenNode(
+            request_id="r", node="n", walk="w", iteration=(1, 2), inputs={"a": inline_ref(torch.ones(2)), "b": shm},
+            params={"temperature": 0.5, "tags": ["x"]}, stop_rule=StopRule(5, (1, 2)),
+            traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01", tracestate="k=v", consumer_host_ids=("h2",),
+        ),
+        PushChunk("r", "n", "audio", (3,), {"c": inline_ref(torch.zeros(0))}, end_of_stream=True),
+        Cancel("r", "client went away"),
+        Release("r", (1, 2, 3)),
+    ]
+    back = [item for _field, item in wire.request_from_proto(wire.items_to_proto(items))]
+    assert back == items
+
+
+def test_outbound_events_round_trip():
+    events = [
+        NodeOutput("r", "n", {"y": inline_ref(torch.arange(3))}, (0,), {"finish": "stop"}),
+        NodeError("r", "n", "INVALID_ARGUMENT", "items[0].open.inputs[x].dtype: bad"),
+        NodeDone("r", "n", (ConsumedLease("starmesh-ab", 7),)),
+    ]
+    assert wire.events_from_proto(wire.events_to_proto(events)) == events
+
+
+def test_a_bad_item_is_rejected_alone():
+    req = wire.items_to_proto([OpenNode(request_id="ok", node="n"), Cancel("c")])
+    bad = req.items.add().open
+    bad.request_id, bad.node = "bad", "n"
+    bad.inputs.add(name="x").tensor.dtype = 1  # no location
+    dup = req.items.add().open
+    dup.request_id, dup.node = "dup", "n"
+    for _ in range(2):
+        dup.inputs.add(name="x").tensor.inline_bytes = b"\0" * 4
+        dup.inputs[-1].tensor.dtype = 1
+        dup.inputs[-1].tensor.shape.append(1)
+    req.items.add()  # no kind
+    out = wire.request_from_proto(req)
+    assert [f for f, _ in out] == [f"items[{i}]" for i in range(5)]
+    assert isinstance(out[0][1], OpenNode) and isinstance(out[1][1], Cancel)
+    rejected = [item for _f, item in out[2:]]
+    assert all(isinstance(r, wire.Rejected) and r.status == "INVALID_ARGUMENT" for r in rejected)
+    assert rejected[0].request_id == "bad" and "items[2].open.inputs[x].location" in rejected[0].message
+    assert "items[3].open.inputs[x]: duplicate" in rejected[1].message
+    assert "items[4]: none of open" in rejected[2].message
+
+
+def test_params_must_be_struct_values():
+    with pytest.raises(InvalidArgument, match="open.params"):
+        wire.items_to_proto([OpenNode(request_id="r", node="n", params={"t": torch.ones(1)})])
+
+
+def test_status_names_and_values():
+    assert wire.status_name(wire.status_value("RESOURCE_EXHAUSTED")) == "RESOURCE_EXHAUSTED"
+    assert wire.status_value("NOT_A_STATUS") == wire.status_value("INTERNAL")
+    assert component_pb2.NodeError(code=wire.status_value("NOT_FOUND")).code == 5

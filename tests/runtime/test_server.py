@@ -1,0 +1,146 @@
+"""The server base in-process: health, reflection, Describe, limits, graceful stop."""
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import pytest
+import torch
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+from runtime.grpc_status import map_errors, status_code
+from runtime.items import NodeError, NodeOutput, OpenNode
+from runtime.server import ServerConfig
+from tests.fixtures.components import Echo, Slow, inline_ref, inline_tensor
+from tests.fixtures.services import RunStream, describe, start_in_process, wait_until
+from core.errors import BadTensorRef
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _health(address: str, service: str = "") -> int:
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
+
+
+def test_reflection_lists_component_health_and_reflection(echo_server):
+    with grpc.insecure_channel(echo_server.address) as channel:
+        services = set(ProtoReflectionDescriptorDatabase(channel).get_services())
+    assert {"starmesh.v1.Component", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= services
+
+
+def test_describe(echo_server):
+    info = describe(echo_server.address)
+    transport = echo_server.hosted.transport
+    assert (info.name, list(info.nodes), info.host_id) == ("echo", ["echo"], "test-host")
+    assert info.arena == transport.arena_name and info.version
+    assert info.transport.arena_bytes == transport.config.arena_bytes
+
+
+def test_health_turns_serving_when_ready():
+    from runtime.background import BackgroundServer
+    from runtime.component_service import ComponentService
+    from transport.config import TransportConfig
+    from transport.transport import Transport
+
+    component = Echo()
+    component.is_ready = False
+    hosted = ComponentService(component, Transport(TransportConfig(host_id="test-host")))
+    server = BackgroundServer(hosted, ServerConfig(ready_poll_s=0.01))
+    try:
+        server.start(wait_serving=False)
+        for name in ("", "starmesh.v1.Component"):
+            assert _health(server.address, name) == health_pb2.HealthCheckResponse.NOT_SERVING
+        component.is_ready = True
+        deadline = time.monotonic() + 5
+        while _health(server.address) != health_pb2.HealthCheckResponse.SERVING:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        server.stop()
+    assert component.is_closed and hosted.transport.is_closed
+
+
+def test_messages_above_4_mib_pass(echo_server):
+    big = torch.arange(2 << 20, dtype=torch.float32)  # 8 MiB inline each way
+    with RunStream(echo_server.address) as stream:
+        stream.send(OpenNode(request_id="big", node="echo", inputs={"x": inline_ref(big)}))
+        out, _done = stream.events()
+        assert out.tensors["x"].kind == "shm"  # 8 MiB is above the inline threshold
+        assert out.tensors["x"].nbytes == big.numel() * 4
+
+
+def test_graceful_stop_drains_in_flight_work():
+    server = start_in_process(Slow(), grace_s=10)
+    stream = RunStream(server.address)
+    try:
+        stream.send(OpenNode(request_id="slow", node="echo", inputs={"x": inline_ref(torch.ones(2))}, params={"delay_s": 0.5}))
+        assert wait_until(lambda: describe(server.address).num_open_requests == 1)
+        t0 = time.monotonic()
+        stopper = threading.Thread(target=server.stop)
+        stopper.start()
+        time.sleep(0.1)
+        assert _health(server.address) == health_pb2.HealthCheckResponse.NOT_SERVING
+        stream.send(OpenNode(request_id="late", node="echo", inputs={"x": inline_ref(torch.ones(2))}))
+        events = stream.events() + stream.events()
+        late = [e for e in events if isinstance(e, NodeError)]
+        assert [(e.request_id, e.status) for e in late] == [("late", "UNAVAILABLE")]
+        (out,) = [e for e in events if isinstance(e, NodeOutput)]
+        assert out.request_id == "slow" and torch.equal(inline_tensor(out.tensors["x"]), torch.ones(2))
+        stopper.join(10)
+        assert not stopper.is_alive() and time.monotonic() - t0 < 5
+        assert stream.recv() is None  # the idle stream was cancelled after the drain
+    finally:
+        stream.close()
+        server.stop()
+
+
+def test_server_config_is_validated():
+    with pytest.raises(ValueError, match="max_message_bytes"):
+        ServerConfig(max_message_bytes=1024)
+    with pytest.raises(ValueError, match="port"):
+        ServerConfig(port=70000)
+    with pytest.raises(ValueError, match="torch_threads"):
+        ServerConfig(torch_threads=0)
+
+
+class _Context:
+    def __init__(self):
+        self.aborted = None
+
+    async def abort(self, code, details):
+        self.aborted = (code, details)
+        raise grpc.aio.AbortError()
+
+
+def test_error_mapping_decorator():
+    import asyncio
+
+    class Servicer:
+        @map_errors
+        async def unary(self, request, context):
+            raise BadTensorRef("items[0].open.inputs[x].dtype: unknown")
+
+        @map_errors
+        async def stream(self, request, context):
+            yield 1
+            raise RuntimeError("boom")
+
+    async def run():
+        ctx = _Context()
+        with pytest.raises(grpc.aio.AbortError):
+            await Servicer().unary(None, ctx)
+        assert ctx.aborted == (grpc.StatusCode.INVALID_ARGUMENT, "items[0].open.inputs[x].dtype: unknown")
+        ctx = _Context()
+        got = []
+        with pytest.raises(grpc.aio.AbortError):
+            async for x in Servicer().stream(None, ctx):
+                got.append(x)
+        assert got == [1] and ctx.aborted[0] == grpc.StatusCode.INTERNAL and "boom" in ctx.aborted[1]
+
+    asyncio.run(run())
+    assert status_code("NOT_FOUND") == grpc.StatusCode.NOT_FOUND
+    assert status_code("NOPE") == grpc.StatusCode.INTERNAL
