@@ -28,3 +28,20 @@ def join_parts(tensors: dict[str, Any]) -> dict[str, Any]:
     for port, items in parts.items():
         out[port] = torch.cat([t for _, t in sorted(items, key=lambda p: p[0])], dim=0)
     return out
+
+
+def resolve_inputs(transport: Any, refs: dict, field: str, handles: list, request_id: str) -> dict[str, Any]:
+    """Resolves every ref of a node run's inputs and joins their parts. Each resolved
+    handle is appended to `handles` (the run's, so its NodeDone releases them); a bad ref
+    is a FieldError naming `field[name]`."""
+    from core.errors import FieldError, StarmeshError
+
+    tensors = {}
+    for name, ref in refs.items():
+        try:
+            resolved = transport.resolve(ref, request_id=request_id)
+        except StarmeshError as e:
+            raise FieldError(e, f"{field}[{name}]: {e}") from None
+        handles.append(resolved)
+        tensors[name] = resolved.tensor
+    return join_parts(tensors)

@@ -1,4 +1,4 @@
-"""The engine thread of a component service (DESIGN section 2).
+"""The engine thread of a component service.
 
 The grpc.aio event loop only converts messages and enqueues them here
 (`attach`, `submit`, `detach` never block). This thread does everything that
@@ -15,24 +15,23 @@ the streams stay up.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from typing import Any
 
 from opentelemetry import trace
 
-from runtime.backpressure import CreditGate
-from runtime.component import Component
-from core.errors import FieldError
-from runtime.grpc_status import failure
-from runtime.items import Cancel, Credit, NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent, PushChunk, Release
-from runtime.colocated_streams import LocalStreams
-from runtime.outbox import Outbox, Sink
-from runtime.parts import join_parts
-from runtime.request_table import RequestTable
-from runtime.item_proto import Rejected
 from core.errors import StarmeshError
+from runtime.backpressure import CreditGate
+from runtime.colocated_streams import LocalStreams
+from runtime.component import Component
+from runtime.grpc_status import failure
+from runtime.inbox import Inbox
+from runtime.item_proto import Rejected
+from runtime.items import Cancel, Credit, NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent, PushChunk, Release
+from runtime.outbox import Outbox, Sink
+from runtime.parts import resolve_inputs
+from runtime.request_table import RequestTable
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +48,8 @@ class StepLoop:
         self._table = RequestTable(tracer or trace.NoOpTracer())
         self._credits = CreditGate(self._table, component)
         self.local = LocalStreams()  # co-located streaming edges: consumers opened here
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._inbox = Inbox()
         self._outbox = Outbox()
-        self._lock = threading.Lock()
-        self._pending = 0  # inbox messages not yet handled (guarded by _lock)
-        self._idle = threading.Event()
-        self._idle.set()
         self._is_draining = False
         self._thread = threading.Thread(target=self._run, name=f"step-loop-{component.name}", daemon=True)
 
@@ -89,7 +84,7 @@ class StepLoop:
 
     def wait_idle(self, timeout: float | None) -> bool:
         """Blocks until no node run is open and the inbox is empty (or timeout)."""
-        return self._idle.wait(timeout)
+        return self._inbox.wait_idle(timeout)
 
     def stop(self, timeout: float | None = None) -> None:
         """Detaches every stream (cancelling its requests) and ends the thread."""
@@ -98,9 +93,6 @@ class StepLoop:
             self._thread.join(timeout)
 
     def _put(self, msg: Any) -> None:
-        with self._lock:
-            self._pending += 1
-            self._idle.clear()
         self._inbox.put(msg)
 
     # ---- engine thread ------------------------------------------------------
@@ -108,23 +100,17 @@ class StepLoop:
     def _run(self) -> None:
         while True:
             # Block on the inbox only when the component has nothing to do: no polling.
-            msg = self._next_nowait() if self._has_work() else self._inbox.get()
+            msg = self._inbox.next_nowait() if self._has_work() else self._inbox.get()
             while msg is not None:
                 if msg is _STOP:
                     self._stop_streams()
                     return
                 self._handle(msg)
-                msg = self._next_nowait()
+                msg = self._inbox.next_nowait()
             if self._has_work():
                 self._step()
             self._outbox.flush(self._table.has_runs)
-            self._update_idle()
-
-    def _next_nowait(self) -> Any:
-        try:
-            return self._inbox.get_nowait()
-        except queue.Empty:
-            return None
+            self._inbox.update_idle(bool(self._table.runs))
 
     def _handle(self, msg: Any) -> None:
         kind, stream_id, payload = msg
@@ -140,8 +126,7 @@ class StepLoop:
                 for field, item in payload:
                     self._handle_item(stream_id, field, item)
         finally:
-            with self._lock:
-                self._pending -= 1
+            self._inbox.handled()
 
     def _handle_item(self, stream_id: str, field: str, item: Any) -> None:
         if isinstance(item, Rejected):
@@ -169,7 +154,8 @@ class StepLoop:
         run, span = self._table.open_run(stream_id, item)
         reached = False  # whether component.open saw the item
         try:
-            inputs = self._resolve_all(item.inputs, f"{field}.open.inputs", run.handles, item.request_id)
+            inputs = resolve_inputs(self.transport, item.inputs, f"{field}.open.inputs", run.handles,
+                                    item.request_id)
             reached = True
             with trace.use_span(span, end_on_exit=False):  # a component may inject this span's context
                 self.component.open(item, inputs)
@@ -181,7 +167,7 @@ class StepLoop:
 
     def _refused(self, item: OpenNode) -> None:
         """Tells a component that counts every run it is sent (a dlo_group member: its
-        peers count theirs, services.dit.lockstep) that one was refused before open."""
+        peers count theirs, services/dit/lockstep.py) that one was refused before open."""
         hook = getattr(self.component, "refused", None)
         if hook is not None:
             try:
@@ -212,22 +198,11 @@ class StepLoop:
             self._emit(stream_id, NodeError(item.request_id, item.node, "FAILED_PRECONDITION", msg, item.iteration))
             return
         try:
-            tensors = self._resolve_all(item.tensors, f"{field}.push.tensors", run.handles, item.request_id)
+            tensors = resolve_inputs(self.transport, item.tensors, f"{field}.push.tensors", run.handles,
+                                     item.request_id)
             self.component.push(item, tensors)
         except Exception as e:
             self._fail(item.request_id, item.node, *failure(e, f"{field}.push (node {item.node})"), item.iteration)
-
-    def _resolve_all(self, refs: dict, field: str, handles: list, request_id: str) -> dict:
-        """Resolves every ref; handles join the node run so NodeDone closes them."""
-        tensors = {}
-        for name, ref in refs.items():
-            try:
-                resolved = self.transport.resolve(ref, request_id=request_id)
-            except StarmeshError as e:
-                raise FieldError(e, f"{field}[{name}]: {e}") from None
-            handles.append(resolved)
-            tensors[name] = resolved.tensor
-        return join_parts(tensors)
 
     def _drop_in_component(self, request_id: str) -> None:
         """The component (and the co-located streams) forget the request; never raises."""
@@ -258,9 +233,7 @@ class StepLoop:
     def _stop_streams(self) -> None:
         for stream_id in list(self._table.streams):
             self._detach(stream_id)
-        with self._lock:
-            self._pending = 0
-        self._idle.set()
+        self._inbox.set_idle()
 
     def _call_transport(self, method: str, arg: str) -> None:
         try:
@@ -340,8 +313,3 @@ class StepLoop:
 
     def _emit(self, stream_id: str, ev: OutboundEvent) -> None:
         self._outbox.emit(stream_id, ev)
-
-    def _update_idle(self) -> None:
-        with self._lock:
-            if self._pending == 0 and not self._table.runs:
-                self._idle.set()
