@@ -8,7 +8,7 @@ from collections import deque
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from core.errors import InvalidArgument, ResourceExhausted
+from core.errors import ResourceExhausted
 
 if TYPE_CHECKING:
     from engine.sequence import Sequence
@@ -20,10 +20,7 @@ class IntegrityError(RuntimeError):
 
 class KVPool:
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        if num_blocks <= 0:
-            raise InvalidArgument(f"num_blocks must be > 0, got {num_blocks}")
-        if block_size <= 0:
-            raise InvalidArgument(f"block_size must be > 0, got {block_size}")
+        # Both > 0: the SchedulerConfig that sizes the pool validated them.
         self.block_size = block_size
         self.total = num_blocks
         self._free: deque[int] = deque(range(num_blocks))
@@ -75,17 +72,6 @@ class KVPool:
                 raise IntegrityError(f"block {block} freed by {seq.request_id!r} but owned by {owner!r}")
             self._free.append(block)
         seq.block_table.clear()
-
-    def slot(self, seq: Sequence, position: int) -> int:
-        """Flat cache slot (block * block_size + offset) of the token at position."""
-        if not 0 <= position < len(seq.block_table) * self.block_size:
-            raise IndexError(f"position {position} outside the {len(seq.block_table)} blocks "
-                             f"of request {seq.request_id!r}")
-        return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
-
-    def slots(self, seq: Sequence, start: int, end: int) -> list[int]:
-        """slot() for positions start..end-1 (the slot mapping of one step's query tokens)."""
-        return [self.slot(seq, p) for p in range(start, end)]
 
     def owner(self, block: int) -> str | None:
         return self._owner.get(block)

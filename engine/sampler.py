@@ -43,14 +43,20 @@ class Sampler:
                 out[i] = self._sample_row(logits[i], seq)
         return out
 
+    def draw(self, logits: torch.Tensor, seed: int | None, draw_index: int) -> int:
+        """One id drawn from softmax(logits) ([V], already processed): a seeded request's
+        draw number draw_index comes from its own generator, an unseeded one's from the
+        process RNG. The talker's code predictor draws its extra code groups through this too."""
+        probs = torch.softmax(logits, dim=-1).cpu()
+        gen = self._rng if seed is None else seeded_generator(seed, draw_index)
+        return int(torch.multinomial(probs, 1, generator=gen))
+
     def _sample_row(self, row: torch.Tensor, seq: Sequence) -> int:
         p = seq.params
         row = processed_logits(row, seq)
         if p.greedy:
             return int(row.argmax())
-        probs = torch.softmax(row, dim=-1).cpu()
-        gen = self._rng if p.seed is None else seeded_generator(p.seed, seq.num_output_tokens)
-        return int(torch.multinomial(probs, 1, generator=gen))
+        return self.draw(row, p.seed, seq.num_output_tokens)
 
 
 def processed_logits(row: torch.Tensor, seq: Sequence) -> torch.Tensor:

@@ -67,7 +67,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()  # no blocks; preempted ones at the front
         self.running: list[Sequence] = []        # hold blocks; sorted by arrival, newest last
         self.parked: dict[str, Sequence] = {}    # never scheduled; keep their blocks
-        self._seqs: dict[str, Sequence] = {}     # every unfinished sequence, by request id
+        self._seqs: dict[str, Sequence] = {}     # every unfinished sequence, by request id (the engine's index)
         self.num_preemptions = 0
         self._preempted_this_step = False
 
@@ -95,7 +95,7 @@ class Scheduler:
         return seq
 
     def park(self, request_id: str) -> None:
-        seq = self._get(request_id)
+        seq = self.get(request_id)
         if seq.status is PARKED:
             return
         self._detach(seq)
@@ -103,7 +103,7 @@ class Scheduler:
         self.parked[request_id] = seq
 
     def unpark(self, request_id: str) -> None:
-        seq = self._get(request_id)
+        seq = self.get(request_id)
         if seq.status is not PARKED:
             return
         del self.parked[request_id]
@@ -237,11 +237,16 @@ class Scheduler:
         return True
 
     # -- bookkeeping -------------------------------------------------------------------
-    def _get(self, request_id: str) -> Sequence:
+    def get(self, request_id: str) -> Sequence:
         seq = self._seqs.get(request_id)
         if seq is None:
             raise NotFound(f"request {request_id!r} is not in the engine")
         return seq
+
+    @property
+    def request_ids(self) -> set[str]:
+        """Every unfinished sequence's request id (waiting, running or parked)."""
+        return set(self._seqs)
 
     def _detach(self, seq: Sequence) -> None:
         """Remove seq from whichever queue holds it (a sequence that finished in

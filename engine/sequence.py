@@ -92,11 +92,6 @@ class Sequence:
         return self.num_tokens - self.num_cached_tokens
 
     @property
-    def has_next_input(self) -> bool:
-        """Whether every position has its input (always, for sequences fed ids)."""
-        return self.input_embeds is None or len(self.input_embeds) == self.num_tokens
-
-    @property
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
 
@@ -133,10 +128,8 @@ class Sequence:
 
 
 def _validate(prompt_ids: list[int], params: SamplingParams, max_context: int, vocab_size: int) -> None:
-    if max_context <= 0:
-        raise InvalidArgument(f"max_context must be > 0, got {max_context}")
-    if vocab_size <= 0:
-        raise InvalidArgument(f"vocab_size must be > 0, got {vocab_size}")
+    """The request against the model. params are valid on their own (SamplingParams), and
+    max_context, vocab_size > 0 (ModelConfig, EngineConfig)."""
     if len(prompt_ids) == 0:
         raise InvalidArgument("prompt is empty")
     for t in prompt_ids:

@@ -1,4 +1,5 @@
-"""The talker engine: the paged KV-cache engine of [C] running the Qwen3-Omni talker.
+"""The talker engine: the paged KV-cache engine step (engine/engine_core.py) running the
+Qwen3-Omni talker, fed embedding rows and emitting audio frames.
 
 A step reads schedule -> run -> postprocess:
   schedule     the scheduler picks prefills and decodes (continuous batching, preemption);
@@ -11,25 +12,28 @@ A step reads schedule -> run -> postprocess:
 
 Requests enter with the thinker's prompt rows (add_request), take the thinker's rows as
 they come (push_thinker), and go on after the thinker ends (end_thinker) until codec EOS.
+`requests` holds each request's talker state (TalkerRequest); its sequence, once started,
+is `req.seq`, the one the scheduler holds.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 
+from core.errors import InvalidArgument, NotFound
+from engine.batch import ScheduledBatch
 from engine.device_option import resolve_device
-from engine.llm_engine import EngineConfig
-from engine.model_runner import ModelRunner
+from engine.engine_config import EngineConfig
+from engine.engine_core import EngineCore
+from engine.kv_pool import IntegrityError
+from engine.model_runner import ForwardOutput, ModelRunner
 from engine.models.qwen3_omni.talker import Talker
-from engine.sampler import Sampler, seeded_generator, top_k_filter, top_p_filter
-from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
-from engine.sequence import Sequence
 from engine.models.qwen3_omni.talker_prompt import talker_prompt
+from engine.sampler import top_k_filter, top_p_filter
+from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence
 from engine.talker_request import TalkerRequest
-from core.errors import InvalidArgument
 
 PREDICTOR_TOP_K, PREDICTOR_TOP_P = 50, 0.8  # what HF's talker passes its code predictor when sampling
 
@@ -42,32 +46,20 @@ class TalkerOutput:
     finish_reason: str | None = None
 
 
-class TalkerEngine:
+class TalkerEngine(EngineCore):
     def __init__(self, model: Talker, config: EngineConfig) -> None:
-        self.model = model
-        self.config = config
-        self.spec = model.spec
         if resolve_device(config.device).type != "cpu":  # its runner and code predictor are CPU-only for now
             raise InvalidArgument(f"engine.device {config.device!r}: the talker engine runs on 'cpu' only")
-        self.scheduler = Scheduler(config.scheduler_config)
-        self.runner = ModelRunner(model, config.num_blocks, config.block_size)
-        self.sampler = Sampler()
+        super().__init__(model, config, ModelRunner(model, config.num_blocks, config.block_size))
+        self.spec = model.spec
         self.requests: dict[str, TalkerRequest] = {}
-        self.sequences: dict[str, Sequence] = {}
-        self._arrival = 0
-        self._failed: list[TalkerOutput] = []
-        self.num_steps = 0
-        self.forward_s = 0.0
+        self._failed: list[TalkerOutput] = []  # requests that never start, reported at the next step
 
     @classmethod
     def from_checkpoint(cls, config: EngineConfig) -> "TalkerEngine":
         from engine.models.qwen3_omni.talker_loader import load_talker
 
         return cls(load_talker(config.checkpoint, dtype=config.dtype), config)
-
-    @property
-    def max_context(self) -> int:
-        return min(self.spec.decoder.max_position, self.config.num_blocks * self.config.block_size)
 
     def talker_params(self, max_new_tokens: int = 4096, temperature: float = 0.9, top_k: int = 50,
                       top_p: float = 1.0, repetition_penalty: float = 1.05, seed: int | None = None,
@@ -105,41 +97,34 @@ class TalkerEngine:
 
     def abort(self, request_id: str) -> None:
         self.requests.pop(request_id, None)
-        if self.sequences.pop(request_id, None) is not None:
-            self.scheduler.abort(request_id)
+        super().abort(request_id)
         self._failed = [o for o in self._failed if o.request_id != request_id]
 
     def has_work(self) -> bool:
-        return bool(self._failed) or self.scheduler.has_work()
+        return bool(self._failed) or super().has_work()
 
     def _get(self, request_id: str) -> TalkerRequest:
         req = self.requests.get(request_id)
         if req is None:
-            raise InvalidArgument(f"request {request_id!r} is not on the talker")
+            raise NotFound(f"request {request_id!r} is not on the talker")
         return req
 
     def _advance(self, req: TalkerRequest) -> None:
         """Starts the request once its prompt is complete; feeds a waiting text row."""
-        if not req.started:
+        if req.seq is None:
             if req.never_starts:
                 self.abort(req.request_id)
                 self._failed.append(TalkerOutput(req.request_id, None, True, "no_text"))
             elif req.can_start:
                 self._start(req)
             return
-        seq = self.sequences.get(req.request_id)
-        if seq is not None and req.pending is not None and self._feed(req, seq):
-            self.scheduler.unpark(req.request_id)
+        if req.pending is not None and self._feed(req, req.seq):
+            self.unpark(req.request_id)
 
     def _start(self, req: TalkerRequest) -> None:
         rows = talker_prompt(self.model, req)  # [P, hidden]
         ids = [self.spec.codec["codec_pad_id"]] * rows.shape[0]  # placeholders: the rows are the input
-        seq = Sequence(req.request_id, ids, req.params, self._arrival, self.max_context,
-                       self.spec.decoder.vocab_size, rows)
-        self._arrival += 1
-        self.scheduler.add(seq)
-        self.sequences[req.request_id] = seq
-        req.started = True
+        req.seq = self._add_sequence(req.request_id, ids, req.params, rows)
 
     def _feed(self, req: TalkerRequest, seq: Sequence) -> bool:
         """Completes the next input row if its text row is known; False while it is not."""
@@ -157,31 +142,22 @@ class TalkerEngine:
         return True
 
     # -- one step ----------------------------------------------------------------------
-    @torch.no_grad()
     def step(self) -> list[TalkerOutput]:
-        outputs, self._failed = self._failed, []
-        batch = self.scheduler.schedule()                              # schedule
-        if not batch.seqs:
-            return outputs
-        t0 = time.perf_counter()
-        out = self.runner.run(batch, self.scheduler.pool)               # run
-        self.forward_s += time.perf_counter() - t0
-        sampling = [s for s, m in zip(batch.seqs, batch.sample_mask) if m]
-        tokens = self.sampler(out.logits, sampling)
-        it = iter(tokens)
-        self.scheduler.postprocess(batch, [next(it) if m else None for m in batch.sample_mask])
-        self.num_steps += 1
-        return outputs + self._postprocess(sampling, tokens, out.sampled_hidden)  # postprocess
+        failed, self._failed = self._failed, []
+        return failed + super().step()
 
-    def _postprocess(self, seqs: list[Sequence], tokens: list[int], hidden: torch.Tensor) -> list[TalkerOutput]:
+    def _outputs(self, batch: ScheduledBatch, sampled: list[int | None], out: ForwardOutput) -> list[TalkerOutput]:
+        """One output per sequence that sampled: its frame, unless group 0 finished it."""
+        seqs = [s for s, m in zip(batch.seqs, batch.sample_mask) if m]
+        tokens = [t for t, m in zip(sampled, batch.sample_mask) if m]
         going = [i for i, s in enumerate(seqs) if not s.is_finished]
+        hidden = out.sampled_hidden  # [len(seqs), hidden]
         frames = self._frames([seqs[i] for i in going], [tokens[i] for i in going], hidden[going]) if going else {}
         outputs = []
-        for seq, token in zip(seqs, tokens):
-            frame = frames.get(seq.request_id)
-            outputs.append(TalkerOutput(seq.request_id, frame, seq.is_finished, seq.finish_reason))
+        for seq in seqs:
+            outputs.append(TalkerOutput(seq.request_id, frames.get(seq.request_id), seq.is_finished,
+                                        seq.finish_reason))
             if seq.is_finished:
-                self.sequences.pop(seq.request_id, None)
                 self.requests.pop(seq.request_id, None)
         return outputs
 
@@ -198,7 +174,7 @@ class TalkerEngine:
             req.num_frames += 1
             frames[seq.request_id] = [tokens[i], *residual[i].tolist()]
             if not self._feed(req, seq):
-                self.scheduler.park(seq.request_id)
+                self.park(seq.request_id)
         return frames
 
     def _pick(self, logits: torch.Tensor, k: int, seqs: list[Sequence]) -> torch.Tensor:
@@ -209,10 +185,15 @@ class TalkerEngine:
             if p.greedy:
                 continue
             row = top_p_filter(top_k_filter(logits[i], PREDICTOR_TOP_K), PREDICTOR_TOP_P)
-            gen = None if p.seed is None else seeded_generator(p.seed, seq.num_output_tokens * 64 + k)
-            picks[i] = torch.multinomial(torch.softmax(row, -1), 1, generator=gen or self.sampler._rng)[0]
+            picks[i] = self.sampler.draw(row, p.seed, seq.num_output_tokens * 64 + k)
         return picks
 
     def check_integrity(self) -> None:
-        self.scheduler.check_integrity()
-        assert set(self.sequences) <= set(self.requests), "a sequence outlived its request"
+        super().check_integrity()
+        started = {rid for rid, req in self.requests.items() if req.seq is not None}
+        if started != self.scheduler.request_ids:
+            raise IntegrityError(f"started talker requests {sorted(started)} are not the scheduler's "
+                                 f"sequences {sorted(self.scheduler.request_ids)}")
+        for rid in started:
+            if self.requests[rid].seq is not self.scheduler.get(rid):
+                raise IntegrityError(f"request {rid!r} and the scheduler hold different sequences")

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.sampling_params import SamplingParams
 from core.errors import InvalidArgument
+from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence
 
 HEAD_ROWS = 4  # <|im_start|> assistant \n + the first text token
 
@@ -34,7 +35,7 @@ class TalkerRequest:
         self.hidden: list[torch.Tensor] = []   # same, accept-layer hidden (multimodal prompts)
         self.num_rows = 0
         self.thinker_done = False
-        self.started = False                   # its prompt went into the engine
+        self.seq: Sequence | None = None       # its engine sequence, once its prompt went in
         self.generation_step = 0               # g: the text row the next input takes
         self.pending: torch.Tensor | None = None  # [hidden] codec part of the next input, waiting for text
         self.num_frames = 0

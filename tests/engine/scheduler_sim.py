@@ -10,6 +10,7 @@ from __future__ import annotations
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
 from engine.sequence import Sequence, SequenceStatus
+from tests.engine.slots import slot
 
 VOCAB = 97
 
@@ -35,12 +36,12 @@ class FakeRunner:
                                          batch.sample_mask):
             assert start == seq.num_cached_tokens and n > 0 and start + n <= seq.num_tokens
             for p in range(start, start + n):
-                self.cache[pool.slot(seq, p)] = (seq.request_id, p, seq.token_ids[p])
+                self.cache[slot(pool, seq, p)] = (seq.request_id, p, seq.token_ids[p])
             if not sample:
                 out.append(None)
                 continue
             for p in range(seq.num_tokens):  # attention would read exactly these slots
-                assert self.cache[pool.slot(seq, p)] == (seq.request_id, p, seq.token_ids[p])
+                assert self.cache[slot(pool, seq, p)] == (seq.request_id, p, seq.token_ids[p])
             out.append(next_token(seq.token_ids))
         return out
 

@@ -7,19 +7,21 @@ from hypothesis import strategies as st
 
 from engine.kv_pool import IntegrityError, KVPool
 from engine.sampling_params import SamplingParams
+from engine.scheduler import SchedulerConfig
 from engine.sequence import Sequence
 from core.errors import InvalidArgument, ResourceExhausted
+from tests.engine.slots import slot, slots
 
 
 def seq(rid: str = "r", n: int = 1) -> Sequence:
     return Sequence(rid, [1] * n, SamplingParams(max_new_tokens=1), 0, 10_000, 8)
 
 
-def test_config_is_validated():
+def test_pool_sizes_are_validated_by_the_config_that_sizes_the_pool():
     with pytest.raises(InvalidArgument, match="num_blocks must be > 0"):
-        KVPool(0, 16)
+        SchedulerConfig(num_blocks=0, block_size=16)
     with pytest.raises(InvalidArgument, match="block_size must be > 0"):
-        KVPool(4, 0)
+        SchedulerConfig(num_blocks=4, block_size=0)
 
 
 def test_blocks_needed_counts_only_missing_blocks():
@@ -46,12 +48,12 @@ def test_slot_math():
     pool.allocate(other, 4)
     pool.allocate(s, 9)  # a third block, after other's
     assert s.block_table == [0, 2, 3] and other.block_table == [1]
-    assert [pool.slot(s, p) for p in (0, 3, 4, 7, 8, 11)] == [0, 3, 8, 11, 12, 15]
-    assert pool.slots(other, 1, 3) == [5, 6]
+    assert [slot(pool, s, p) for p in (0, 3, 4, 7, 8, 11)] == [0, 3, 8, 11, 12, 15]
+    assert slots(pool, other, 1, 3) == [5, 6]
     with pytest.raises(IndexError):
-        pool.slot(s, 12)
+        slot(pool, s, 12)
     with pytest.raises(IndexError):
-        pool.slot(s, -1)
+        slot(pool, s, -1)
 
 
 def test_running_out_of_blocks():

@@ -9,6 +9,7 @@ from engine.llm_engine import EngineConfig, LLMEngine
 from engine.sampling_params import SamplingParams
 from engine.checkpoints.tiny_text import make_tiny
 from core.errors import InvalidArgument
+from tests.engine.slots import slots
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -49,7 +50,7 @@ def run_staggered(engine, requests, arrivals):
         for out in engine.step():
             if out.is_finished:
                 outputs[out.request_id] = out.output_ids
-        engine.scheduler.check_integrity()
+        engine.check_integrity()
         step += 1
     return outputs
 
@@ -92,7 +93,7 @@ def check_prepare(runner):
             first = seq.num_cached_tokens
             want_ids += seq.token_ids[first:first + n]
             want_pos += range(first, first + n)
-            want_slots += [pool.slot(seq, p) for p in range(first, first + n)]
+            want_slots += slots(pool, seq, first, first + n)
         assert ids.tolist() == want_ids and positions.tolist() == want_pos
         assert meta.slot_mapping.tolist() == want_slots
         assert meta.seq_lens.tolist() == [s.num_cached_tokens + n for s, n in zip(batch.seqs, batch.num_query_tokens)]

@@ -137,3 +137,20 @@ def test_unseeded_requests_use_the_process_rng():
     draws = lambda sampler: [sampler(logits, [make(temperature=1.0)])[0] for _ in range(20)]  # noqa: E731
     assert draws(Sampler(seed=3)) == draws(Sampler(seed=3))
     assert len(set(draws(Sampler()))) > 1
+
+
+def test_draw_is_the_one_draw_both_engines_use():
+    row = randn(V, seed=6) / 3
+    probs = torch.softmax(row, dim=-1)
+    # seeded: draw number i comes from the request's own generator, whatever the sampler's RNG
+    want = [int(torch.multinomial(probs, 1, generator=seeded_generator(9, i))) for i in range(10)]
+    assert [Sampler(seed=i).draw(row, 9, i) for i in range(10)] == want
+    # unseeded: the process RNG, advanced by every draw
+    rng = torch.Generator().manual_seed(4)
+    want = [int(torch.multinomial(probs, 1, generator=rng)) for _ in range(10)]
+    sampler = Sampler(seed=4)
+    assert [sampler.draw(row, None, 0) for _ in range(10)] == want
+    assert len(set(want)) > 1  # it really sampled
+    # and a sampled request's token is a draw from its processed logits
+    seq = make(temperature=0.7, top_k=10, seed=5)
+    assert Sampler()(row[None], [seq]) == [Sampler().draw(processed_logits(row, seq), 5, 0)]

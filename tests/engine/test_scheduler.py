@@ -18,6 +18,10 @@ def test_config_is_validated():
         config(prefill_chunk_size=0)
     with pytest.raises(InvalidArgument, match="num_blocks must be > 0"):
         config(num_blocks=-1)
+    with pytest.raises(InvalidArgument, match="block_size must be > 0"):
+        config(block_size=0)
+    with pytest.raises(InvalidArgument, match="max_num_seqs must be > 0"):
+        config(max_num_seqs=True)  # a bool is never a count
     with pytest.raises(TypeError):
         SchedulerConfig()  # num_blocks has no default
 
@@ -258,7 +262,7 @@ def test_random_workloads_complete_with_integrity(data, num_blocks, block_size, 
             m = max(1, min(m, capacity + 1 - p))
             seqs[f"r{i}"] = s = make(f"r{i}", p, max_new=m, arrival=i)
             sched.add(s)
-        live = sorted(sched._seqs)
+        live = sorted(sched.request_ids)
         if live and data.draw(st.integers(0, 9)) == 0:
             rid = data.draw(st.sampled_from(live))
             action = data.draw(st.sampled_from(["park", "unpark", "abort"]))

@@ -1,0 +1,51 @@
+"""What a KV-cache engine is built with: its checkpoint, KV pool, batching limits and device.
+
+Validated once, here: the engine, its scheduler, KV pool and sequences trust these values.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from core.errors import InvalidArgument
+from engine.device_option import resolve_device
+from engine.scheduler import SchedulerConfig
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """checkpoint: a Hugging Face directory. num_blocks x block_size tokens of KV."""
+
+    checkpoint: str = ""
+    dtype: str | None = None
+    block_size: int = 16
+    num_blocks: int = 512
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    prefill_chunk_size: int = 512
+    capture_layer: int | None = None   # return this layer's hidden states per token (the talker's input)
+    return_embeddings: bool = False    # return input embeddings per token
+    device: str = "cpu"                # "cpu", "cuda" or "cuda:N": weights, KV cache and kernels
+    cuda_graphs: bool = True           # on CUDA: replay captured graphs for decode steps (ignored on CPU)
+
+    def __post_init__(self) -> None:
+        self.scheduler_config  # builds it: SchedulerConfig validates the five sizes (positive integers)
+        if not isinstance(self.cuda_graphs, bool):
+            raise InvalidArgument(f"engine.cuda_graphs must be a bool, got {self.cuda_graphs!r}")
+        resolve_device(self.device)  # InvalidArgument naming engine.device (e.g. CUDA asked, none here)
+
+    @cached_property
+    def scheduler_config(self) -> SchedulerConfig:
+        """The scheduler's share of the fields above."""
+        return SchedulerConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+                               prefill_chunk_size=self.prefill_chunk_size, num_blocks=self.num_blocks,
+                               block_size=self.block_size)
+
+    @property
+    def cuda_graph_sizes(self) -> list[int]:
+        """Decode batch sizes to capture as CUDA graphs ([] on CPU or with cuda_graphs off)."""
+        if not self.cuda_graphs or resolve_device(self.device).type != "cuda":
+            return []
+        from engine.cuda_graphs import graph_batch_sizes
+
+        return graph_batch_sizes(self.max_num_seqs)

@@ -1,0 +1,88 @@
+"""The step every KV-cache engine runs, and the request bookkeeping around it.
+
+A step reads schedule -> run -> postprocess:
+  schedule     the scheduler picks decodes and prefill chunks (continuous batching, preemption);
+  run          the model over the paged KV cache: ids, or embedding rows for sequences fed
+               rows (Sequence.input_embeds, e.g. the talker's);
+  postprocess  one token sampled for every sequence that reached its last input, the
+               sequences advanced by the scheduler, then the engine's `_outputs` hook turns
+               the step into its outputs (the LLM: tokens; the talker: audio frames).
+
+The scheduler holds the one index of live sequences: park, unpark and abort go through it,
+and a request it does not hold is NotFound.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from abc import ABC, abstractmethod
+
+import torch
+
+from engine.batch import ScheduledBatch
+from engine.engine_config import EngineConfig
+from engine.model_runner import ForwardOutput, ModelRunner
+from engine.sampler import Sampler
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+
+
+class EngineCore(ABC):
+    def __init__(self, model, config: EngineConfig, runner: ModelRunner) -> None:
+        self.model = model
+        self.config = config
+        self.scheduler = Scheduler(config.scheduler_config)
+        self.runner = runner
+        self.sampler = Sampler()
+        self._arrivals = itertools.count()
+        self.num_steps = 0
+        self.forward_s = 0.0  # time inside the model forward (the rest of a step is engine overhead)
+
+    @property
+    def max_context(self) -> int:
+        return min(self.model.config.max_position, self.config.num_blocks * self.config.block_size)
+
+    def _add_sequence(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                      prompt_embeds: torch.Tensor | None = None) -> Sequence:
+        """Validates the request against the model and queues it; it joins at the next step.
+        prompt_embeds [len(prompt_ids), hidden], when given, are the prompt's input rows."""
+        seq = Sequence(request_id, list(prompt_ids), params, next(self._arrivals), self.max_context,
+                       self.model.config.vocab_size, prompt_embeds)
+        self.scheduler.add(seq)
+        return seq
+
+    def abort(self, request_id: str) -> None:
+        """Frees the request's blocks; an unknown or finished request is a no-op."""
+        self.scheduler.abort(request_id)
+
+    def park(self, request_id: str) -> None:
+        self.scheduler.park(request_id)
+
+    def unpark(self, request_id: str) -> None:
+        self.scheduler.unpark(request_id)
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    @torch.no_grad()
+    def step(self) -> list:
+        batch = self.scheduler.schedule()                           # schedule
+        if not batch.seqs:
+            return []
+        t0 = time.perf_counter()
+        out = self.runner.run(batch, self.scheduler.pool)           # run
+        self.forward_s += time.perf_counter() - t0
+        rows = iter(self.sampler(out.logits, [s for s, m in zip(batch.seqs, batch.sample_mask) if m]))
+        sampled = [next(rows) if m else None for m in batch.sample_mask]
+        self.scheduler.postprocess(batch, sampled)                  # postprocess
+        self.num_steps += 1
+        return self._outputs(batch, sampled, out)
+
+    @abstractmethod
+    def _outputs(self, batch: ScheduledBatch, sampled: list[int | None], out: ForwardOutput) -> list:
+        """The step's outputs. sampled: per batch sequence, its new token or None (a prefill
+        chunk short of the prompt's end); out.sampled_hidden rows follow the sampled ones."""
+
+    def check_integrity(self) -> None:
+        self.scheduler.check_integrity()
