@@ -1,121 +1,196 @@
-"""Deployment files: strict parsing of the YAML schema in conductor/placement.py.
+"""Deployment: what a deployment file says; the one schema the conductor and `starmesh up` read.
 
-Strict on purpose: a misspelt key (`replica:` for `replicas:`) silently ignored
-would place a node somewhere the operator did not mean. Every error is a
-GraphError naming the key and where it sits.
+The graph says *what* runs; a deployment says *where*. Changing it never changes model
+code. Files are parsed strictly by conductor/deployment_file.py: a misspelt key
+(`replica:` for `replicas:`) silently ignored would place a node somewhere the operator
+did not mean, so every unknown key is a GraphError naming it and where it sits.
+
+A file has one of two shapes. Served models, what `starmesh up` launches and
+`starmesh conductor` serves (compose/deployments/local.yaml)::
+
+    name: local                    # optional, default "local"
+    checkpoints:                   # optional: name -> {tiny: KIND} (built once, cached) or {path: DIR}
+      omni: {tiny: qwen3-omni}
+    conductor: {address: "127.0.0.1:50050"}   # optional, this default
+    services:                      # required: service name -> spec; one process per replica
+      thinker:
+        replicas: ["127.0.0.1:50061"]   # required, >= 1 "host:port" (or "unix:/path")
+        component: thinker         # the registered component it serves (services/registry.py);
+                                   #   needed to launch it
+        checkpoint: omni           # optional: a key of `checkpoints`
+        options: {}                # optional mapping, passed to the component's factory as is
+        device: cpu                # optional, default "cpu" (free-form: cuda:0, cpu); launched
+                                   #   with --device when not the default
+        components: [prefill, decode]   # optional: the graph nodes the process hosts;
+                                   #   default: every node placed on it. Several = co-location.
+        host_id: a                 # optional transport host id (two-host layouts)
+        mooncake: false            # optional: start a Mooncake transfer engine
+        transport_mode: auto       # optional: auto | inline | shm | mooncake
+    dlo_groups:                    # optional: dit replicas stepping in lockstep (conductor/dlo_group_spec.py)
+      cfg: {address: "127.0.0.1:29500", world_size: 2, members: [dit, dit_uncond]}
+    models:                        # required: what the conductor serves, by name
+      qwen3-omni:
+        pipeline: qwen3_omni       # required: pipelines/registry.py
+        options: {chunk_size: 25}  # optional: the pipeline builder's keyword options
+        placement: {prefill: thinker, decode: thinker, talker: talker, code2wav: codec}
+        kv_contexts: {thinker: [prefill, decode]}   # optional
+
+One model placed on services started by other means (tests, benchmarks,
+`Placement.from_yaml`; compose/deployments/toy-local.yaml): `services` as above and,
+instead of `models` and `dlo_groups`::
+
+    model: toy                     # optional: the graph it places (checked by Placement.validate)
+    placement: {a: svc_a, b: svc_b, c: svc_c}
+    kv_contexts: {}                # optional
+    lockstep_groups:               # optional: services whose replicas step in lockstep, in
+      cfg: [dit, dit_uncond]       #   rank order, one replica each (a dlo_group's members)
+
+A `placement` maps node -> service, or node -> {default: service, walks: {walk:
+service}} for a per-walk override (without `default` the node is placed only in the
+walks it names). `kv_contexts` groups stateful nodes that share one request's KV
+context (the graph cannot say so); conductor/placement.py keeps each on one service.
+
+A served model's Placement holds the services its placement names plus every member
+of a dlo_group it uses (the conductor pads lockstep runs to all ranks, also those the
+model places nothing on); the single model's Placement holds every service of the file.
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
 
-import yaml
-
-from conductor.placement import Placement, ServiceSpec
+from conductor.dlo_group_spec import DloGroupSpec
+from conductor.placement import Placement
+from conductor.service_spec import ServiceSpec, check_endpoint
 from core.errors import GraphError
 
-TOP_KEYS = {"model", "services", "placement", "kv_contexts", "lockstep_groups"}
-SERVICE_KEYS = {"replicas", "device", "options", "components"}
-NODE_KEYS = {"default", "walks"}
+CHECKPOINT_KINDS = ("tiny", "path")
 
 
-def load_yaml(text_or_path: "str | Path") -> Mapping:
-    """YAML text, a Path, or a path string ending in .yaml/.yml -> the parsed mapping."""
-    is_path = isinstance(text_or_path, Path) or (
-        "\n" not in text_or_path and text_or_path.endswith((".yaml", ".yml"))
-    )
-    source = str(text_or_path) if is_path else "deployment"
-    if is_path:
-        try:
-            text = Path(text_or_path).read_text()
-        except OSError as exc:
-            raise GraphError(f"deployment file {text_or_path}: {exc.strerror or exc}") from exc
-    else:
-        text = text_or_path
-    try:
-        return yaml.safe_load(text)  # safe_load: a deployment file never builds objects
-    except yaml.YAMLError as exc:
-        raise GraphError(f"{source}: invalid YAML: {exc}") from exc
+def _frozen(mapping: Mapping) -> Mapping:
+    return MappingProxyType(dict(mapping))
 
 
-def _mapping(value, where: str) -> Mapping:
-    if not isinstance(value, Mapping):
-        raise GraphError(f"{where} must be a mapping, got {type(value).__name__}")
-    return value
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of a deployment: what builds it and where its nodes run.
+
+    name: the served name, also the name of the graph its pipeline builds ("" in a
+        single-model file without `model:`: the graph name is then not checked).
+    pipeline: a pipelines/registry.py name; "" in a single-model file.
+    node_to_service, walk_overrides, kv_contexts: its `placement` and `kv_contexts`.
+    services: the services its Placement holds (module docstring), in order.
+    lockstep_groups: group -> member services, in rank order.
+    options: the pipeline builder's keyword options.
+    """
+
+    name: str
+    pipeline: str
+    node_to_service: Mapping[str, str]
+    services: tuple[str, ...]
+    walk_overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    kv_contexts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    lockstep_groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    __hash__ = None  # mappings inside: compare by value, never hash
+
+    def __post_init__(self) -> None:
+        where = f"models.{self.name}"
+        for key in ("name", "pipeline"):
+            if not isinstance(getattr(self, key), str):
+                raise GraphError(f"{where}: {key} must be a string, got {getattr(self, key)!r}")
+        if isinstance(self.services, str) or not all(isinstance(s, str) for s in self.services):
+            raise GraphError(f"{where}: services must be a list of service names")
+        object.__setattr__(self, "services", tuple(self.services))
+        if not isinstance(self.options, Mapping):
+            raise GraphError(f"{where}.options must be a mapping, got {type(self.options).__name__}")
+        object.__setattr__(self, "options", _frozen(self.options))
+        object.__setattr__(self, "node_to_service", _frozen(self.node_to_service))
+        overrides = {node: _frozen(walks) for node, walks in self.walk_overrides.items()}
+        object.__setattr__(self, "walk_overrides", _frozen(overrides))
+        object.__setattr__(self, "kv_contexts", _frozen({g: tuple(n) for g, n in self.kv_contexts.items()}))
+        object.__setattr__(self, "lockstep_groups", _frozen({g: tuple(m) for g, m in self.lockstep_groups.items()}))
 
 
-def _no_unknown(data: Mapping, allowed: set[str], where: str) -> None:
-    for key in data:
-        if key not in allowed:
-            raise GraphError(f"{where}: unknown key {key!r} (allowed: {sorted(allowed)})")
+@dataclass(frozen=True)
+class Deployment:
+    """A whole deployment (module docstring); each model's Placement is built and
+    checked once, here, so a bad file fails at load and not at the first request."""
 
+    services: Mapping[str, ServiceSpec]
+    models: Mapping[str, ModelSpec]
+    name: str = "local"
+    conductor: str = "127.0.0.1:50050"     # host:port the conductor binds
+    checkpoints: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    dlo_groups: Mapping[str, DloGroupSpec] = field(default_factory=dict)
+    _placements: Mapping[str, Placement] = field(init=False, repr=False, compare=False)
 
-def _str_list(value, where: str) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise GraphError(f"{where} must be a list, got {type(value).__name__}")
-    for item in value:
-        if not isinstance(item, str):
-            raise GraphError(f"{where}: {item!r} is not a string")
-    return tuple(value)
+    __hash__ = None  # mappings inside: compare by value, never hash
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise GraphError(f"deployment: name must be a string, got {self.name!r}")
+        check_endpoint("conductor", self.conductor)
+        object.__setattr__(self, "checkpoints", _frozen({n: _frozen(ck) for n, ck in self.checkpoints.items()}))
+        object.__setattr__(self, "services", _frozen(self.services))
+        object.__setattr__(self, "models", _frozen(self.models))
+        object.__setattr__(self, "dlo_groups", _frozen(self.dlo_groups))
+        self._check_checkpoints()
+        self._check_services()
+        self._check_dlo_groups()
+        if not self.models:
+            raise GraphError("deployment: models is empty")
+        object.__setattr__(self, "_placements", _frozen({name: self._place(name) for name in self.models}))
 
-def _service(name: str, data) -> ServiceSpec:
-    where = f"service {name}"
-    data = _mapping(data, where)
-    _no_unknown(data, SERVICE_KEYS, where)
-    if "replicas" not in data:
-        raise GraphError(f"{where}: missing key 'replicas'")
-    return ServiceSpec(
-        name=name,
-        replicas=_str_list(data["replicas"], f"{where}: replicas"),
-        device=data.get("device", "cpu"),
-        options=_mapping(data.get("options") or {}, f"{where}: options"),
-        components=_str_list(data.get("components", []), f"{where}: components"),
-    )
+    def placement(self, model: str) -> Placement:
+        """Where `model`'s nodes run (checked at construction)."""
+        if model not in self._placements:
+            raise GraphError(f"deployment has no model {model!r} (models: {sorted(self._placements)})")
+        return self._placements[model]
 
+    # --- checks -------------------------------------------------------------------
 
-def _node(node: str, entry, defaults: dict, overrides: dict) -> None:
-    """One `placement:` entry: a service name, or {default: service, walks: {walk: service}}."""
-    where = f"placement {node}"
-    if isinstance(entry, str):
-        defaults[node] = entry
-        return
-    entry = _mapping(entry, f"{where} (a service name or a mapping)")
-    _no_unknown(entry, NODE_KEYS, where)
-    if not entry:
-        raise GraphError(f"{where}: names no service")
-    if "default" in entry:
-        if not isinstance(entry["default"], str):
-            raise GraphError(f"{where}: default must be a service name")
-        defaults[node] = entry["default"]
-    walks = _mapping(entry.get("walks") or {}, f"{where}: walks")
-    for walk, service in walks.items():
-        if not isinstance(service, str):
-            raise GraphError(f"{where}: walk {walk} must name a service, got {service!r}")
-    if walks:
-        overrides[node] = dict(walks)
+    def _check_checkpoints(self) -> None:
+        for name, ck in self.checkpoints.items():
+            if len(ck) != 1 or next(iter(ck)) not in CHECKPOINT_KINDS:
+                raise GraphError(f"checkpoints.{name}: give exactly one of tiny or path")
+            if not isinstance(next(iter(ck.values())), str):
+                raise GraphError(f"checkpoints.{name}.{next(iter(ck))} must be a string")
 
+    def _check_services(self) -> None:
+        if not self.services:
+            raise GraphError("deployment: services is empty")
+        for name, spec in self.services.items():
+            if not isinstance(spec, ServiceSpec) or spec.name != name:
+                raise GraphError(f"service {name}: spec must be a ServiceSpec named {name!r}")
+            if spec.checkpoint and spec.checkpoint not in self.checkpoints:
+                raise GraphError(f"services.{name}.checkpoint {spec.checkpoint!r} is not under checkpoints")
 
-def placement_from_dict(data) -> Placement:
-    """A parsed deployment mapping -> Placement (the schema: conductor/placement.py)."""
-    data = _mapping(data, "deployment")
-    _no_unknown(data, TOP_KEYS, "deployment")
-    for key in ("services", "placement"):
-        if key not in data:
-            raise GraphError(f"deployment: missing key {key!r}")
-    services = _mapping(data["services"], "deployment: services")
-    if not services:
-        raise GraphError("deployment: services is empty")
-    specs = {str(name): _service(str(name), spec) for name, spec in services.items()}
-    defaults: dict[str, str] = {}
-    overrides: dict[str, dict[str, str]] = {}
-    for node, entry in _mapping(data["placement"], "deployment: placement").items():
-        _node(str(node), entry, defaults, overrides)
-    groups = _mapping(data.get("kv_contexts") or {}, "deployment: kv_contexts")
-    kv = {str(g): _str_list(nodes, f"kv_context {g}") for g, nodes in groups.items()}
-    lockstep = _mapping(data.get("lockstep_groups") or {}, "deployment: lockstep_groups")
-    lockstep = {str(g): _str_list(members, f"lockstep group {g}") for g, members in lockstep.items()}
-    model = data.get("model", "")
-    if not isinstance(model, str):
-        raise GraphError(f"deployment: model must be a string, got {model!r}")
-    return Placement(specs, defaults, overrides, kv, model, lockstep)
+    def _check_dlo_groups(self) -> None:
+        """Members are known services of one replica (a rank), each in one group only."""
+        owner: dict[str, str] = {}
+        for name, group in self.dlo_groups.items():
+            if not isinstance(group, DloGroupSpec) or group.name != name:
+                raise GraphError(f"dlo_groups.{name}: spec must be a DloGroupSpec named {name!r}")
+            for member in group.members:
+                service = self.services.get(member)
+                if service is None:
+                    raise GraphError(f"dlo_groups.{name}.members: unknown service {member!r}")
+                if len(service.replicas) != 1:
+                    raise GraphError(f"dlo_groups.{name}.members: service {member} has {len(service.replicas)} "
+                                     "replicas; a rank is one replica (declare one service per rank)")
+                if member in owner:
+                    raise GraphError(f"service {member} is a member of dlo_groups {owner[member]} and {name}")
+                owner[member] = name
+
+    def _place(self, model: str) -> Placement:
+        spec = self.models[model]
+        if not isinstance(spec, ModelSpec) or spec.name != model:
+            raise GraphError(f"models.{model}: spec must be a ModelSpec named {model!r}")
+        unknown = sorted(set(spec.services) - set(self.services))
+        if unknown:
+            raise GraphError(f"models.{model}.placement names unknown service(s) {unknown}")
+        return Placement({s: self.services[s] for s in spec.services}, spec.node_to_service,
+                         spec.walk_overrides, spec.kv_contexts, spec.name, spec.lockstep_groups)

@@ -1,37 +1,9 @@
-"""Placement: where each node of a walk graph runs (DESIGN sections 1.2 and 2).
+"""Placement: where each node of a walk graph runs, for one model.
 
-The graph says *what* runs; a deployment file says *where*. Changing placement
-never changes model code. Formula (3) of the M* notes, pi(node, walk) -> ranks,
-is `Placement.service_for(node, walk)`: a service, whose replicas are the ranks
-(`conductor.replicas.ReplicaSelector` picks one per request).
-
-Deployment file (YAML, parsed with `yaml.safe_load`; unknown keys are errors)::
-
-    model: toy                    # optional: the graph it places (checked by validate)
-    services:                     # required: service name -> spec
-      thinker:
-        replicas: ["127.0.0.1:50061", "127.0.0.1:50062"]   # required, >= 1 "host:port"
-        device: cpu               # optional, default "cpu" (free-form: cuda:0, cpu)
-        options: {}               # optional mapping, passed to the service as is
-        components: [prefill, decode]   # optional: the nodes the process hosts;
-                                  #   default: every node placed on it. Several = co-location.
-      talker_codec:
-        replicas: ["127.0.0.1:50063"]
-        components: [talker, code2wav]  # co-located: edges between them are in-process
-    placement:                    # required: node -> service
-      prefill: thinker
-      decode: thinker
-      talker: talker_codec
-      code2wav: talker_codec
-      cfg_uncond: {default: dit, walks: {image_edit: dit_b}}   # per-walk override
-    kv_contexts:                  # optional: stateful nodes that share one request's KV
-      thinker: [prefill, decode]  #   context (the graph cannot say so): one service
-    lockstep_groups:              # optional: services whose replicas step in lockstep
-      cfg: [dit, dit_uncond]      #   (a dlo_group), in rank order; one replica each. The
-                                  #   executor pads every lockstep dispatch to all of them.
-
-A node given as a mapping may omit `default`; it is then placed only in the walks
-it names (any other walk that runs it fails validation as "unplaced").
+`Placement.service_for(node, walk)` is the placement function pi(node, walk) ->
+ranks: a service, whose replicas are the ranks (`conductor.replicas.ReplicaSelector`
+picks one per request). Deployment files and their schema: conductor/deployment.py;
+`from_dict`/`from_yaml` read one model's placement from one.
 
 KV-context rule (KV transfer between replicas is a later issue, so a request's
 context must never be split): in every walk that runs it, a stateful node
@@ -47,67 +19,16 @@ Every error is a `core.errors.GraphError` naming the node, service or walk.
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
+from conductor.service_spec import ServiceSpec
 from core.errors import GraphError
 from graph.node import check_name
 
 LATER = "KV transfer between replicas is a later issue"
-
-
-def check_endpoint(service: str, endpoint) -> None:
-    """A replica endpoint is "host:port" (port 1..65535) or "unix:/path"."""
-    if not isinstance(endpoint, str):
-        raise GraphError(f"service {service}: replica endpoint {endpoint!r} is not a string")
-    if endpoint.startswith("unix:") and len(endpoint) > len("unix:"):
-        return
-    host, sep, port = endpoint.rpartition(":")
-    if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
-        raise GraphError(f"service {service}: replica endpoint {endpoint!r} is not 'host:port'")
-
-
-@dataclass(frozen=True)
-class ServiceSpec:
-    """One component service: its running replicas, device, options and hosted nodes.
-
-    components: the nodes the process hosts (several = co-location); empty means
-        "whatever the placement puts here" (see Placement.components_of).
-    """
-
-    name: str
-    replicas: tuple[str, ...]
-    device: str = "cpu"
-    options: Mapping = field(default_factory=dict, hash=False)
-    components: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        check_name("service", self.name)
-        if isinstance(self.replicas, str):  # a bare string would iterate per character
-            raise GraphError(f"service {self.name}: replicas must be a list of endpoints")
-        object.__setattr__(self, "replicas", tuple(self.replicas))
-        if not self.replicas:
-            raise GraphError(f"service {self.name}: needs at least one replica")
-        seen = set()
-        for endpoint in self.replicas:
-            check_endpoint(self.name, endpoint)
-            if endpoint in seen:
-                raise GraphError(f"duplicate endpoint {endpoint} in service {self.name}")
-            seen.add(endpoint)
-        if not isinstance(self.device, str) or not self.device:
-            raise GraphError(f"service {self.name}: device must be a non-empty string")
-        if not isinstance(self.options, Mapping):
-            raise GraphError(f"service {self.name}: options must be a mapping")
-        # A private deep copy: the caller's dict can change later, ours never does.
-        object.__setattr__(self, "options", MappingProxyType(copy.deepcopy(dict(self.options))))
-        object.__setattr__(self, "components", tuple(self.components))
-        for node in self.components:
-            check_name(f"service {self.name} component", node)
-        if len(set(self.components)) != len(self.components):
-            raise GraphError(f"service {self.name}: duplicate component in {list(self.components)}")
 
 
 def _frozen(mapping: Mapping) -> Mapping:
@@ -151,29 +72,30 @@ class Placement:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "Placement":
-        """Builds a placement from a parsed deployment mapping (schema: module docstring)."""
-        from conductor.deployment import placement_from_dict  # deployment imports us
+        """One model's placement from a parsed deployment mapping (either shape of
+        conductor/deployment.py; a `models:` deployment must hold exactly one model)."""
+        from conductor.deployment_file import deployment_from_dict  # it imports us
 
-        return placement_from_dict(data)
+        return _only_model(deployment_from_dict(data))
 
     @classmethod
     def from_yaml(cls, text_or_path: "str | Path") -> "Placement":
         """Parses a deployment: a Path, a "*.yaml"/"*.yml" path string, or YAML text."""
-        from conductor.deployment import load_yaml
+        from conductor.deployment_file import read_deployment
 
-        return cls.from_dict(load_yaml(text_or_path))
+        return _only_model(read_deployment(text_or_path))
 
     # --- lookups ------------------------------------------------------------------
 
     def service_name_for(self, node: str, walk: str) -> str:
-        """Formula (3): the service that runs `node` in `walk` (override, then default)."""
+        """pi(node, walk): the service that runs `node` in `walk` (override, then default)."""
         name = self.walk_overrides.get(node, {}).get(walk) or self.node_to_service.get(node)
         if name is None:
             raise GraphError(f"unplaced node {node} in walk {walk}")
         return name
 
     def service_for(self, node: str, walk: str) -> ServiceSpec:
-        """Formula (3) as the ServiceSpec whose replicas may run `node` in `walk`."""
+        """pi(node, walk) as the ServiceSpec whose replicas may run `node` in `walk`."""
         return self.services[self.service_name_for(node, walk)]
 
     def is_colocated(self, node_a: str, node_b: str, walk: str) -> bool:
@@ -306,3 +228,10 @@ class Placement:
                         f"{other}on service {service} in walk {walk.name}; one request's KV context "
                         f"would be split across services ({LATER})"
                     )
+
+
+def _only_model(deployment) -> Placement:
+    if len(deployment.models) != 1:
+        raise GraphError(f"deployment has models {sorted(deployment.models)}: a Placement is one model's "
+                         "(Deployment.placement(model) picks one)")
+    return deployment.placement(next(iter(deployment.models)))

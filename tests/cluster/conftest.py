@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.deployments import rewrite
+from cluster.shipped_deployments import rewrite_shipped
 from cluster.launcher import Cluster
-from cluster.spec import ClusterSpec
+from cluster.launchable import read_launchable
 from cluster.trace_store import TraceStore
 from tests.fixtures import registry
 from tests.fixtures.services import describe
@@ -21,8 +21,8 @@ def trace_store():
 
 @pytest.fixture(scope="session")
 def colocated(tiny_omni, tmp_path_factory, trace_store):
-    path = rewrite("colocated", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path_factory.mktemp("colo")))
-    cluster = Cluster(ClusterSpec.load(path), path, trace_store=trace_store.otlp_address, log=lambda line: None)
+    path = rewrite_shipped("colocated", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path_factory.mktemp("colo")))
+    cluster = Cluster(read_launchable(path), path, trace_store=trace_store.otlp_address, log=lambda line: None)
     cluster.start()
     services = [p.address for p in cluster.services]
     for address in services:  # the leak check expects their arenas to live as long as the session

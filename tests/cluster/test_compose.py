@@ -14,7 +14,8 @@ import yaml
 
 from cli.main import build_parser
 from cluster.launcher import Cluster
-from cluster.spec import ClusterSpec
+from cluster.launchable import read_launchable
+from conductor.deployment import Deployment
 
 COMPOSE = Path(__file__).resolve().parents[2] / "compose"
 FILE, GPU_FILE = COMPOSE / "docker-compose.yml", COMPOSE / "docker-compose.gpu.yml"
@@ -51,7 +52,7 @@ def test_compose_config_validates(files):
 
 
 def test_compose_deployment_is_the_default_one():
-    default, compose = ClusterSpec.load(DEFAULT), ClusterSpec.load(IN_COMPOSE)
+    default, compose = read_launchable(DEFAULT), read_launchable(IN_COMPOSE)
     assert compose.checkpoints == default.checkpoints
     assert compose.models == default.models
 
@@ -63,7 +64,7 @@ def test_compose_deployment_is_the_default_one():
     assert compose.conductor.rpartition(":")[2] == default.conductor.rpartition(":")[2]
 
 
-def _launcher_commands(spec: ClusterSpec, deployment: str) -> dict[str, list[str]]:
+def _launcher_commands(spec: Deployment, deployment: str) -> dict[str, list[str]]:
     """compose service (a replica's host name) -> the argv `starmesh up` builds for it,
     bound to 0.0.0.0 and given the checkpoints in the compose volume."""
     cluster = Cluster(spec, deployment, log=lambda line: None)
@@ -86,7 +87,7 @@ def test_compose_services_run_the_launchers_commands():
     conductor = services["conductor"]
     mount = next(v for v in conductor["volumes"] if v.startswith("./deployments/compose.yaml:"))
     deployment = mount.split(":")[1]  # where the conductor finds compose.yaml
-    expected = _launcher_commands(ClusterSpec.load(IN_COMPOSE), deployment)
+    expected = _launcher_commands(read_launchable(IN_COMPOSE), deployment)
     assert sorted(services) == sorted(expected)
     for name, service in services.items():
         assert _parsed(service["command"]) == _parsed(expected[name]), name
@@ -120,7 +121,7 @@ def test_compose_builds_the_checkpoints_into_a_volume():
     assert init["environment"]["STARMESH_CACHE"] == CACHE and f"checkpoints:{CACHE}" in init["volumes"]
     code = init["entrypoint"][-1]
     compile(code, "init", "exec")
-    kinds = {ck["tiny"] for ck in ClusterSpec.load(IN_COMPOSE).checkpoints.values()}
+    kinds = {ck["tiny"] for ck in read_launchable(IN_COMPOSE).checkpoints.values()}
     assert all(repr(kind) in code for kind in kinds)
     for name, service in _starmesh(services).items():
         if name != "conductor":

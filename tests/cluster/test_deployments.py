@@ -11,10 +11,10 @@ import torch
 
 from client.speech import speak
 from cluster.launcher import Cluster
-from cluster.spec import ClusterSpec
+from cluster.launchable import read_launchable
 from cluster.trace_store import edge_table
 from engine.checkpoints.tiny_omni import chat_prompt
-from cluster.deployments import rewrite
+from cluster.shipped_deployments import rewrite_shipped
 from tests.fixtures.services import wait_until
 
 pytestmark = pytest.mark.timeout(400)
@@ -22,14 +22,14 @@ PARAMS = {"max_new_tokens": 12, "max_frames": 40}
 
 
 def _speak(deployment, trace_store: str = "", request_id: str = ""):
-    with Cluster(ClusterSpec.load(deployment), deployment, trace_store=trace_store, log=lambda line: None) as c:
+    with Cluster(read_launchable(deployment), deployment, trace_store=trace_store, log=lambda line: None) as c:
         return asyncio.run(speak(c.conductor_address, "qwen3-omni", chat_prompt("Hello there"), PARAMS,
                                  request_id=request_id))
 
 
 @pytest.fixture(scope="module")
 def default_audio(tiny_omni, tmp_path_factory):
-    path = rewrite("local", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path_factory.mktemp("d")))
+    path = rewrite_shipped("local", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path_factory.mktemp("d")))
     return _speak(path)
 
 
@@ -40,7 +40,7 @@ def _same_audio(summary, default_audio) -> None:
 
 
 def test_two_host_mooncake_gives_the_default_audio(tiny_omni, default_audio, tmp_path):
-    _same_audio(_speak(rewrite("two-host", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path))), default_audio)
+    _same_audio(_speak(rewrite_shipped("two-host", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path))), default_audio)
 
 
 def test_colocated_gives_the_default_audio_in_one_trace_across_every_process(colocated, trace_store,

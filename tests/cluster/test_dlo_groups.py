@@ -11,14 +11,15 @@ import yaml
 
 from cli.main import build_parser
 from cli.serve import _dlo_group_config, _factory_kwargs, _offload_config
-from cluster.deployments import DEPLOYMENTS, rewrite
+from cluster.deployment_dir import SHIPPED_DIR
+from cluster.shipped_deployments import rewrite_shipped
 from cluster.launcher import Cluster
-from cluster.spec import ClusterSpec, cluster_from_dict
+from cluster.launchable import launchable_from_dict, read_launchable
 from engine.offload.group import DloGroupConfig
 from core.errors import GraphError
 from pipelines.registry import build_model
 
-EXAMPLE = DEPLOYMENTS / "cfg-parallel-dlo.yaml"
+EXAMPLE = SHIPPED_DIR / "cfg-parallel-dlo.yaml"
 
 
 def example() -> dict:
@@ -26,7 +27,7 @@ def example() -> dict:
 
 
 def test_the_example_declares_the_cfg_parallel_pair():
-    spec = ClusterSpec.load(EXAMPLE)
+    spec = read_launchable(EXAMPLE)
     group = spec.dlo_groups["cfg"]
     assert (group.world_size, group.members, group.address) == (2, ("dit", "dit_uncond"), "127.0.0.1:29500")
     placement = spec.placement("sd3")
@@ -57,7 +58,7 @@ def _with(change) -> dict:
 ])
 def test_bad_groups_are_rejected_naming_the_key(change, match):
     with pytest.raises(GraphError, match=match):
-        cluster_from_dict(_with(change))
+        launchable_from_dict(_with(change))
 
 
 def _serve_args(argv: list[str]):
@@ -65,7 +66,7 @@ def _serve_args(argv: list[str]):
 
 
 def test_the_launcher_gives_members_their_rank_and_serve_reads_it(tmp_path):
-    spec = ClusterSpec.load(EXAMPLE)
+    spec = read_launchable(EXAMPLE)
     cluster = Cluster(spec, EXAMPLE)
     cluster.checkpoints = {"sd3": tmp_path}
     argv = {name: cluster._service(spec.services[name], name, spec.services[name].replicas[0]).args
@@ -89,8 +90,8 @@ def test_serve_flags_go_together_and_need_allgather_offload():
 
 
 def test_rewritten_deployments_keep_every_member_on_a_free_rendezvous_port(tmp_path):
-    path = rewrite("cfg-parallel-dlo", {"sd3": str(tmp_path)}, ("sd3",), str(tmp_path))
-    spec = ClusterSpec.load(path)
+    path = rewrite_shipped("cfg-parallel-dlo", {"sd3": str(tmp_path)}, ("sd3",), str(tmp_path))
+    spec = read_launchable(path)
     assert spec.dlo_groups["cfg"].members == ("dit", "dit_uncond")
     assert spec.dlo_groups["cfg"].address != "127.0.0.1:29500"
     assert set(spec.services) == {"text", "dit", "dit_uncond", "vae"}

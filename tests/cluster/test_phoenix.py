@@ -20,10 +20,10 @@ import pytest
 from client.speech import speak
 from cluster.launcher import Cluster, free_port
 from cluster.phoenix import MARKER, Phoenix, is_installed, start_trace_ui, venv_dir
-from cluster.spec import ClusterSpec
+from cluster.launchable import read_launchable
 from cluster.trace_store import TraceStore
 from engine.checkpoints.tiny_omni import chat_prompt
-from cluster.deployments import rewrite
+from cluster.shipped_deployments import rewrite_shipped
 from tests.fixtures.services import wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -68,8 +68,8 @@ def test_edge_spans_read_back_through_phoenix(trace_ui, tiny_omni, tmp_path):
     assert os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] == trace_ui.otlp_endpoint  # every process inherits it
     store = TraceStore().start()
     try:
-        path = rewrite("local", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path))
-        with Cluster(ClusterSpec.load(path), path, trace_store=store.otlp_address, log=lambda line: None) as c:
+        path = rewrite_shipped("local", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path))
+        with Cluster(read_launchable(path), path, trace_store=store.otlp_address, log=lambda line: None) as c:
             asyncio.run(speak(c.conductor_address, "qwen3-omni", chat_prompt("Hello there"),
                               {"max_new_tokens": 8, "max_frames": 30}, request_id=REQUEST))
         # every process has stopped, so flushed its spans to both the store and Phoenix

@@ -26,7 +26,7 @@ async def _both(first: str, second: str):
 
 
 def test_two_conductors_share_the_services(colocated):
-    second = ServiceProcess("", ["--deployment", colocated.deployment], name="conductor-2", port=free_port(),
+    second = ServiceProcess("", ["--deployment", colocated.path], name="conductor-2", port=free_port(),
                             command="conductor", log=lambda line: None).start()
     try:
         first_results, second_results = asyncio.run(_both(colocated.conductor_address, second.address))

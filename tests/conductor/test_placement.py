@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conductor.placement import Placement, ServiceSpec
+from conductor.placement import Placement
+from conductor.service_spec import ServiceSpec
 from graph.composites import Sequential
 from graph.edge import GraphEdge
 from core.errors import GraphError

@@ -19,7 +19,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from cluster.dlo_groups import DloGroupSpec, member_args
+from cluster.dlo_groups import member_args
+from conductor.dlo_group_spec import DloGroupSpec
 from cluster.launcher import free_port
 from conductor.service import ConductorService
 from pipelines.text_to_image import served_model

@@ -1,0 +1,48 @@
+"""The deployment files shipped with starmesh (cluster/deployment_dir.py), rewritten for one run (tests,
+benchmarks): free ports (replicas, the conductor, dlo_group rendezvous), given
+checkpoints, and optionally only some models (fewer processes on a small machine; a
+dlo_group a kept model uses keeps every member)."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from cluster.deployment_dir import SHIPPED_DIR
+from cluster.launcher import free_port
+from conductor.deployment_file import deployment_from_dict, load_yaml
+
+
+def rewrite_shipped(name: str, checkpoints: dict[str, str], models: tuple[str, ...] | None = None,
+                    directory: str | None = None) -> Path:
+    """compose/deployments/NAME.yaml rewritten (module docstring) into a new file in
+    `directory`; checkpoints: checkpoint name -> directory, for every one kept."""
+    data = load_yaml(SHIPPED_DIR / f"{name}.yaml")
+    deployment = deployment_from_dict(data)
+    groups = data.get("dlo_groups") or {}
+    if models is not None:
+        data["models"] = {m: v for m, v in data["models"].items() if m in models}
+        used = {s for m in data["models"] for s in deployment.models[m].services}  # with dlo_group members
+        groups = {g: v for g, v in groups.items() if used & set(v["members"])}
+        data["services"] = {s: v for s, v in data["services"].items() if s in used}
+        ckpts = {v.get("checkpoint") for v in data["services"].values()}
+        data["checkpoints"] = {k: v for k, v in data["checkpoints"].items() if k in ckpts}
+    data["checkpoints"] = {k: {"path": checkpoints[k]} for k in data["checkpoints"]}
+    data["conductor"] = {"address": f"127.0.0.1:{free_port()}"}
+    for spec in data["services"].values():
+        spec["replicas"] = [f"127.0.0.1:{free_port()}" for _ in spec["replicas"]]
+    if groups:
+        data["dlo_groups"] = {g: {**v, "address": f"127.0.0.1:{free_port()}"} for g, v in groups.items()}
+    else:
+        data.pop("dlo_groups", None)
+    return write_deployment(data, directory)
+
+
+def write_deployment(data: dict, directory: str | None = None) -> Path:
+    """A deployment mapping as a new YAML file in `directory` (default: the temp directory)."""
+    fd, path = tempfile.mkstemp(prefix="starmesh-deploy-", suffix=".yaml", dir=directory)
+    with os.fdopen(fd, "w") as f:
+        yaml.safe_dump(data, f, sort_keys=False)
+    return Path(path)

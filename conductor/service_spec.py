@@ -1,0 +1,84 @@
+"""ServiceSpec: one service of a deployment, its replicas and what runs on them.
+
+The same object serves the conductor (where to send a node's runs: `replicas`,
+`components`) and `starmesh up` (what to launch: `component`, `checkpoint`, transport
+flags). Keys and defaults: conductor/deployment.py.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from core.errors import GraphError
+from graph.node import check_name
+
+
+def check_endpoint(service: str, endpoint) -> None:
+    """A replica endpoint is "host:port" (port 1..65535) or "unix:/path"."""
+    if not isinstance(endpoint, str):
+        raise GraphError(f"service {service}: replica endpoint {endpoint!r} is not a string")
+    if endpoint.startswith("unix:") and len(endpoint) > len("unix:"):
+        return
+    host, sep, port = endpoint.rpartition(":")
+    if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+        raise GraphError(f"service {service}: replica endpoint {endpoint!r} is not 'host:port'")
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One service: its running replicas and what each replica process hosts.
+
+    components: the graph nodes the process hosts (several = co-location); empty means
+        "whatever the placement puts here" (see Placement.components_of).
+    component: the registered factory `starmesh serve` runs (services/registry.py),
+        e.g. "talker+codec"; "" for a service started by other means (tests, in-process).
+    device: passed to the factory when it is not the default "cpu".
+    checkpoint: a key of the deployment's `checkpoints` ("" = none).
+    host_id, mooncake, transport_mode: the process's transport flags.
+    """
+
+    name: str
+    replicas: tuple[str, ...]
+    device: str = "cpu"
+    options: Mapping = field(default_factory=dict, hash=False)
+    components: tuple[str, ...] = ()
+    component: str = ""
+    checkpoint: str = ""
+    host_id: str = ""
+    mooncake: bool = False
+    transport_mode: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_name("service", self.name)
+        self._check_replicas()
+        for key in ("device", "component", "checkpoint", "host_id", "transport_mode"):
+            if not isinstance(getattr(self, key), str):
+                raise GraphError(f"service {self.name}: {key} must be a string, got {getattr(self, key)!r}")
+        if not self.device:
+            raise GraphError(f"service {self.name}: device must be a non-empty string")
+        if not isinstance(self.mooncake, bool):
+            raise GraphError(f"service {self.name}: mooncake must be true or false, got {self.mooncake!r}")
+        if not isinstance(self.options, Mapping):
+            raise GraphError(f"service {self.name}: options must be a mapping")
+        # A private deep copy: the caller's dict can change later, ours never does.
+        object.__setattr__(self, "options", MappingProxyType(copy.deepcopy(dict(self.options))))
+        object.__setattr__(self, "components", tuple(self.components))
+        for node in self.components:
+            check_name(f"service {self.name} component", node)
+        if len(set(self.components)) != len(self.components):
+            raise GraphError(f"service {self.name}: duplicate component in {list(self.components)}")
+
+    def _check_replicas(self) -> None:
+        if isinstance(self.replicas, str):  # a bare string would iterate per character
+            raise GraphError(f"service {self.name}: replicas must be a list of endpoints")
+        object.__setattr__(self, "replicas", tuple(self.replicas))
+        if not self.replicas:
+            raise GraphError(f"service {self.name}: needs at least one replica")
+        seen = set()
+        for endpoint in self.replicas:
+            check_endpoint(self.name, endpoint)
+            if endpoint in seen:
+                raise GraphError(f"duplicate endpoint {endpoint} in service {self.name}")
+            seen.add(endpoint)
