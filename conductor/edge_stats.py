@@ -1,6 +1,6 @@
 """Per-edge latency of one request: production of an item -> its consumer's dispatch.
 
-Tracing must stay cheap (DESIGN 9): an edge that fires per item (plain edges,
+Tracing must stay cheap: an edge that fires per item (plain edges,
 FixedChunk(1) streams) gets ONE span per (request, edge) carrying the count, bytes
 and latency percentiles; an edge with larger chunks gets one span per chunk.
 Timestamps are wall-clock microseconds (producers on the same host share the clock;

@@ -9,22 +9,23 @@ reached, which frees its component state, buffers and leases there.
 from __future__ import annotations
 
 import logging
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 
 from opentelemetry import trace
 
 from conductor.chunk_override import first_chunk_param
+from conductor.executor_hooks import Connect, ExecutorHooks
 from conductor.request_run import END, Failure, RequestRun
 from conductor.targets import run_item
 from conductor.walk_scope import WalkScope
 from conductor.walk_state import WalkState
+from core.errors import InvalidArgument, StarmeshError
+from graph.validate import validate_inner_loops
 from graph.walk import WalkGraph
 from runtime.items import LOCKSTEP_PAD, Cancel, Credit, NodeDone, NodeError, NodeOutput, OutboundEvent
 from runtime.telemetry import inject_context
-from core.errors import StarmeshError
 
 log = logging.getLogger(__name__)
-Route = Callable[[str, str, str], Any]  # (node, walk, request_id) -> target
 
 
 class RequestFailed(StarmeshError):
@@ -34,25 +35,25 @@ class RequestFailed(StarmeshError):
 
 
 class Executor:
-    def __init__(self, graph: WalkGraph, route: Route, inner_loops=frozenset(), materialize=None,
-                 tracer: trace.Tracer | None = None, speculate: bool = True, max_backlog: int = 256,
-                 colocated=lambda src, dst, walk: False, consumer_hosts=lambda node, walk: ()) -> None:
-        """colocated(src, dst, walk): both nodes run in one process, so a streaming edge between
-        them may be handed over there (WalkScope.local_in)."""
+    def __init__(self, graph: WalkGraph, connect: Connect, inner_loops=frozenset(),
+                 tracer: trace.Tracer | None = None, speculate: bool = True, max_backlog: int = 256) -> None:
+        """connect(self.on_events) builds the targets and returns the hooks over them;
+        inner_loops: names of the loops that run inside their component; max_backlog:
+        outputs held for a client that does not read."""
+        if isinstance(max_backlog, bool) or not isinstance(max_backlog, int) or max_backlog < 1:
+            raise InvalidArgument(f"executor max_backlog must be an integer >= 1, got {max_backlog!r}")
+        validate_inner_loops(graph, inner_loops)
         self.graph = graph
-        self.route = route
-        speculative = frozenset(n.name for n in graph.nodes if n.speculative and speculate)
-        self.scopes = {w.name: WalkScope(w, frozenset(inner_loops), speculative, colocated) for w in graph.walks}
         self.num_dispatched: dict[str, int] = {}  # node -> node runs and pushes sent, over all requests
-        self.consumer_hosts = consumer_hosts  # (node, walk) -> host ids its outputs go to
-        self.on_edge = lambda edge, seconds: None  # per hop/chunk latency (the metrics histogram)
         self.num_wasted = 0  # speculative runs discarded at a stop, over all requests
-        self.max_backlog = max_backlog  # outputs held for a client that does not read
+        self.max_backlog = max_backlog
         self._outbox: dict[str, tuple[Any, list]] = {}  # target name -> (target, items) of this round
-        self.materialize = materialize or (lambda value: value)
-        self.lockstep = None  # a conductor.lockstep.LockstepPadder when the placement has lockstep groups
         self.requests: dict[str, RequestRun] = {}
         self.tracer = tracer or trace.get_tracer("starmesh.conductor")
+        self.hooks: ExecutorHooks = connect(self.on_events)  # the targets may deliver from here on
+        speculative = frozenset(n.name for n in graph.nodes if n.speculative and speculate)
+        self.scopes = {w.name: WalkScope(w, frozenset(inner_loops), speculative, self.hooks.colocated)
+                       for w in graph.walks}
 
     # ---- front: one request -------------------------------------------------------
 
@@ -89,9 +90,9 @@ class Executor:
         if len(run.spans) > 1:
             span = run.spans.pop()
             if run.state is not None:
-                for edge, seconds in run.state.recorder.latencies_s():
-                    self.on_edge(edge, seconds)
-                run.state.recorder.emit_spans(self.tracer, trace.set_span_in_context(span), run.request_id)
+                for edge, seconds in run.state.timer.recorder.latencies_s():
+                    self.hooks.on_edge(edge, seconds)
+                run.state.timer.recorder.emit_spans(self.tracer, trace.set_span_in_context(span), run.request_id)
             span.end()
 
     def _enter_walk(self, run: RequestRun, walk: str, inputs: dict[str, tuple]) -> None:
@@ -105,9 +106,7 @@ class Executor:
         if missing:
             raise RequestFailed("INVALID_ARGUMENT", f"walk {walk} needs input(s) {missing}; got {sorted(inputs)}")
         run.walk = walk
-        run.state = WalkState(self.scopes[walk], inputs, run.client_room, run.params)
-        run.state.loops.materialize = self.materialize
-        run.state.loops.update()
+        run.state = WalkState(self.scopes[walk], inputs, run.client_room, run.params, self.hooks.materialize)
 
     # ---- ready -> dispatch ---------------------------------------------------------
 
@@ -126,7 +125,7 @@ class Executor:
             traceparent, _ = inject_context(trace.set_span_in_context(run.spans[-1]))
             opened = []  # (node, target) of the new node runs of this pump
             for d in run.state.ready():
-                target = self.route(d.node, run.walk, run.request_id)
+                target = self.hooks.route(d.node, run.walk, run.request_id)
                 run.reached[target.name] = target
                 if d.credits:
                     run.targets[(d.node, d.iteration)] = target
@@ -134,7 +133,7 @@ class Executor:
                     opened.append((d.node, target))
                 self.num_dispatched[d.node] = self.num_dispatched.get(d.node, 0) + 1
                 self._send(target, run_item(run.request_id, run.walk, d, run.params, target.convert,
-                                            traceparent, run.state.scope, self.consumer_hosts(d.node, run.walk)))
+                                            traceparent, run.state.scope, self.hooks.consumer_hosts(d.node, run.walk)))
             self._pad_lockstep(run, opened)
             for node, tag, port, amount in run.state.credits.replenish():
                 self._send(run.targets[(node, tag)], Credit(run.request_id, node, port, amount, tag))
@@ -145,12 +144,13 @@ class Executor:
     def _pad_lockstep(self, run: RequestRun, opened: list) -> None:
         """Padding units for the ranks of a lockstep group this pump gave fewer units
         (conductor.lockstep), sent in the same flush as the others'."""
-        if self.lockstep is None:
+        lockstep = self.hooks.lockstep
+        if lockstep is None:
             return
-        for target, num_pads in self.lockstep.pads(opened):
+        for target, num_pads in lockstep.pads(opened):
             run.reached[target.name] = target  # its Cancel at the end frees the pads' state there
             for _ in range(num_pads):
-                self._send(target, self.lockstep.pad_item(run.request_id, run.walk))
+                self._send(target, lockstep.pad_item(run.request_id, run.walk))
 
     def _next_walk(self, run: RequestRun) -> None:
         outputs = run.state.outputs

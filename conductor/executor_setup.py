@@ -3,21 +3,26 @@
     async with inprocess_executor(graph, [toy_a, toy_b]) as ex:
         async for name, value in ex.generate("r1", {"x": (tensor,)}): ...
     async with remote_executor(graph, placement) as ex: ...
+
+Targets hand their events to the executor and the executor routes node runs to
+them: the executor builds them while it is built, through `connect(its sink)`.
+Remote targets open their streams once the executor exists.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from conductor.executor import Executor
+from conductor.executor_hooks import ExecutorHooks, Sink, ignore_edge
 from conductor.lockstep import LockstepPadder
 from conductor.placement import Placement
 from conductor.replicas import ReplicaSelector
 from conductor.targets import InProcessTarget, RemoteTarget
 from core.errors import GraphError
-from graph.walk import WalkGraph
+from graph.walk import Walk, WalkGraph
 
 
 def _materialize(value):
@@ -36,17 +41,18 @@ async def inprocess_executor(graph: WalkGraph, components, inner_loops=frozenset
                              speculate: bool = True, max_backlog: int = 256) -> AsyncIterator[Executor]:
     """Every node runs on a component of this process (one engine thread each)."""
     loop = asyncio.get_running_loop()
-    by_node, targets = {}, []
     hosts = {node: i for i, c in enumerate(components) for node in c.nodes}
-    executor = Executor(graph, lambda node, walk, rid: by_node[node], inner_loops, _materialize,
-                        speculate=speculate, max_backlog=max_backlog,
-                        colocated=lambda src, dst, walk: src in hosts and hosts.get(dst) == hosts[src])
-    for component in components:
-        target = InProcessTarget(component, loop, executor.on_events)
-        targets.append(target)
-        by_node.update({node: target for node in component.nodes})
-    missing = [n.name for n in graph.nodes if n.name not in by_node]
+    targets: list[InProcessTarget] = []
+
+    def connect(sink: Sink) -> ExecutorHooks:
+        targets.extend(InProcessTarget(component, loop, sink) for component in components)
+        by_node = {node: target for target, c in zip(targets, components) for node in c.nodes}
+        return ExecutorHooks(route=lambda node, walk, rid: by_node[node], materialize=_materialize,
+                             colocated=lambda src, dst, walk: src in hosts and hosts.get(dst) == hosts[src])
+
     try:
+        executor = Executor(graph, connect, inner_loops, speculate=speculate, max_backlog=max_backlog)
+        missing = [n.name for n in graph.nodes if n.name not in hosts]
         if missing:
             raise GraphError(f"no component hosts node(s) {missing}")
         yield executor
@@ -58,9 +64,11 @@ async def inprocess_executor(graph: WalkGraph, components, inner_loops=frozenset
 @contextlib.asynccontextmanager
 async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=frozenset(),
                           tracer=None, interceptors=None, speculate: bool = True,
-                          lockstep_nodes=frozenset()) -> AsyncIterator[Executor]:
+                          lockstep_nodes=frozenset(),
+                          on_edge: Callable[[str, float], None] | None = None) -> AsyncIterator[Executor]:
     """Nodes run on the replicas the placement names; one Run stream per replica.
-    lockstep_nodes: runs padded across the placement's lockstep groups (conductor.lockstep)."""
+    lockstep_nodes: runs padded across the placement's lockstep groups (conductor.lockstep);
+    on_edge(edge, seconds): every hop's and chunk's latency (the metrics histogram)."""
     placement.validate(graph)
     selector = ReplicaSelector(placement)
     targets: dict[str, RemoteTarget] = {}
@@ -68,25 +76,36 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
     def route(node: str, walk: str, request_id: str) -> RemoteTarget:
         return targets[selector.choose(request_id, graph.node_by_name[node], walk).endpoint]
 
-    executor = Executor(graph, route, inner_loops, _materialize, tracer, speculate=speculate,
-                        colocated=placement.is_colocated)
-    executor.consumer_hosts = functools.lru_cache(maxsize=None)(
-        lambda node, walk: consumer_hosts(executor.scopes[walk], placement, targets, node, walk))
+    @functools.lru_cache(maxsize=None)
+    def hosts(node: str, walk: str) -> tuple[str, ...]:  # first asked once the targets know their hosts
+        return consumer_hosts(graph.walk_by_name[walk], placement, targets, node)
+
+    def connect(sink: Sink) -> ExecutorHooks:  # the streams open below, once the executor exists
+        targets.update({endpoint: RemoteTarget(endpoint, sink, interceptors=interceptors)
+                        for spec in placement.services.values() for endpoint in spec.replicas})
+        return ExecutorHooks(route, placement.is_colocated, hosts, _materialize, on_edge or ignore_edge,
+                             _lockstep(placement, targets, lockstep_nodes))
+
     try:
-        for spec in placement.services.values():
-            for endpoint in spec.replicas:
-                targets[endpoint] = await RemoteTarget(endpoint, executor.on_events, interceptors=interceptors).start()
-        if placement.lockstep_groups and lockstep_nodes:
-            groups = {name: tuple(targets[placement.services[s].replicas[0]] for s in members)
-                      for name, members in placement.lockstep_groups.items()}
-            executor.lockstep = LockstepPadder(groups, lockstep_nodes)
+        executor = Executor(graph, connect, inner_loops, tracer, speculate=speculate)
+        for target in targets.values():
+            await target.start()
         yield executor
     finally:
         for target in targets.values():
             await target.close()
 
 
-def consumer_hosts(scope, placement: Placement, targets: dict, node: str, walk: str) -> tuple[str, ...]:
+def _lockstep(placement: Placement, targets: dict[str, RemoteTarget], nodes) -> LockstepPadder | None:
+    """Padding for the placement's lockstep groups; a group's rank is its service's one replica."""
+    if not placement.lockstep_groups or not nodes:
+        return None
+    groups = {name: tuple(targets[placement.services[s].replicas[0]] for s in members)
+              for name, members in placement.lockstep_groups.items()}
+    return LockstepPadder(groups, nodes)
+
+
+def consumer_hosts(walk: Walk, placement: Placement, targets: dict, node: str) -> tuple[str, ...]:
     """Host ids of every replica that may consume `node`'s outputs in `walk`, and the
     client's marker when a walk output reads them (the transport picks inline, shm or
     Mooncake from these)."""
@@ -94,9 +113,11 @@ def consumer_hosts(scope, placement: Placement, targets: dict, node: str, walk: 
     from transport.config import CLIENT_HOST
 
     hosts = set()
-    for edge in scope.out_edges[node]:
+    for edge in walk.edges:
+        if edge.src_node != node:
+            continue
         if edge.dst_node == WALK_OUTPUT:
             hosts.add(CLIENT_HOST)
         else:
-            hosts |= {targets[ep].host_id for ep in placement.service_for(edge.dst_node, walk).replicas}
+            hosts |= {targets[ep].host_id for ep in placement.service_for(edge.dst_node, walk.name).replicas}
     return tuple(sorted(h for h in hosts if h))

@@ -2,7 +2,7 @@
 decisions at iteration boundaries, and loop exits (last / accumulate)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from graph.composites import Loop, node_names
 
@@ -15,13 +15,13 @@ class LoopTracker:
     """Iterations of conductor-driven loops advance one at a time: k + 1 becomes
     active once every node of iteration k is done and the stop rule said go on."""
 
-    def __init__(self, scope: "WalkScope", state: "WalkState") -> None:
+    def __init__(self, scope: "WalkScope", state: "WalkState", materialize: Callable[["Value"], Any]) -> None:
+        """Starts no loop: the state calls update() once it is complete."""
         self.scope = scope
         self.state = state
         self.current: dict[tuple[str, Tag], int] = {}   # (loop, parent tag) -> k
         self.finished: dict[tuple[str, Tag], int] = {}  # (loop, parent tag) -> last k (-1: none)
-        self.materialize = lambda value: value  # Value -> tensor, for stop rules on references
-        self.update()
+        self.materialize = materialize  # Value -> tensor, for stop rules on references
 
     def active_tags(self, depth: int, node: str) -> list["Tag"]:
         """Tags a node may run at now; with speculation also the next iteration of a

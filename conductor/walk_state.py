@@ -9,38 +9,28 @@ iteration or streamed item.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from conductor.chunk_override import request_policy
 from conductor.credit_ledger import CreditLedger
-from conductor.edge_stats import EdgeRecorder, now_us
+from conductor.dispatch import Dispatch, Value, chunk_info
+from conductor.edge_stats import now_us
+from conductor.edge_timer import EdgeTimer
 from conductor.loop_state import LoopTracker
-from graph.chunking import FixedChunk
 from conductor.walk_scope import Tag, WalkScope
 from graph.edge import GraphEdge
 from graph.node import WALK_INPUT, WALK_OUTPUT
 from graph.stream_buffer import StreamBuffer
 
-Value = tuple[Any, ...]
 
-
-@dataclass(frozen=True)
-class Dispatch:
-    """One node run to start: (node, iteration) is its identity within the request."""
-
-    node: str
-    iteration: Tag
-    inputs: dict[str, Value]
-    loop: Any = None                      # graph Loop run inside the component
-    chunk: dict = field(default_factory=dict)  # chunk metadata of a chunk-fed run
-    credits: dict = field(default_factory=dict)  # output port -> items before the run is parked
-    push: bool = False  # a chunk for the open run (node, iteration), not a new run
+def _as_is(value: Value) -> Value:
+    return value
 
 
 class WalkState:
     def __init__(self, scope: WalkScope, inputs: dict[str, Value], client_room=lambda: 1 << 30,
-                 params: dict | None = None) -> None:
+                 params: dict | None = None, materialize: Callable[[Value], Any] = _as_is) -> None:
+        """materialize: a value held by reference -> its tensor, for stop rules."""
         self.scope = scope
         self.params = params or {}  # the request's: a chunk policy may take its first_chunk
         self.credits = CreditLedger(self, client_room)
@@ -48,19 +38,18 @@ class WalkState:
         self.values: dict[tuple[str, str, Tag], Value] = {}
         self.dispatched: set[tuple[str, Tag]] = set()
         self.done: set[tuple[str, Tag]] = set()
-        self.loops = LoopTracker(scope, self)
+        self.loops = LoopTracker(scope, self, materialize)
         self.buffers: dict[tuple[GraphEdge, Tag], StreamBuffer] = {}
         self.chunk_runs: dict[tuple[str, Tag], list[int]] = {}  # (node, scope) -> [open, next seq]
         self.pending_chunks: dict[tuple[str, Tag], list] = {}
         self.outputs: dict[str, list[Any]] = {}
         self.held: dict[tuple[str, Tag], dict[int, dict]] = {}  # chunk outputs waiting for their turn
         self.next_seq: dict[tuple[str, Tag], int] = {}
-        self.recorder = EdgeRecorder()
-        self.started_us = now_us()
-        self.stamps: dict[int, float] = {}  # id(value part) -> when it was produced (us)
+        self.timer = EdgeTimer()
         self.emitted: list[tuple[str, Any]] = []  # walk outputs to stream, drained by the executor
         self.spec_held: dict[tuple[str, Tag], list] = {}  # (loop, iteration) -> outputs not yet shown
         self.num_wasted = 0  # speculative runs past a stop (their outputs never shown)
+        self.loops.update()  # enters the top-level loops
 
     # ---- readiness ---------------------------------------------------------------
 
@@ -113,7 +102,8 @@ class WalkState:
                     if inputs is not None and (node in self.scope.inner or self.credits.can_run(node, tag)):
                         self.dispatched.add((node, tag))
                         self._record(node, tag, inputs)
-                        out.append(Dispatch(node, tag, inputs, self.scope.inner.get(node), credits=self.credits.initial(node, tag)))
+                        out.append(Dispatch(node, tag, inputs, self.scope.inner.get(node),
+                                            credits=self.credits.initial(node, tag)))
                 if node in self.scope.pushed and (node, tag) in self.dispatched and (node, tag) not in self.done:
                     out += self._ready_pushes(node, tag)
         return out
@@ -124,14 +114,10 @@ class WalkState:
         out = []
         for chunk in self.buffer(edge, tag[: self.scope.common(edge.src_node, node)]).pop_ready():
             if chunk.items:
-                self._record_chunk(edge, chunk)
-            meta = {"num_context": chunk.num_context, "num_pad": chunk.num_pad, "is_last": chunk.is_last}
+                self.timer.chunk(edge, chunk)
             inputs = {edge.dst_port: chunk.items} if chunk.items else {}
-            out.append(Dispatch(node, tag, inputs, chunk=meta, push=True))
+            out.append(Dispatch(node, tag, inputs, chunk=chunk_info(chunk), push=True))
         return out
-
-    def produced_us(self, value: Value) -> float:
-        return max((self.stamps.get(id(p), self.started_us) for p in value), default=self.started_us)
 
     def _record(self, node: str, tag: Tag, inputs: dict[str, Value]) -> None:
         """Edge latency: each input's production -> this dispatch."""
@@ -139,7 +125,7 @@ class WalkState:
         for port, value in inputs.items():
             if value:
                 edge, _ = self.feeding_edge(node, port, tag)
-                self.recorder.hop(str(edge), self.produced_us(value), now, value[0])
+                self.timer.hop(edge, value, now)
 
     def _ready_chunks(self, node: str, tag: Tag) -> list[Dispatch]:
         edge = self.scope.stream_in[node]
@@ -158,24 +144,13 @@ class WalkState:
                 break
             pending.pop(0)
             self._record(node, tag, inputs)
-            self._record_chunk(edge, chunk)
+            self.timer.chunk(edge, chunk)
             inputs[edge.dst_port] = chunk.items
-            meta = {"start": chunk.start, "num_context": chunk.num_context,
-                    "is_last": chunk.is_last, "num_pad": chunk.num_pad}
-            out.append(Dispatch(node, tag + (runs[1],), inputs, chunk=meta))
+            out.append(Dispatch(node, tag + (runs[1],), inputs, chunk=chunk_info(chunk)))
             runs[0] += 1
             runs[1] += 1
         self._close_if_drained(node, tag)
         return out
-
-    def _record_chunk(self, edge: GraphEdge, chunk) -> None:
-        now = now_us()
-        if edge.chunk_policy == FixedChunk(1):  # per-item edge: aggregated, one span per request
-            for item in chunk.new_items:
-                self.recorder.hop(str(edge), self.stamps.get(id(item), self.started_us), now, item)
-        else:
-            stamped = [(item, self.stamps.get(id(item), self.started_us)) for item in chunk.items]
-            self.recorder.chunk(str(edge), stamped, chunk.num_context, now)
 
     def _close_if_drained(self, node: str, tag: Tag) -> None:
         """A chunk-fed node ends its own outgoing streams once its input stream is
@@ -219,8 +194,7 @@ class WalkState:
         members, n = self.scope.members[loop.name], len(tag)
         for key in [k for k in self.values if k[0] in members and k[2][:n] == tag]:
             if f"{key[0]}.{key[1]}" not in loop.accumulate:
-                for part in self.values.pop(key):
-                    self.stamps.pop(id(part), None)
+                self.timer.forget(self.values.pop(key))
         self.done = {key for key in self.done if not (key[0] in members and key[1][:n] == tag)}
         self.dispatched = {key for key in self.dispatched if not (key[0] in members and key[1][:n] == tag)}
 
@@ -236,9 +210,7 @@ class WalkState:
             self.credits.produced(node, iteration[:-1], outputs)
             if iteration[-1] >= 1:  # a loop inside a component: only the last iteration can exit
                 self.forget(self.scope.inner[node], iteration[:-1] + (iteration[-1] - 1,))
-        stamp = produced_us or now_us()
-        for value in outputs.values():
-            self.stamps[id(value)] = stamp
+        self.timer.stamp(outputs, produced_us)
         if node not in self.scope.stream_in:
             return self._apply_output(node, iteration, outputs)
         key = (node, iteration[:-1])

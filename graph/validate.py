@@ -9,10 +9,13 @@ this order so the first error names the real culprit:
 3. loops (graph.validate_loops): carry, accumulate and watch stay inside their
    loop; an edge from loop A into a loop B that does not enclose A delivers A's exit value
    (last or accumulated) to every iteration of B, or streams A's iterations into B;
-4. one producer per port (duplicate port);
+4. one producer per port (duplicate port), one streaming input per node;
 5. no cycle outside loop carries (graph.validate_cycles);
 6. every input port of every node is fed by an edge or a carry.
 A walk without outputs is allowed (its outputs are empty).
+
+`validate_inner_loops` adds the checks that depend on which loops a deployment runs
+inside their component; an executor runs it once when it is built for the graph.
 """
 from __future__ import annotations
 
@@ -20,8 +23,8 @@ from graph.composites import Loop, Parallel, Sequential, loops_in, node_names
 from core.errors import GraphError
 from graph.node import GraphNode
 from graph.validate_cycles import check_acyclic
-from graph.validate_loops import check_loop_ports
-from graph.validate_ports import check_edges, check_inputs_fed, check_single_producer
+from graph.validate_loops import check_inner_loops, check_loop_ports
+from graph.validate_ports import check_edges, check_inputs_fed, check_single_producer, check_single_stream_input
 
 
 def validate_graph(graph) -> None:
@@ -35,8 +38,15 @@ def validate_walk(graph, walk) -> None:
     check_edges(graph, walk)
     check_loop_ports(graph, walk)
     check_single_producer(walk)
+    check_single_stream_input(walk)
     check_acyclic(walk)
     check_inputs_fed(graph, walk)
+
+
+def validate_inner_loops(graph, inner_loops) -> None:
+    """The graph run with `inner_loops` (loop names) inside their components."""
+    for walk in graph.walks:
+        check_inner_loops(walk, frozenset(inner_loops))
 
 
 def _check_names(graph) -> None:

@@ -1,6 +1,7 @@
 """Loop checks of one walk: carry edges, accumulate ports and stop watches stay
 inside their loop, and edges only cross loop boundaries where iteration tags line
-up (into enclosed loops, or out of loops toward an enclosing scope)."""
+up (into enclosed loops, or out of loops toward an enclosing scope). Checks that
+depend on which loops run inside their component take those loops' names."""
 from __future__ import annotations
 
 from graph.composites import node_names
@@ -30,3 +31,20 @@ def check_loop_ports(graph, walk) -> None:
             check_port(graph, walk, where, node, port, "output")
             if node not in inside:
                 raise GraphError(f"walk {walk.name}: {where}: node {node!r} is not inside the loop")
+
+
+def check_inner_loops(walk, inner_loops: frozenset[str]) -> None:
+    """`inner_loops`: the loops a deployment runs inside their component. Only such a
+    loop may stop on a component predicate, or start without an edge feeding a carried
+    port at iteration 0 (its component holds the state)."""
+    for loop, _ in walk.loops:
+        if loop.stop is not None and loop.stop.component_predicate and loop.name not in inner_loops:
+            raise GraphError(f"walk {walk.name}: loop {loop.name}: a component stop predicate needs the "
+                             "loop to run inside its component (inner_loops)")
+    inner = walk.component_loops(inner_loops)
+    fed = {edge.dst for edge in walk.edges}
+    for loop, _ in walk.loops:
+        for edge in loop.carry:
+            if edge.dst_node not in inner and edge.dst not in fed:
+                raise GraphError(f"walk {walk.name}: loop {loop.name}: carried port {edge.dst} has no edge "
+                                 "for iteration 0 (only a loop run inside its component may start without one)")

@@ -1,4 +1,5 @@
-"""Port checks of one walk: edge endpoints, one producer per port, every input fed."""
+"""Port checks of one walk: edge endpoints, one producer per port, at most one
+streaming input per node, every input fed."""
 from __future__ import annotations
 
 from graph.composites import node_names
@@ -59,6 +60,17 @@ def check_single_producer(walk) -> None:
                     f"walk {walk.name}: duplicate port {carry.dst}: fed by carry {carry} of loop {loop.name} "
                     f"and by edge {edge} from inside the loop (the edge must enter the loop)"
                 )
+
+
+def check_single_stream_input(walk) -> None:
+    """A node takes at most one streaming input: its runs are cut from that one stream
+    (one run per chunk, or chunks pushed into one open run)."""
+    streamed: set[str] = set()
+    for edge in walk.edges:
+        if edge.is_streaming and edge.dst_node != WALK_OUTPUT:
+            if edge.dst_node in streamed:
+                raise GraphError(f"walk {walk.name}: node {edge.dst_node} has several streaming inputs")
+            streamed.add(edge.dst_node)
 
 
 def check_inputs_fed(graph, walk) -> None:

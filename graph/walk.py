@@ -40,6 +40,17 @@ class Walk:
         containing = [outer + (loop,) for loop, outer in self.loops if node in node_names(loop)]
         return max(containing, key=len, default=())
 
+    def component_loops(self, inner_loops: frozenset[str]) -> dict[str, Loop]:
+        """node -> the loop its component runs itself: a loop named in `inner_loops`
+        whose body is that one node and whose stop needs no conductor-side predicate
+        (one dispatch per entry, outputs tagged per iteration)."""
+        out = {}
+        for loop, _ in self.loops:
+            body = node_names(loop)
+            if loop.name in inner_loops and len(body) == 1 and (loop.stop is None or loop.stop.predicate is None):
+                out[body[0]] = loop
+        return out
+
     @property
     def input_names(self) -> list[str]:
         return sorted({e.src_port for e in self.edges if e.src_node == WALK_INPUT})

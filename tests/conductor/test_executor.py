@@ -4,8 +4,11 @@ import asyncio
 import pytest
 import torch
 
-from conductor.executor import RequestFailed
+from conductor.executor import Executor, RequestFailed
+from conductor.executor_hooks import ExecutorHooks
 from conductor.executor_setup import inprocess_executor
+from conductor.targets import InProcessTarget
+from core.errors import GraphError, InvalidArgument
 from graph.chunking import LeftContext
 from graph.composites import DynamicLoop, Loop, Parallel, Sequential, StopRule
 from graph.edge import GraphEdge as E
@@ -206,3 +209,50 @@ def test_a_missing_walk_input_is_invalid_argument():
     graph = WalkGraph("t", [N("a", ("x",), ("y",))], [Walk("w", "a", [E("input.x", "a.x"), E("a.y", "output.y")])])
     result = run(graph, [Toy("toy", {"a": lambda i, p: {"y": i["x"]}})], {"r": {}})["r"]
     assert isinstance(result, RequestFailed) and result.status == "INVALID_ARGUMENT" and "'x'" in str(result)
+
+
+def two_steps():
+    nodes = [N("a", ("x",), ("y",)), N("b", ("y",), ("z",))]
+    walk = Walk("w", Sequential("a", "b"), [E("input.x", "a.x"), E("a.y", "b.y"), E("b.z", "output.z")])
+    return WalkGraph("t", nodes, [walk]), Toy("toy", {"a": lambda i, p: {"y": i["x"] + 1},
+                                                        "b": lambda i, p: {"z": i["y"] * 2}})
+
+
+def test_an_executor_gets_every_hook_when_it_is_built():
+    graph, toy = two_steps()
+    edges, asked = [], []
+
+    async def main():
+        targets = []
+
+        def connect(sink):
+            targets.append(InProcessTarget(toy, asyncio.get_running_loop(), sink))
+            return ExecutorHooks(route=lambda node, walk, rid: targets[0],
+                                 consumer_hosts=lambda node, walk: asked.append(node) or (),
+                                 on_edge=lambda edge, seconds: edges.append(edge))
+
+        executor = Executor(graph, connect)
+        try:
+            return [value async for _, value in executor.generate("r", {"x": (torch.tensor([1.0]),)})]
+        finally:
+            await targets[0].close()
+
+    assert [v.tolist() for v in asyncio.run(main())] == [[4.0]]
+    assert asked == ["a", "b"]
+    assert sorted(edges) == ["a.y -> b.y", "input.x -> a.x"]  # the walk's hops, once it ended
+
+
+def test_hooks_and_settings_are_checked_before_any_target_is_built():
+    graph, _ = two_steps()
+    with pytest.raises(InvalidArgument, match="executor hooks: route must be callable"):
+        ExecutorHooks(route=None)
+    with pytest.raises(InvalidArgument, match="executor hooks: lockstep must be a LockstepPadder"):
+        ExecutorHooks(route=lambda node, walk, rid: None, lockstep=object())
+    built = []
+    with pytest.raises(InvalidArgument, match="executor max_backlog must be an integer >= 1, got 0"):
+        Executor(graph, built.append, max_backlog=0)
+    loop = DynamicLoop("gen", "a", max_iters=3, stop=StopRule("a.y", component_predicate="eos"))
+    looped = WalkGraph("t", [N("a", ("x",), ("y",))], [Walk("w", loop, [E("input.x", "a.x"), E("a.y", "output.y")])])
+    with pytest.raises(GraphError, match="needs the loop to run inside its component"):
+        Executor(looped, built.append)
+    assert built == []  # connect never ran: no target threads to stop

@@ -3,19 +3,24 @@ import torch
 
 from conductor.walk_scope import WalkScope
 from conductor.walk_state import WalkState
+from graph.chunking import LeftContext
 from graph.composites import Loop, Sequential
 from graph.edge import GraphEdge as E
+from graph.edge import StreamingGraphEdge
 from graph.node import GraphNode as N
 from graph.walk import Walk, WalkGraph
+from runtime.items import ChunkInfo
 
 
-def drive(state, fns, max_rounds=10_000):
+def drive(state, fns, max_rounds=10_000, seen=None):
     peak = 0
     for _ in range(max_rounds):
         dispatches = state.ready()
         if not dispatches:
             break
         for d in dispatches:
+            if seen is not None:
+                seen.append(d)
             inputs = {k: torch.cat(list(v)) for k, v in d.inputs.items()}
             state.on_output(d.node, d.iteration, fns[d.node](inputs))
             state.on_done(d.node, d.iteration)
@@ -37,3 +42,40 @@ def test_long_loops_release_iterations_after_their_last_use():
     assert state.take_emitted()[0][1].tolist() == [300, 300]  # all 300 accumulated tokens, last h
     assert peak < 320  # accumulated tokens stay (they are the loop's output); the rest is released
     assert len([k for k in state.values if k[1] == "h"]) <= 3
+
+
+def frames_to_codec(inner_loops=frozenset()):
+    """lm loops 5 times, streaming each frame to codec in LeftContext(3, 2) chunks."""
+    nodes = [N("lm", ("n",), ("frame",)), N("codec", ("frames",), ("audio",))]
+    loop = Loop("gen", "lm", max_iters=5, carry=[E("lm.frame", "lm.n")])
+    stream = StreamingGraphEdge("lm.frame", "codec.frames", chunk_policy=LeftContext(3, 2))
+    walk = Walk("w", Sequential(loop, "codec"), [E("input.n", "lm.n"), stream, E("codec.audio", "output.audio")])
+    WalkGraph("g", nodes, [walk])
+    return walk, loop, stream
+
+
+def test_chunk_fed_runs_carry_their_place_in_the_stream():
+    walk, _, _ = frames_to_codec()
+    state = WalkState(WalkScope(walk), {"n": (torch.tensor([0]),)})
+    seen = []
+    drive(state, {"lm": lambda i: {"frame": i["n"] + 1}, "codec": lambda i: {"audio": i["frames"]}}, seen=seen)
+    assert state.is_complete
+    chunks = [(d.iteration, d.chunk) for d in seen if d.node == "codec"]
+    assert chunks == [((0,), ChunkInfo(start=0, num_context=0, is_last=False)),
+                      ((1,), ChunkInfo(start=1, num_context=2, is_last=True))]
+    assert all(d.chunk is None for d in seen if d.node == "lm")
+
+
+def test_scope_indexes_edges_loops_and_streams_by_node():
+    walk, loop, stream = frames_to_codec()
+    scope = WalkScope(walk)
+    assert scope.in_edges == {"lm": {"n": E("input.n", "lm.n")}, "codec": {"frames": stream}}
+    assert scope.out_edges == {"lm": [stream], "codec": [E("codec.audio", "output.audio")]}
+    assert scope.carry_in == {"lm": {"n": E("lm.frame", "lm.n")}, "codec": {}}
+    assert scope.inner == {} and scope.stream_in == {"codec": stream} and scope.pushed == {}
+    assert scope.child_loops(None) == [loop] and scope.child_loops(loop) == []
+    assert scope.direct_members(loop) == ["lm"] and scope.loop_depth(loop) == 0
+    assert (scope.depth("lm"), scope.depth("codec"), scope.common("lm", "codec")) == (1, 0, 0)
+    inner = WalkScope(walk, frozenset({"gen"}), colocated=lambda src, dst, w: True)
+    assert inner.inner == {"lm": loop} and inner.depth("lm") == 0
+    assert inner.local_in == {"codec": stream} and inner.local_out == {"lm": [stream], "codec": []}

@@ -1,0 +1,54 @@
+"""What an executor is wired to, all given when it is built: where node runs go
+(route), what the placement knows about them (co-location, consumer hosts,
+lockstep groups) and where its per-edge latencies go (on_edge).
+
+The targets that `route` returns send their events to the executor, so the executor
+builds its hooks itself through a `Connect` function that receives its event sink."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from conductor.lockstep import LockstepPadder
+from core.errors import InvalidArgument
+
+Route = Callable[[str, str, str], Any]  # (node, walk, request_id) -> target
+Sink = Callable[[list, Any], None]  # (a target's batch of events, that target) -> None
+
+
+def never_colocated(src: str, dst: str, walk: str) -> bool:
+    return False
+
+
+def no_consumer_hosts(node: str, walk: str) -> tuple[str, ...]:
+    return ()
+
+
+def as_is(value):
+    return value
+
+
+def ignore_edge(edge: str, seconds: float) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class ExecutorHooks:
+    route: Route
+    # (src, dst, walk): both nodes run in one process, so a streaming edge between
+    # them may be handed over there (WalkScope.local_in)
+    colocated: Callable[[str, str, str], bool] = never_colocated
+    consumer_hosts: Callable[[str, str], tuple[str, ...]] = no_consumer_hosts  # (node, walk) -> host ids
+    materialize: Callable[[tuple], Any] = as_is  # a value held by reference -> tensor (stop rules)
+    on_edge: Callable[[str, float], None] = ignore_edge  # (edge, seconds) per hop or chunk: metrics
+    lockstep: LockstepPadder | None = None  # pads the ranks of the placement's lockstep groups
+
+    def __post_init__(self) -> None:
+        for name in ("route", "colocated", "consumer_hosts", "materialize", "on_edge"):
+            if not callable(getattr(self, name)):
+                raise InvalidArgument(f"executor hooks: {name} must be callable, got {getattr(self, name)!r}")
+        if self.lockstep is not None and not isinstance(self.lockstep, LockstepPadder):
+            raise InvalidArgument(f"executor hooks: lockstep must be a LockstepPadder, got {self.lockstep!r}")
+
+
+Connect = Callable[[Sink], ExecutorHooks]  # builds the targets over the executor's sink
