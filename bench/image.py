@@ -81,10 +81,10 @@ def measure_parts(ckpt: str, args) -> dict:
     """One branch (DiT batch 1), both as a batch of 2, and the update u, in this process."""
     import torch
 
-    from services.dit.denoiser import DitComponent
+    from engine.models.sd3.dit import Sd3Dit
     from engine.models.sd3.guidance import euler_step, guide
 
-    dit = DitComponent.from_checkpoint(ckpt)
+    dit = Sd3Dit.load(ckpt)
     c, h, w = dit.geometry.latent_channels, args.height // 8, args.width // 8
     seq = dit.transformer.config.joint_attention_dim, dit.transformer.config.pooled_projection_dim
     tokens = 77 + args.max_sequence_length
@@ -92,7 +92,7 @@ def measure_parts(ckpt: str, args) -> dict:
     def call(batch: int):
         x, e, p = torch.randn(batch, c, h, w), torch.randn(batch, tokens, seq[0]), torch.randn(batch, seq[1])
         t = torch.full((batch,), 500.0)
-        return lambda: dit._denoise([(x[i:i + 1], e[i:i + 1], p[i:i + 1], t[i]) for i in range(batch)])
+        return lambda: dit.denoise([(x[i:i + 1], e[i:i + 1], p[i:i + 1], t[i]) for i in range(batch)])
 
     z, v1, v2 = (torch.randn(1, c, h, w) for _ in range(3))
     sig = torch.tensor([0.8, 0.7])

@@ -3,7 +3,7 @@
     python -m bench.offload --json bench-results/offload.json
 
 The model is the dit service's (diffusers' SD3Transformer2DModel, loaded by
-DitComponent.from_checkpoint, with offload through OffloadConfig) at bench.image's
+engine.models.sd3.dit.Sd3Dit.load, with offload through OffloadConfig) at bench.image's
 resolution: 256x256 images (32x32 latents, 256 image tokens) with 77 + 77 text tokens.
 The checkpoint is bench.image's (engine.checkpoints.tiny_sd3's "bench" preset) with a larger random
 DiT: bench.image's has 2 blocks of 3.4 MB, where two slots would hold every block and a
@@ -13,7 +13,7 @@ channels, text widths, patch size, position embedding) the bench preset's. Built
 under --cache.
 
 One forward = one denoising step's transformer call as the service runs it: the CFG
-batch of 2 (cond and uncond branches of one request) through DitComponent._denoise.
+batch of 2 (cond and uncond branches of one request) through Sd3Dit.denoise.
 Resident and DLO (rank-local, host backing "tensors") components alternate, their order
 swapped every round (the machine is shared and noisy); medians of --rounds rounds after
 a warm-up, one torch thread. On CPU the "device" is working memory and the copy stream a
@@ -85,7 +85,7 @@ def checkpoint(root: str) -> str:
 
 
 class DitStep:
-    """One denoising step's transformer call of a DitComponent (the CFG batch of 2 at
+    """One denoising step's transformer call of an Sd3Dit (the CFG batch of 2 at
     RESOLUTION), timed, its transformer blocks timed by hooks."""
 
     def __init__(self, dit) -> None:
@@ -114,7 +114,7 @@ class DitStep:
     def __call__(self) -> None:
         self._blocks_s = 0.0
         t0 = time.perf_counter()
-        self.output = self.dit._denoise(self.payloads)
+        self.output = self.dit.denoise(self.payloads)
         self.times.append((time.perf_counter() - t0) * 1e3)
         self.block_ms.append(self._blocks_s / len(self.blocks) * 1e3)
 
@@ -185,10 +185,10 @@ def weight_figures(resident, dlo: DitStep) -> dict:
 
 def measure_dit(ckpt: str, rounds: int) -> dict:
     from engine.offload.config import OffloadConfig
-    from services.dit.denoiser import DitComponent
+    from engine.models.sd3.dit import Sd3Dit
 
-    resident = DitStep(DitComponent.from_checkpoint(ckpt))
-    dlo = DitStep(DitComponent.from_checkpoint(ckpt, offload=OffloadConfig(enabled=True)))
+    resident = DitStep(Sd3Dit.load(ckpt))
+    dlo = DitStep(Sd3Dit.load(ckpt, offload=OffloadConfig(enabled=True)))
     backend = dlo.dit.transformer.offload_backend
     interleaved(resident, dlo, rounds)
     out = speed_figures(resident, dlo)

@@ -1,7 +1,8 @@
 """A weights probe process: loads a checkpoint with offload, runs one forward, and reports;
 the tests and bench.offload start two of them to measure page sharing. A thinker
 checkpoint runs through an LLMEngine (a one-token generate); a diffusers SD3 checkpoint
-(model_index.json) loads its DiT as the dit service does and runs one small denoising call.
+(model_index.json) loads its DiT (engine.models.sd3.dit, as the dit service does) and runs
+one small denoising call.
 
     python -m engine.offload.probe CKPT --backing mmap [--cache-root DIR] [--go FILE]
 
@@ -38,7 +39,7 @@ def _load_thinker(checkpoint: str):
 
 
 def _load_dit(checkpoint: str):
-    """(the dit component, its offload backend or None, its safetensors files) after one
+    """(the loaded DiT, its offload backend or None, its safetensors files) after one
     denoising call of batch 1 on an 8 x 8 latent (every block's pages are read).
     diffusers' loader leaves every parameter a view of its file's mapping, so the files
     are weight files with any backing (resident parameters keep the mapping alive)."""
@@ -46,13 +47,13 @@ def _load_dit(checkpoint: str):
 
     import torch
 
-    from services.dit.denoiser import DitComponent
+    from engine.models.sd3.dit import DenoiseInput, Sd3Dit
 
-    dit = DitComponent.from_checkpoint(checkpoint)
+    dit = Sd3Dit.load(checkpoint)
     g = torch.Generator().manual_seed(0)
     latent = torch.randn(1, dit.geometry.latent_channels, 8, 8, generator=g)
     embeds, pooled = torch.randn(1, 8, dit.embed_dims[0], generator=g), torch.randn(1, dit.embed_dims[1], generator=g)
-    dit._denoise([(latent, embeds, pooled, torch.tensor(500.0))])
+    dit.denoise([DenoiseInput(latent, embeds, pooled, torch.tensor(500.0))])
     files = sorted(str(f) for f in (Path(checkpoint) / "transformer").glob("*.safetensors"))
     return dit, dit.transformer.offload_backend, files
 
@@ -64,7 +65,7 @@ def _probe(args: argparse.Namespace) -> tuple[dict, object]:
     torch.set_num_threads(1)
     dit = _is_dit(args.checkpoint)
     if dit:
-        import services.dit.denoiser  # noqa: F401  (imported before the PSS baseline)
+        import engine.models.sd3.dit  # noqa: F401  (imported before the PSS baseline)
         from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel  # noqa: F401  (lazy: ~100 MiB)
     else:
         import engine.models.loader  # noqa: F401

@@ -10,6 +10,14 @@ def make_sd3(checkpoint: str, dtype: str = "float32", device: str = "cpu", max_b
              nodes: list[str] | None = None) -> Colocated:
     """Text encoders + DiT + VAE of `checkpoint` in one process (`starmesh serve sd3`);
     `nodes` keeps only the components hosting those nodes (e.g. ["denoise_cond", ...])."""
+    return Colocated(sd3_components(checkpoint, dtype, device, max_batch_size, nodes), "sd3")
+
+
+def sd3_components(checkpoint: str, dtype: str = "float32", device: str = "cpu", max_batch_size: int = 8,
+                   nodes: list[str] | None = None) -> list:
+    """The components of `checkpoint` hosting `nodes` (default: every node of the
+    text-to-image graph), in graph order: text encoders, DiT, VAE; also what an
+    in-process executor runs (`starmesh imagine --checkpoint`)."""
     from services.dit.denoiser import DitComponent
     from services.dit.text import TextEncoderComponent
     from services.dit.vae import VaeComponent
@@ -27,4 +35,4 @@ def make_sd3(checkpoint: str, dtype: str = "float32", device: str = "cpu", max_b
         components.append(DitComponent.from_checkpoint(checkpoint, dtype, device, max_batch_size))
     if wanted & set(kinds["vae"]):
         components.append(VaeComponent.from_checkpoint(checkpoint, dtype, device))
-    return Colocated(components, "sd3")
+    return components

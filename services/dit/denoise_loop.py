@@ -1,5 +1,5 @@
-"""The CFG denoising loop run inside one DiT replica (DESIGN 5: a loop stays where its
-nodes are): node `denoise_loop`, opened once per request, one iteration per engine step.
+"""The CFG denoising loop run inside one DiT replica (a loop whose nodes all sit on one
+replica runs there): node `denoise_loop`, opened once per request, one iteration per engine step.
 
     denoise_loop   latent, embeds, pooled, negative_embeds, negative_pooled
                    -> step [k + 1, steps] every iteration; latent [1, C, h, w] and done [1]
@@ -17,8 +17,9 @@ from typing import Any, Callable
 
 import torch
 
+from engine.models.sd3.dit import DenoiseInput
 from engine.stateless_engine import StatelessEngine, WorkItem, WorkResult
-from services.dit.params import ImageParams
+from engine.models.sd3.params import ImageParams
 from engine.models.sd3.schedule import Schedule
 from runtime.grpc_status import failure
 from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent
@@ -69,7 +70,7 @@ class DenoiseLoops:
         for branch in BRANCHES:
             embeds, pooled = run.conditioning[branch]
             tag = BranchTag((run.item.request_id, run.item.iteration), branch, run.k)
-            self.engine.add(WorkItem(run.item.request_id, run.key, (run.latent, embeds, pooled, t), tag))
+            self.engine.add(WorkItem(run.item.request_id, run.key, DenoiseInput(run.latent, embeds, pooled, t), tag))
 
     def cancel(self, request_id: str) -> None:
         self.runs = {key: run for key, run in self.runs.items() if key[0] != request_id}

@@ -1,4 +1,4 @@
-"""The DiT denoiser service: SD3's `SD3Transformer2DModel` (through diffusers) on a
+"""The DiT denoiser service: SD3's transformer (engine.models.sd3.dit) on a
 StatelessEngine, hosting the nodes of the denoising loop.
 
     init_latent      params (seed, size)              -> latent [1, C, h, w] (seeded Gaussian)
@@ -21,11 +21,11 @@ from typing import Any, Hashable
 import torch
 
 from engine.stateless_engine import StatelessConfig, WorkResult
-from engine.models.sd3.checkpoint import DTYPES, Sd3Geometry, attach_model_offload, geometry, load_model, read_config
+from engine.models.sd3.checkpoint import DTYPES
+from engine.models.sd3.dit import DenoiseInput, Sd3Dit
 from services.dit.denoise_loop import BranchTag, DenoiseLoops, LoopRun
 from engine.models.sd3.guidance import euler_step, guide
-from services.dit.params import ImageParams, image_params
-from engine.models.sd3.schedule import FlowSchedule
+from engine.models.sd3.params import ImageParams
 from runtime.stateless_component import StatelessComponent
 from runtime.items import OpenNode, OutboundEvent
 from core.errors import InvalidArgument
@@ -61,16 +61,11 @@ class DitComponent(StatelessComponent):
     name = "dit"
     nodes = ("init_latent", *DENOISE_NODES, "combine", "denoise_loop")
 
-    def __init__(self, transformer, schedule: FlowSchedule, geom: Sd3Geometry, dtype: torch.dtype,
-                 device: str = "cpu", config: StatelessConfig = StatelessConfig()) -> None:
+    def __init__(self, model: Sd3Dit, config: StatelessConfig = StatelessConfig()) -> None:
         super().__init__(config)
-        self.transformer = transformer
-        self.schedule = schedule
-        self.geometry = geom
-        self.dtype = dtype
-        self.device = torch.device(device)
-        cfg = transformer.config
-        self.embed_dims = (int(cfg.joint_attention_dim), int(cfg.pooled_projection_dim))
+        self.model = model
+        # what open() checks requests against (immutable, read from the checkpoint)
+        self.schedule, self.geometry, self.embed_dims = model.schedule, model.geometry, model.embed_dims
         self.loops = DenoiseLoops(self.engine, self._combine)
 
     @classmethod
@@ -88,22 +83,8 @@ class DitComponent(StatelessComponent):
             from services.dit.group_member import GroupMemberDit
 
             return GroupMemberDit.join(config, offload, group_config)
-        return cls(*cls.load_parts(config, offload), StatelessConfig(max_batch_size=config.max_batch_size))
-
-    @staticmethod
-    def load_parts(config: DitConfig, offload, group=None) -> tuple:
-        """(transformer, schedule, geometry, dtype, device) of a checkpoint; with offload on,
-        the transformer streams its blocks (AllGather over `group`, a process group)."""
-        from diffusers import SD3Transformer2DModel
-
-        from engine.offload.loading import effective_config
-
-        transformer = load_model(SD3Transformer2DModel, config.checkpoint, "transformer", config.dtype, config.device)
-        transformer.offload_backend = attach_model_offload(transformer, config.checkpoint, "transformer",
-                                                           effective_config(offload, "stateless"), group=group)
-        geom = geometry(config.checkpoint)
-        schedule = FlowSchedule(read_config(config.checkpoint, "scheduler"), geom.patch_size)
-        return transformer, schedule, geom, transformer.dtype, config.device
+        model = Sd3Dit.load(config.checkpoint, config.dtype, config.device, offload)
+        return cls(model, StatelessConfig(max_batch_size=config.max_batch_size))
 
     # ---- open: validate, key, payload -------------------------------------------------
 
@@ -121,13 +102,13 @@ class DitComponent(StatelessComponent):
                                       f"{list(latent.shape)}, got {list(cond.shape)} and {list(uncond.shape)}")
             return ("combine",), (latent, cond, uncond, params, k, schedule)
         embeds, pooled = self._conditioning(inputs, "embeds", "pooled", item.node)
-        return self._denoise_key(latent, embeds), (latent, embeds, pooled, schedule.timesteps[k])
+        return self._denoise_key(latent, embeds), DenoiseInput(latent, embeds, pooled, schedule.timesteps[k])
 
     def open(self, item: OpenNode, inputs: dict[str, Any]) -> None:
         if item.node != "denoise_loop":
             return super().open(item, inputs)
         params = self._params(item)
-        bound = item.stop_rule.max_iters or params.steps
+        bound = item.max_iters or params.steps
         if params.steps > bound:
             raise InvalidArgument(f"params.steps ({params.steps}) is past the denoising loop's bound ({bound})")
         latent = self._latent(inputs, params, item.node)
@@ -141,7 +122,7 @@ class DitComponent(StatelessComponent):
                                 self._denoise_key(latent, cond[0]), params.steps))
 
     def _params(self, item: OpenNode) -> ImageParams:
-        params = image_params(item.params)
+        params = ImageParams.from_params(item.params)
         params.check_size(self.geometry.size_multiple, self.geometry.max_side)
         return params
 
@@ -192,21 +173,11 @@ class DitComponent(StatelessComponent):
         return self._denoise(payloads)
 
     def _init_latent(self, params: ImageParams) -> dict[str, torch.Tensor]:
-        """The initial noise, drawn as diffusers' randn_tensor draws it on CPU."""
         shape = params.latent_shape(self.geometry.latent_channels, self.geometry.vae_scale_factor)
-        generator = torch.Generator("cpu").manual_seed(params.seed)
-        return {"latent": torch.randn(shape, generator=generator, dtype=self.dtype)}  # [1, C, h, w]
+        return {"latent": self.model.initial_latent(shape, params.seed)}  # [1, C, h, w]
 
-    @torch.inference_mode()
-    def _denoise(self, payloads: list[tuple]) -> list[dict[str, torch.Tensor]]:
-        to = dict(device=self.device, dtype=self.dtype)
-        latents = torch.cat([p[0] for p in payloads]).to(**to)  # [B, C, h, w]
-        embeds = torch.cat([p[1] for p in payloads]).to(**to)   # [B, S, D]
-        pooled = torch.cat([p[2] for p in payloads]).to(**to)   # [B, P]
-        timesteps = torch.stack([p[3] for p in payloads]).to(self.device)  # [B]
-        velocity = self.transformer(hidden_states=latents, timestep=timesteps, encoder_hidden_states=embeds,
-                                    pooled_projections=pooled, return_dict=False)[0]  # [B, C, h, w]
-        return [{"noise": velocity[i:i + 1].clone()} for i in range(len(payloads))]
+    def _denoise(self, payloads: list[DenoiseInput]) -> list[dict[str, torch.Tensor]]:
+        return [{"noise": velocity} for velocity in self.model.denoise(payloads)]  # [1, C, h, w] each
 
     def _combine(self, latent, cond, uncond, params: ImageParams, k: int, schedule) -> dict[str, torch.Tensor]:
         noise = guide(cond, uncond, params.guidance, params.renorm)  # [1, C, h, w]

@@ -18,8 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import torch
-
+from engine.models.sd3.dit import Sd3Dit
 from engine.offload.group import DloGroup, DloGroupConfig
 from engine.stateless_engine import StatelessConfig, WorkItem, WorkResult
 from services.dit.denoiser import DENOISE_NODES, DitComponent, DitConfig
@@ -44,10 +43,10 @@ def _allgather_config(offload, config: DloGroupConfig):
 class GroupMemberDit(DitComponent):
     nodes = (*DitComponent.nodes, LOCKSTEP_PAD)
 
-    def __init__(self, transformer, schedule, geom, dtype, device, config: StatelessConfig, group: DloGroup) -> None:
-        super().__init__(transformer, schedule, geom, dtype, device, config)
+    def __init__(self, model: Sd3Dit, config: StatelessConfig, group: DloGroup) -> None:
+        super().__init__(model, config)
         self.group = group
-        self.lockstep = Lockstep(group, config.max_batch_size, self._run_batch, self._pad_forward)
+        self.lockstep = Lockstep(group, config.max_batch_size, self._run_batch, model.pad_forward)
 
     @classmethod
     def join(cls, config: DitConfig, offload, group_config: DloGroupConfig) -> "GroupMemberDit":
@@ -56,11 +55,11 @@ class GroupMemberDit(DitComponent):
         offload = _allgather_config(offload, group_config)
         group = DloGroup.open(group_config, config.device)
         try:
-            parts = cls.load_parts(config, offload, group.transfer)
+            model = Sd3Dit.load(config.checkpoint, config.dtype, config.device, offload, group=group.transfer)
         except BaseException:
             group.close()
             raise
-        return cls(*parts, StatelessConfig(max_batch_size=config.max_batch_size), group)
+        return cls(model, StatelessConfig(max_batch_size=config.max_batch_size), group)
 
     # ---- units ------------------------------------------------------------------------
 
@@ -109,24 +108,13 @@ class GroupMemberDit(DitComponent):
             return []  # refused at prepare: its NodeError is out already
         return self.events_for(WorkResult(unit.item, output, error))
 
-    @torch.inference_mode()
-    def _pad_forward(self) -> None:
-        """One forward of a zero input of one token: it streams (and gathers) every block
-        as a real forward does; the output is dropped."""
-        p, cfg = self.geometry.patch_size, self.transformer.config
-        to = dict(device=self.device, dtype=self.dtype)
-        self.transformer(hidden_states=torch.zeros(1, self.geometry.latent_channels, p, p, **to),
-                         timestep=torch.zeros(1, device=self.device),
-                         encoder_hidden_states=torch.zeros(1, 1, int(cfg.joint_attention_dim), **to),
-                         pooled_projections=torch.zeros(1, int(cfg.pooled_projection_dim), **to), return_dict=False)
-
     # ---- health, load, teardown -------------------------------------------------------
 
     def ready(self) -> bool:
         return super().ready() and self.lockstep.broken is None
 
     def load(self) -> dict:
-        backend = getattr(self.transformer, "offload_backend", None)
+        backend = getattr(self.model.transformer, "offload_backend", None)
         kind = backend.transfer.kind if backend is not None else ""
         return {**super().load(), **self.lockstep.load(), "dlo_rank": self.group.config.rank,
                 "dlo_world": self.group.config.world_size, "dlo_allgather": int(kind == "allgather")}
@@ -139,7 +127,7 @@ class GroupMemberDit(DitComponent):
             log.error("%s: a lockstep round is still running; the process groups are left to process exit",
                       self.lockstep.where)
             return
-        backend = getattr(self.transformer, "offload_backend", None)
+        backend = getattr(self.model.transformer, "offload_backend", None)
         if backend is not None:
             backend.disable()  # before the process group goes: it synchronizes the pending gather
         self.group.close()

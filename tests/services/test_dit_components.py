@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from conductor.executor_setup import inprocess_executor
-from pipelines.text_to_image import DENOISE_LOOP, components, text_to_image_graph
+from pipelines.text_to_image import DENOISE_LOOP, text_to_image_graph
 from engine.models.sd3.guidance import guide
-from services.dit.params import image_params
+from services.dit.colocated import sd3_components
+from engine.models.sd3.params import ImageParams
 from runtime.items import OpenNode
 from tests.fixtures import tiny_sd3
 from core.errors import InvalidArgument
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(scope="module")
 def comps():
     with tiny_sd3.one_thread():  # as a service runs them (--torch-threads 1)
-        made = components(tiny_sd3.checkpoint())
+        made = sd3_components(tiny_sd3.checkpoint())
         yield made
     for c in made:
         c.close()
@@ -66,7 +67,7 @@ def test_precomputed_embeddings_give_the_prompt_walk_image(comps):
 
 def test_denoising_runs_of_two_requests_batch_and_keep_their_results(comps):
     batch_sizes = []
-    hook = comps[1].transformer.register_forward_hook(lambda mod, args, kwargs, out: batch_sizes.append(
+    hook = comps[1].model.transformer.register_forward_hook(lambda mod, args, kwargs, out: batch_sizes.append(
         kwargs["hidden_states"].shape[0]), with_kwargs=True)
 
     async def both():
@@ -139,9 +140,9 @@ def test_bad_tensors_name_their_input(comps):
 
 
 def test_image_params_defaults_follow_diffusers():
-    p = image_params({})
+    p = ImageParams.from_params({})
     assert (p.steps, p.guidance, p.width, p.height, p.max_sequence_length) == (28, 7.0, 1024, 1024, 256)
-    assert image_params({"steps": 4.0, "seed": 3.0}).steps == 4
+    assert ImageParams.from_params({"steps": 4.0, "seed": 3.0}).steps == 4
 
 
 def test_imagine_in_process_writes_the_png(comps, tmp_path, capsys):

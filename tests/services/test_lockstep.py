@@ -119,7 +119,7 @@ def test_membership_needs_allgather_offload():
 def test_close_disables_offload_then_leaves_the_group():
     with tiny_sd3.one_thread():
         comp = DitComponent.from_checkpoint(tiny_sd3.checkpoint(), offload=ALLGATHER, dlo_group=SOLO)
-    backend = comp.transformer.offload_backend
+    backend = comp.model.transformer.offload_backend
     assert backend.enabled
     comp.close()
     assert not backend.enabled and comp.lockstep.is_closed and not comp.group.is_open

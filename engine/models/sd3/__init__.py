@@ -1,1 +1,2 @@
-"""engine/models/sd3."""
+"""SD3 model code: checkpoint layout, the DiT, the text encoders, the VAE, the flow schedule
+and the guidance math (services/dit hosts them as components)."""

@@ -1,4 +1,4 @@
-"""The offload API on diffusers' modules as services/dit loads them (generic discovery,
+"""The offload API on diffusers' modules as engine/models/sd3 loads them (generic discovery,
 no changes to the models): the SD3 DiT's transformer_blocks and the VAE decoder's
 up_blocks stream, outputs bitwise equal to resident execution."""
 from __future__ import annotations

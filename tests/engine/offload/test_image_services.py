@@ -52,7 +52,7 @@ def test_dit_and_vae_stream_their_blocks_bitwise(backing, resident, tmp_path):
     with tiny_sd3.one_thread():
         image, comps = _image(config)
     assert torch.equal(image, resident)
-    dit, vae = comps[1].transformer, comps[2].vae
+    dit, vae = comps[1].model.transformer, comps[2].model.vae
     kind = {"tensors": "tensors", "mmap": "checkpoint_mmap", "cache": "host_weight_cache"}[backing]
     for module, backend in ((dit, dit.offload_backend), (vae.decoder, vae.offload_backend)):
         assert backend is not None and len(backend.plan.blocks) > 1
