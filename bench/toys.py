@@ -55,8 +55,9 @@ class Toy:
         if item.request_id == self.fail_on:
             raise RuntimeError(f"toy {self.name} fails request {item.request_id} on purpose")
         self.num_opened += 1
-        if item.stop_rule.predicate and item.stop_rule.predicate not in self.predicates:
-            raise InvalidArgument(f"stop_rule.predicate {item.stop_rule.predicate!r} is not registered by {self.name}")
+        predicate = item.stop_rule.component_predicate
+        if predicate and predicate not in self.predicates:
+            raise InvalidArgument(f"stop_rule.predicate {predicate!r} is not registered by {self.name}")
         if item.node in self.loops:
             stream = item.stream and {"port": item.stream.port,
                                       "continue_after_producer_done": item.stream.continue_after_producer_done}
@@ -117,9 +118,9 @@ class Toy:
         run.k += 1
         stop_ids = set(item.stop_rule.stop_token_ids)
         hit = any(int(v) in stop_ids for v in next(iter(outputs.values())).reshape(-1).tolist())
-        if item.stop_rule.predicate:
-            hit = hit or self.predicates[item.stop_rule.predicate](outputs)
-        if hit or run.k >= item.stop_rule.max_iters:
+        if item.stop_rule.component_predicate:
+            hit = hit or self.predicates[item.stop_rule.component_predicate](outputs)
+        if hit or run.k >= item.max_iters:
             del self._loops[key]
             self.parked.discard(key)
             events.append(NodeDone(item.request_id, item.node, iteration=item.iteration))

@@ -63,7 +63,7 @@ def _requests(args: argparse.Namespace) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     from engine.llm_engine import EngineConfig, LLMEngine
-    from services.thinker.params import sampling_params
+    from engine.sampling_params import TextParams
     from core.errors import StarmeshError
 
     try:
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         tokenizer = _tokenizer(engine.model.tokenizer_path)
         eos = engine.model.config.eos_token_ids
         for i, spec in enumerate(_requests(args)):
-            params = sampling_params({k: spec[k] for k in SAMPLING if k in spec}, eos)
+            params = TextParams.from_params({k: spec[k] for k in SAMPLING if k in spec}).sampling(eos)
             engine.add_request(str(spec.get("request_id", i)), _prompt_ids(spec, tokenizer), params)
     except (StarmeshError, ValueError, OSError) as e:
         print(f"starmesh generate: {e}", file=sys.stderr)

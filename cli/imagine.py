@@ -173,12 +173,13 @@ def _run_inprocess(args: argparse.Namespace, params: dict, bar: ProgressBar):
     import asyncio
 
     from conductor.executor_setup import inprocess_executor
-    from pipelines.text_to_image import DENOISE_LOOP, components, text_to_image_graph
+    from pipelines.text_to_image import DENOISE_LOOP, text_to_image_graph
+    from services.dit.colocated import sd3_components
 
     async def main():
         image = None
         graph = text_to_image_graph(args.model, fused=True)  # one process: the loop runs inside the DiT
-        async with inprocess_executor(graph, components(args.checkpoint), {DENOISE_LOOP}) as ex:
+        async with inprocess_executor(graph, sd3_components(args.checkpoint), {DENOISE_LOOP}) as ex:
             async for name, value in ex.generate("imagine", {"prompt": (_prompt_tensor(args.prompt),)}, params):
                 if name == "step":
                     bar.update(int(value[0]), int(value[1]))

@@ -1,8 +1,13 @@
 """`starmesh speak`: one streaming speech request through a conductor; the audio goes to
-a 24 kHz mono 16-bit WAV file as its chunks arrive.
+a mono 16-bit WAV file (at the model's sample rate) as its chunks arrive.
 
     starmesh speak --model qwen3-omni --text "Hello there" -o out.wav
+    starmesh speak --model omni --tokenizer ckpt/qwen3-omni --text "Hello there" -o out.wav
     starmesh speak --model qwen3-omni --input-ids 256,259,10,97,257,10,256,260,10 -o out.wav --json
+
+--text is tokenized by the checkpoint's own tokenizer (--tokenizer DIR); for the built-in
+model (qwen3-omni, the tiny checkpoint the shipped deployments serve) it defaults to that
+checkpoint's tokenizer.
 
 Prints time to first audio, real-time factor, audio seconds and chunk count; --json
 prints {"text_ids", "codec_codes", "ttfa_ms", "rtf", "audio_s", "num_chunks"} instead.
@@ -18,7 +23,8 @@ import sys
 
 DEFAULT_ADDRESS = "127.0.0.1:50050"
 ADDRESS_ENV = "STARMESH_CONDUCTOR"
-SAMPLE_RATE = 24000  # client.speech.SAMPLE_RATE (not imported here: it pulls grpc into --help)
+BUILTIN_MODEL = "qwen3-omni"  # the name the shipped deployments serve the tiny checkpoint under
+BUILTIN_CHECKPOINT = "qwen3-omni"  # its kind in cluster.checkpoints.tiny
 
 
 def add_parser(sub) -> None:
@@ -26,10 +32,12 @@ def add_parser(sub) -> None:
                        description="One streaming speech request; the WAV file grows as audio chunks arrive.")
     p.add_argument("--model", required=True, help="served model name, e.g. qwen3-omni")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--text", help="user text, wrapped in the chat template (byte-level ids of the tiny "
-                                    "Qwen3-Omni vocabulary, engine.checkpoints.tiny_omni.chat_prompt)")
+    src.add_argument("--text", help="user text, wrapped in the chat template and tokenized by --tokenizer")
     src.add_argument("--input-ids", help="comma-separated chat-formatted prompt ids, e.g. 256,259,10")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write (24 kHz mono PCM16)")
+    p.add_argument("--tokenizer", metavar="DIR",
+                   help=f"checkpoint directory whose tokenizer reads --text (default for --model {BUILTIN_MODEL}: "
+                        "the built-in tiny checkpoint's)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write (mono PCM16)")
     p.add_argument("--address", help=f"conductor HOST:PORT (default ${ADDRESS_ENV} or {DEFAULT_ADDRESS})")
     p.add_argument("--max-frames", type=int, help="at most this many codec steps (12.5 frames per second of audio)")
     p.add_argument("--min-frames", type=int, help="suppress the codec's end before this many steps")
@@ -45,13 +53,17 @@ def add_parser(sub) -> None:
 
 
 def prompt_ids(args: argparse.Namespace) -> list[int]:
-    """The request's prompt ids; ValueError naming the bad id."""
+    """The request's prompt ids; ValueError naming the bad id or option."""
     if args.text is not None:
-        from engine.checkpoints.tiny_omni import chat_prompt
+        from core.errors import InvalidArgument
+        from pipelines.qwen3_omni.chat_prompt import chat_prompt_ids
 
         if not args.text:
             raise ValueError("--text is empty")
-        return chat_prompt(args.text)
+        try:
+            return chat_prompt_ids(tokenizer_dir(args), args.text)
+        except InvalidArgument as e:
+            raise ValueError(f"--tokenizer: {e}") from None
     ids = []
     for part in args.input_ids.split(","):
         part = part.strip()
@@ -63,6 +75,18 @@ def prompt_ids(args: argparse.Namespace) -> list[int]:
     if not ids:
         raise ValueError("--input-ids is empty")
     return ids
+
+
+def tokenizer_dir(args: argparse.Namespace) -> str:
+    """--tokenizer, or for the built-in model its tiny checkpoint (built on first use)."""
+    if args.tokenizer:
+        return args.tokenizer
+    if args.model != BUILTIN_MODEL:
+        raise ValueError(f"--text needs --tokenizer DIR (the checkpoint of model {args.model!r}) to tokenize it; "
+                         "or give --input-ids")
+    from cluster.checkpoints import tiny
+
+    return str(tiny(BUILTIN_CHECKPOINT, log=lambda msg: print(msg, file=sys.stderr, flush=True)))
 
 
 def request_params(args: argparse.Namespace) -> dict:
@@ -92,7 +116,7 @@ class WavSink:
         self.file = wave.open(self.raw, "wb")
         self.file.setnchannels(1)
         self.file.setsampwidth(2)
-        self.file.setframerate(SAMPLE_RATE)
+        self.file.setframerate(sample_rate())
 
     def write(self, audio) -> None:
         """float32 [S] in [-1, 1] -> 16-bit PCM, clipped (little-endian, as WAV wants)."""
@@ -108,6 +132,13 @@ class WavSink:
         self.raw.close()
         if not keep:
             os.unlink(self.path)
+
+
+def sample_rate() -> int:
+    """The speech model's audio rate (imported when used: `starmesh --help` stays light)."""
+    from engine.models.qwen3_omni import SAMPLE_RATE
+
+    return SAMPLE_RATE
 
 
 def _describe(error, address: str, model: str) -> str:
@@ -164,7 +195,7 @@ def _report(args, summary) -> None:
         return
     ttfa = "-" if summary.ttfa_ms is None else f"{summary.ttfa_ms:.1f} ms"
     rtf = "-" if summary.rtf is None else f"{summary.rtf:.3f}"
-    print(f"wrote {args.output}: {summary.audio_s:.2f} s of audio at {SAMPLE_RATE} Hz\n"
+    print(f"wrote {args.output}: {summary.audio_s:.2f} s of audio at {sample_rate()} Hz\n"
           f"time to first audio  {ttfa}\n"
           f"real-time factor     {rtf} (wall / audio seconds)\n"
           f"audio seconds        {summary.audio_s:.3f}\n"

@@ -2,7 +2,7 @@
 arrive from the conductor, and a summary (time to first audio, real-time factor).
 
     async for ev in speak_stream("127.0.0.1:50050", "qwen3-omni", prompt_ids):
-        if ev.kind == "audio": play(ev.value)             # float32 [S] at 24 kHz
+        if ev.kind == "audio": play(ev.value)             # float32 [S] at SAMPLE_RATE
     summary = await speak("127.0.0.1:50050", "qwen3-omni", prompt_ids, on_event=...)
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import AsyncIterator, Callable
 
 import grpc
 
-SAMPLE_RATE = 24000
-KINDS = {"first_token": "text", "token": "text", "codes": "codes", "audio": "audio"}
+from pipelines.qwen3_omni.graph import OUTPUT_KINDS as KINDS  # output name -> "text", "codes" or "audio"
+from pipelines.qwen3_omni.model import SAMPLE_RATE
 
 
 @dataclass(frozen=True)

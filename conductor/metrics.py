@@ -1,10 +1,13 @@
 """The conductor's Prometheus metrics: requests by model and outcome, time to first
-audio and real-time factor of speech requests, image latency, per-edge latency."""
+audio and real-time factor of requests with audio outputs, latency of requests with
+image outputs, per-edge latency. Which outputs are audio or images, and the audio's
+sample rate, is what the model declares (ServedModel.output_kinds, .sample_rate)."""
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-AUDIO_SAMPLE_RATE = 24000
+from conductor.model import ServedModel
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
 
@@ -31,16 +34,19 @@ class ConductorMetrics:
 class RequestMeter:
     """One request's view for the metrics: call output() per output, end() once."""
 
-    def __init__(self, metrics: ConductorMetrics | None, model: str, now: float) -> None:
-        self.metrics, self.model, self.t0 = metrics, model, now
+    def __init__(self, metrics: ConductorMetrics | None, model: ServedModel, now: float) -> None:
+        self.metrics, self.model, self.t0 = metrics, model.name, now
+        self.audio_outputs = model.outputs_of_kind("audio")
+        self.image_outputs = model.outputs_of_kind("image")
+        self.sample_rate = model.sample_rate
         self.first_audio: float | None = None
         self.audio_samples = 0
         self.has_image = False
         if metrics is not None:
-            metrics.in_flight.labels(model).inc()
+            metrics.in_flight.labels(self.model).inc()
 
     def output(self, name: str, value, now: float) -> None:
-        if name == "audio":
+        if name in self.audio_outputs:
             if self.first_audio is None:
                 self.first_audio = now - self.t0
             shape = getattr(value, "shape", ())
@@ -48,7 +54,7 @@ class RequestMeter:
             for d in shape:
                 n *= int(d)
             self.audio_samples += n
-        elif name == "image":
+        elif name in self.image_outputs:
             self.has_image = True
 
     def end(self, outcome: str, now: float) -> None:
@@ -62,6 +68,6 @@ class RequestMeter:
         if self.first_audio is not None:
             m.ttfa.labels(self.model).observe(self.first_audio)
             if self.audio_samples:
-                m.rtf.labels(self.model).observe((now - self.t0) / (self.audio_samples / AUDIO_SAMPLE_RATE))
+                m.rtf.labels(self.model).observe((now - self.t0) / (self.audio_samples / self.sample_rate))
         if self.has_image:
             m.image_latency.labels(self.model).observe(now - self.t0)

@@ -1,10 +1,18 @@
-"""What a conductor serves: a model = a walk graph + where its nodes run."""
+"""What a conductor serves: a model = a walk graph + where its nodes run, and what its
+pipeline declares about requests (typed params) and outputs (kinds, audio rate)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from conductor.placement import Placement
+from core.errors import GraphError
 from graph.walk import WalkGraph
+
+# What a walk output carries, for the conductor's metrics and for clients: "audio" is
+# float32 samples [S] at the model's sample_rate, "image" uint8 [H, W, 3] (or its float
+# twin), "text" token ids, "codes" codec frames, "progress" [k, steps] step events.
+OUTPUT_KINDS = frozenset({"text", "codes", "audio", "image", "progress"})
 
 
 @dataclass(frozen=True)
@@ -13,19 +21,28 @@ class ServedModel:
     inside its component (DESIGN 5); the conductor drives every other loop.
     lockstep_nodes: nodes whose runs are forwards of a block stack that a dlo_group's
     replicas gather in lockstep (the DiT's denoising branches): on the placement's
-    lockstep groups every such run is padded to all ranks (conductor.lockstep)."""
+    lockstep groups every such run is padded to all ranks (conductor.lockstep).
+    params: the pipeline's typed request params (a core.params.RequestParams class;
+    None: not checked here, each service checks what it reads). output_kinds: walk
+    output name -> one of OUTPUT_KINDS; sample_rate: samples per second of its "audio"
+    outputs (required when it has one)."""
 
     name: str
     graph: WalkGraph
     placement: Placement
     inner_loops: frozenset[str] = field(default_factory=frozenset)
     lockstep_nodes: frozenset[str] = field(default_factory=frozenset)
+    params: type | None = None
+    output_kinds: Mapping[str, str] = field(default_factory=dict)
+    sample_rate: int = 0
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("model.name is empty")
         object.__setattr__(self, "inner_loops", frozenset(self.inner_loops))
         object.__setattr__(self, "lockstep_nodes", frozenset(self.lockstep_nodes))
+        object.__setattr__(self, "output_kinds", dict(self.output_kinds))
+        self._check_outputs()
         self.placement.validate(self.graph)
         unknown = sorted(self.lockstep_nodes - set(self.graph.node_by_name))
         if unknown:
@@ -34,3 +51,26 @@ class ServedModel:
             raise ValueError(f"model {self.name}: the placement has lockstep groups "
                              f"{sorted(self.placement.lockstep_groups)} but the model names no lockstep nodes "
                              "(the runs to pad across their ranks)")
+
+    def _check_outputs(self) -> None:
+        outputs = {name for walk in self.graph.walks for name in walk.output_names}
+        for name, kind in self.output_kinds.items():
+            if name not in outputs:
+                raise GraphError(f"model {self.name}: output_kinds[{name!r}] is not an output of its walks "
+                                 f"(have {sorted(outputs)})")
+            if kind not in OUTPUT_KINDS:
+                raise GraphError(f"model {self.name}: output_kinds[{name!r}] = {kind!r} is not one of "
+                                 f"{sorted(OUTPUT_KINDS)}")
+        rate = self.sample_rate
+        if isinstance(rate, bool) or not isinstance(rate, int) or rate < 0:
+            raise GraphError(f"model {self.name}: sample_rate must be an integer >= 0, got {rate!r}")
+        if "audio" in self.output_kinds.values() and not rate:
+            raise GraphError(f"model {self.name}: sample_rate is required: it has audio outputs")
+
+    def parse_params(self, params: Mapping[str, Any]) -> Any:
+        """A request's params as the pipeline's typed params, every key checked (InvalidArgument
+        naming the key); None when the model declares none."""
+        return None if self.params is None else self.params.from_params(params, strict=True)
+
+    def outputs_of_kind(self, kind: str) -> frozenset[str]:
+        return frozenset(name for name, k in self.output_kinds.items() if k == kind)

@@ -55,13 +55,15 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             # for this conductor), not NOT_FOUND.
             raise InvalidArgument(f"model {request.model!r} is not served here "
                                   f"(served: {sorted(self.service.executors)})")
+        model = next(m for m in self.service.models if m.name == request.model)
+        params = params_from_struct(request.params)
         request_id = request.request_id or uuid.uuid4().hex
         num_outputs = 0
-        meter = RequestMeter(self.service.metrics, request.model, time.perf_counter())
+        meter = RequestMeter(self.service.metrics, model, time.perf_counter())
         outcome = "failed"
         try:
-            async for name, value in executor.generate(request_id, request_inputs(request),
-                                                       params_from_struct(request.params)):
+            model.parse_params(params)  # a bad param fails before any work, naming its key
+            async for name, value in executor.generate(request_id, request_inputs(request), params):
                 num_outputs += 1
                 meter.output(name, value, time.perf_counter())
                 yield self.service.outputs.event(request_id, name, value)
@@ -108,11 +110,10 @@ class ConductorService:
         for model in self.models:
             tracer = self.telemetry.tracer if self.telemetry else None
             interceptors = self.telemetry.client_interceptors() if self.telemetry else None
+            on_edge = self.metrics.edge_observer(model.name) if self.metrics is not None else None
             executor = await self._stack.enter_async_context(
                 remote_executor(model.graph, model.placement, model.inner_loops, tracer, interceptors,
-                                lockstep_nodes=model.lockstep_nodes))
-            if self.metrics is not None:
-                executor.on_edge = self.metrics.edge_observer(model.name)
+                                lockstep_nodes=model.lockstep_nodes, on_edge=on_edge))
             self.executors[model.name] = executor
 
     def ready(self) -> bool:

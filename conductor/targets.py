@@ -8,6 +8,7 @@ import itertools
 import logging
 from typing import Any, Callable
 
+from conductor.dispatch import Dispatch
 from runtime.items import InboundItem, OpenNode
 from runtime.parts import part_name
 from transport.codec import inline_ref
@@ -62,7 +63,7 @@ class LocalTransport:
 
 
 class InProcessTarget:
-    """A component hosted in this process on its own engine thread (services.StepLoop)."""
+    """A component hosted in this process on its own engine thread (runtime.step_loop)."""
 
     def __init__(self, component, loop: asyncio.AbstractEventLoop, sink) -> None:
         from runtime.step_loop import StepLoop
@@ -89,7 +90,7 @@ class InProcessTarget:
 
 
 class RemoteTarget:
-    """One long-lived Run stream to a replica, multiplexing every request (DESIGN 4).
+    """One long-lived Run stream to a replica, multiplexing every request.
     post() never blocks: a writer task sends each batch as one RunRequest, in order."""
 
     def __init__(self, address: str, sink, max_message_bytes: int = 64 << 20, interceptors=None) -> None:
@@ -173,30 +174,30 @@ class RemoteTarget:
             await self.client.close()
 
 
-def run_item(request_id: str, walk: str, dispatch, params: dict, convert, traceparent: str = "", scope=None,
+def run_item(request_id: str, walk: str, dispatch: Dispatch, params: dict, convert, traceparent: str = "", scope=None,
              consumer_host_ids: tuple[str, ...] = ()):
     """The Run item for a dispatch: an OpenNode, or a PushChunk into an open loop run."""
-    from runtime.items import ChunkInfo, PushChunk, StopRule, StreamInput
+    from runtime.items import PushChunk, StopRule, StreamInput
 
     if dispatch.push:
-        port, meta = scope.pushed[dispatch.node].dst_port, dispatch.chunk
+        port, chunk = scope.pushed[dispatch.node].dst_port, dispatch.chunk
         parts = dispatch.inputs.get(port, ())
         tensors = named_parts({port: parts}, convert) if parts else {}
-        return PushChunk(request_id, dispatch.node, port, dispatch.iteration, tensors, meta["is_last"],
-                         meta["num_context"], meta["num_pad"])
+        return PushChunk(request_id, dispatch.node, port, dispatch.iteration, tensors, chunk.is_last,
+                         chunk.num_context, chunk.num_pad)
 
-    stop = StopRule()
-    if dispatch.loop is not None:
+    stop, max_iters = StopRule(), 0
+    if dispatch.loop is not None:  # a loop run inside its component: what the service evaluates
         rule = dispatch.loop.stop
-        stop = StopRule(dispatch.loop.max_iters, tuple(rule.stop_token_ids) if rule else (),
-                        rule.component_predicate if rule else "")
-    chunk = ChunkInfo(**dispatch.chunk) if dispatch.chunk else None
+        max_iters = dispatch.loop.max_iters
+        if rule is not None:
+            stop = StopRule(stop_token_ids=rule.stop_token_ids, component_predicate=rule.component_predicate)
     pushed = scope.pushed.get(dispatch.node) if scope is not None else None
     stream = StreamInput(pushed.dst_port, pushed.continue_after_producer_done) if pushed is not None else None
     return OpenNode(
         request_id, dispatch.node, walk, dispatch.iteration, named_parts(dispatch.inputs, convert),
-        params, stop, traceparent, consumer_host_ids=consumer_host_ids, credits=dispatch.credits, chunk=chunk,
-        stream=stream, local_streams=local_streams(scope, dispatch, params),
+        params, stop, traceparent, consumer_host_ids=consumer_host_ids, credits=dispatch.credits, chunk=dispatch.chunk,
+        stream=stream, local_streams=local_streams(scope, dispatch, params), max_iters=max_iters,
     )
 
 

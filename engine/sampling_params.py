@@ -1,11 +1,13 @@
 """Per-request sampling and stop parameters (what a client asks for; validated once,
-at the edge, so the engine never sees a nonsensical request)."""
+at the edge, so the engine never sees a nonsensical request), and TextParams: the
+request keys of text generation that become them."""
 from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
 
 from core.errors import InvalidArgument
+from core.params import RequestParams, param
 
 
 @dataclass(frozen=True)
@@ -69,3 +71,27 @@ class SamplingParams:
 def _is_int(x: object) -> bool:
     # numbers.Integral admits numpy integers; bool is an int but never a count.
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class TextParams(RequestParams):
+    """A text-generation request's params (the keys a client sends), parsed from the
+    request once; `sampling` turns them into the engine's SamplingParams."""
+
+    max_new_tokens: int = param(16, min=1, help="at most this many generated tokens")
+    temperature: float = param(0.0, min=0, help="0: greedy")
+    top_k: int = param(0, min=0, help="sample from the k most likely tokens (0: off)")
+    top_p: float = param(1.0, min=0, max=1, exclusive_min=True, help="nucleus sampling mass (1: off)")
+    repetition_penalty: float = param(1.0, min=0, exclusive_min=True, help="HF semantics (1: off)")
+    seed: int | None = param(None, kind=int, help="per-request sampling seed")
+    suppress_token_ids: tuple[int, ...] = param((), help="ids never sampled")
+    stop_token_ids: tuple[int, ...] = param((), help="ids that end the request, besides EOS")
+    ignore_eos: bool = param(False, help="generate past EOS (max_new_tokens ends the request)")
+
+    def sampling(self, eos_token_ids: tuple[int, ...], stop_token_ids: tuple[int, ...] = ()) -> SamplingParams:
+        """eos_token_ids: the checkpoint's; stop_token_ids: the graph's, added to the request's."""
+        return SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_k=self.top_k,
+                              top_p=self.top_p, repetition_penalty=self.repetition_penalty, seed=self.seed,
+                              suppress_token_ids=self.suppress_token_ids,
+                              eos_token_ids=() if self.ignore_eos else eos_token_ids,
+                              stop_token_ids=tuple(stop_token_ids) + self.stop_token_ids)

@@ -66,9 +66,11 @@ class Parallel:
 class StopRule:
     """When a DynamicLoop stops, decided per request after each iteration.
 
-    watch: "node.port" whose value decides. stop_token_ids: stop once the value holds
-    one of them (serialisable: a loop inside a service evaluates it there).
-    predicate: a conductor-side rule on the watched value, for loops the conductor drives.
+    watch: "node.port" whose value decides (a DynamicLoop requires it; a node run's copy
+    of the rule, `runtime.items.OpenNode.stop_rule`, has none: the service watches its
+    own output). stop_token_ids: stop once the value holds one of them (serialisable: a
+    loop inside a service evaluates it there). predicate: a conductor-side rule on the
+    watched value, for loops the conductor drives (never sent to a service).
     component_predicate: the name of a rule the component registered, evaluated inside
     the service (only for a loop that runs inside its component).
     """
@@ -81,8 +83,7 @@ class StopRule:
     def __post_init__(self) -> None:
         if self.watch:
             split_endpoint(self.watch)
-        if (self.stop_token_ids or self.predicate or self.component_predicate) and not self.watch:
-            raise GraphError("StopRule with stop_token_ids or a predicate needs a watch 'node.port'")
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
 
     def should_stop(self, value) -> bool:
         if self.predicate is not None and self.predicate(value):

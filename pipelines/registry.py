@@ -12,7 +12,7 @@ from core.errors import GraphError
 BUILDERS = {
     "qwen3_omni": "pipelines.qwen3_omni.model:speech_model",
     "text_to_image": "pipelines.registry:text_to_image_model",
-    "text": "pipelines.registry:text_model",
+    "text": "pipelines.text_generation:text_model",
 }
 
 
@@ -27,19 +27,10 @@ def build_model(pipeline: str, name: str, placement, options: dict):
 
 
 def text_to_image_model(name: str, placement, fused: bool = False, max_steps: int | None = None):
-    from conductor.model import ServedModel
-    from pipelines.text_to_image import DENOISE_LOOP, LOCKSTEP_NODES, text_to_image_graph
+    from pipelines.text_to_image import image_model, text_to_image_graph
 
     graph = text_to_image_graph(name, fused=fused, **({"max_steps": max_steps} if max_steps else {}))
     if fused and placement.lockstep_groups:  # the fused loop runs both branches on one replica
         raise GraphError(f"models.{name}.options.fused: the fused denoising loop cannot run on a dlo_group "
                          f"({sorted(placement.lockstep_groups)}), whose replicas step in lockstep")
-    return ServedModel(name, graph, placement, inner_loops={DENOISE_LOOP} if fused else (),
-                       lockstep_nodes=() if fused else LOCKSTEP_NODES)
-
-
-def text_model(name: str, placement, max_new_tokens: int = 4096):
-    from conductor.model import ServedModel
-    from pipelines.text_generation import DECODE_LOOP, text_generation_graph
-
-    return ServedModel(name, text_generation_graph(max_new_tokens, name=name), placement, {DECODE_LOOP})
+    return image_model(name, graph, placement, fused)

@@ -8,6 +8,7 @@ from graph.node import GraphNode
 from graph.walk import Walk, WalkGraph
 
 DECODE_LOOP = "decode_loop"  # run inside the thinker: pass it in a ServedModel's inner_loops
+OUTPUT_KINDS = {"first_token": "text", "token": "text"}  # conductor.model.OUTPUT_KINDS
 
 
 def text_generation_graph(max_new_tokens: int = 4096, name: str = "text") -> WalkGraph:
@@ -23,3 +24,12 @@ def text_generation_graph(max_new_tokens: int = 4096, name: str = "text") -> Wal
         GraphEdge("decode.token", "output.token"),
     ])
     return WalkGraph(name, nodes, [walk])
+
+
+def text_model(name: str, placement, max_new_tokens: int = 4096):
+    """The graph as the conductor serves it: the decode loop inside the thinker, TextParams."""
+    from conductor.model import ServedModel
+    from engine.sampling_params import TextParams
+
+    graph = text_generation_graph(max_new_tokens, name=name)
+    return ServedModel(name, graph, placement, {DECODE_LOOP}, params=TextParams, output_kinds=OUTPUT_KINDS)

@@ -14,8 +14,8 @@ computation as one node, denoise_loop, whose loop runs inside one DiT replica (n
 conductor round trip per step; no CFG-parallel). Outputs: step, image (uint8 [H, W, 3]) and,
 with params.return_float, image_float ([H, W, 3] in [0, 1]).
 
-Per-request params (services.dit.params): steps, guidance, renorm, width, height, seed,
-negative_prompt, max_sequence_length, return_float.
+Per-request params (engine.models.sd3.params.ImageParams): steps, guidance, renorm, width,
+height, seed, negative_prompt, max_sequence_length, return_float.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from graph.edge import GraphEdge as E
 from graph.node import GraphNode as N
 from graph.walk import WalkGraph
 from graph.walk import Walk
-from services.dit.params import MAX_STEPS
+from engine.models.sd3.params import MAX_STEPS, ImageParams
 
 DENOISE_LOOP = "denoise"
 EMBED_INPUTS = ("prompt_embeds", "pooled_prompt_embeds", "negative_prompt_embeds", "negative_pooled_prompt_embeds")
@@ -37,6 +37,9 @@ FUSED_INPUTS = ("denoise_loop.embeds", "denoise_loop.pooled", "denoise_loop.nega
 # Runs that are DiT forwards: on a dlo_group (AllGather offload) each pairs with one forward
 # on every other rank, so the conductor pads them to every rank (conductor.lockstep).
 LOCKSTEP_NODES = ("denoise_cond", "denoise_uncond")
+# The walks' outputs (conductor.model.OUTPUT_KINDS): step [k, steps], image uint8 [H, W, 3],
+# image_float [H, W, 3] in [0, 1].
+OUTPUT_KINDS = {"step": "progress", "image": "image", "image_float": "image"}
 
 
 def _nodes(fused: bool) -> list[N]:
@@ -139,21 +142,18 @@ def served_model(name: str, text: str, dit: str, vae: str, dit_uncond: str | Non
                  fused: bool = False, max_steps: int = MAX_STEPS, dlo_group: tuple[str, ...] = ()):
     """The conductor's ServedModel: the graph placed on these endpoints (dlo_group: see
     placement_dict)."""
-    from conductor.model import ServedModel
     from conductor.placement import Placement
 
     graph = text_to_image_graph(name, max_steps, fused)
     placement = Placement.from_dict(placement_dict(graph, text, dit, vae, dit_uncond, tuple(dlo_group)))
+    return image_model(name, graph, placement, fused)
+
+
+def image_model(name: str, graph: WalkGraph, placement, fused: bool):
+    """A text-to-image graph as the conductor serves it (fused: the loop runs inside its DiT
+    replica; else the branch runs are padded across a dlo_group's ranks)."""
+    from conductor.model import ServedModel
+
     return ServedModel(name, graph, placement, inner_loops={DENOISE_LOOP} if fused else (),
-                       lockstep_nodes=() if fused else LOCKSTEP_NODES)
-
-
-def components(checkpoint: str, dtype: str = "float32", device: str = "cpu", max_batch_size: int = 8) -> list:
-    """Every component of the graph for `checkpoint`, for an in-process executor."""
-    from services.dit.denoiser import DitComponent
-    from services.dit.text import TextEncoderComponent
-    from services.dit.vae import VaeComponent
-
-    return [TextEncoderComponent.from_checkpoint(checkpoint, dtype, device, max_batch_size=max_batch_size),
-            DitComponent.from_checkpoint(checkpoint, dtype, device, max_batch_size),
-            VaeComponent.from_checkpoint(checkpoint, dtype, device)]
+                       lockstep_nodes=() if fused else LOCKSTEP_NODES, params=ImageParams,
+                       output_kinds=OUTPUT_KINDS)

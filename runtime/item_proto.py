@@ -112,7 +112,7 @@ def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
         iteration=tuple(m.iteration),
         inputs=tensors_from_proto(m.inputs, f"{field}.inputs"),
         params=params_from_struct(m.params),
-        stop_rule=StopRule(m.stop_rule.max_iters, tuple(m.stop_rule.stop_token_ids), m.stop_rule.predicate),
+        stop_rule=StopRule(stop_token_ids=tuple(m.stop_rule.stop_token_ids), component_predicate=m.stop_rule.predicate),
         traceparent=m.traceparent,
         tracestate=m.tracestate,
         consumer_host_ids=tuple(m.consumer_host_ids),
@@ -121,6 +121,7 @@ def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
         if m.HasField("chunk") else None,
         stream=StreamInput(m.stream.port, m.stream.continue_after_producer_done) if m.HasField("stream") else None,
         local_streams=local_streams_from_proto(m.local_streams, field),
+        max_iters=m.stop_rule.max_iters,
     )
 
 
@@ -182,9 +183,9 @@ def items_to_proto(items: Iterable[InboundItem]) -> pb.RunRequest:
             o.iteration.extend(item.iteration)
             tensors_to_proto(item.inputs, o.inputs)
             params_to_struct(item.params, o.params, "open.params")
-            o.stop_rule.max_iters = item.stop_rule.max_iters
+            o.stop_rule.max_iters = item.max_iters  # the wire keeps the loop's bound with its stop rule
             o.stop_rule.stop_token_ids.extend(item.stop_rule.stop_token_ids)
-            o.stop_rule.predicate = item.stop_rule.predicate
+            o.stop_rule.predicate = item.stop_rule.component_predicate
             o.traceparent, o.tracestate = item.traceparent, item.tracestate
             o.consumer_host_ids.extend(item.consumer_host_ids)
             o.credits.update(item.credits)

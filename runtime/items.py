@@ -8,19 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from graph.composites import StopRule
 from transport.refs import ConsumedLease, TensorRef  # noqa: F401  (ConsumedLease re-exported)
 
 # The node of a padding unit (docs/offload.md, dlo_group): the conductor opens it on each
 # rank of a lockstep group that a step has no branch for, so every rank receives as many
 # lockstep units; the rank answers NodeDone once a round consumed it (its padding forward).
 LOCKSTEP_PAD = "lockstep_pad"
-
-
-@dataclass(frozen=True)
-class StopRule:
-    max_iters: int = 0  # 0: the node's own bound
-    stop_token_ids: tuple[int, ...] = ()
-    predicate: str = ""  # a stop rule the component registered, by name
 
 
 @dataclass(frozen=True)
@@ -57,7 +51,12 @@ class LocalStream:
 
 @dataclass(frozen=True)
 class OpenNode:
-    """Opens a node run for one request; `inputs` are references until resolved."""
+    """Opens a node run for one request; `inputs` are references until resolved.
+
+    A run of a loop inside its component carries the loop's `stop_rule` as the service
+    evaluates it (stop_token_ids, component_predicate; no watch: the run watches its own
+    output, and conductor-side predicates stay with the conductor) and `max_iters`, the
+    loop's bound (0: none given, the node's own bound)."""
 
     request_id: str
     node: str
@@ -73,6 +72,7 @@ class OpenNode:
     chunk: ChunkInfo | None = None
     stream: StreamInput | None = None
     local_streams: tuple[LocalStream, ...] = ()
+    max_iters: int = 0
 
     def __post_init__(self) -> None:
         if not self.request_id:

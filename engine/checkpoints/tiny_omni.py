@@ -27,7 +27,6 @@ CODEC = dict(codec_pad_id=TALKER_VOCAB - 8, codec_bos_id=TALKER_VOCAB - 7, codec
              codec_nothink_id=TALKER_VOCAB - 5, codec_think_bos_id=TALKER_VOCAB - 4,
              codec_think_eos_id=TALKER_VOCAB - 3)
 SPEAKERS = {"ethan": TALKER_VOCAB - 2, "chelsie": TALKER_VOCAB - 1}
-SAMPLE_RATE = 24000
 ROPE = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3], "interleaved": True,
         "mrope_interleaved": True}  # mrope_section sums to head_dim / 2 = 8
 

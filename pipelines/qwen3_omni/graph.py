@@ -23,6 +23,8 @@ DECODE_LOOP = "decode_loop"   # runs inside the thinker
 TALKER_LOOP = "talker_loop"   # runs inside the talker
 INNER_LOOPS = frozenset({DECODE_LOOP, TALKER_LOOP})
 ROWS = ("token", "hidden", "embeds")
+# The walk's outputs (conductor.model.OUTPUT_KINDS); audio is float32 [S] at SAMPLE_RATE.
+OUTPUT_KINDS = {"first_token": "text", "token": "text", "codes": "codes", "audio": "audio"}
 
 
 def speech_graph(chunk_size: int = 300, left_context: int = 25, first_chunk: int = 0,

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from conductor.model import ServedModel
 from conductor.placement import Placement
-from pipelines.qwen3_omni.graph import INNER_LOOPS, speech_graph
-
-SAMPLE_RATE = 24000
+from engine.models.qwen3_omni import SAMPLE_RATE
+from graph.walk import WalkGraph
+from pipelines.qwen3_omni.graph import INNER_LOOPS, OUTPUT_KINDS, speech_graph
+from pipelines.qwen3_omni.params import SpeechParams
 
 
 def speech_placement(thinker: list[str], talker: list[str], codec: list[str] | None = None) -> Placement:
@@ -25,5 +26,11 @@ def speech_placement(thinker: list[str], talker: list[str], codec: list[str] | N
 
 def speech_model(name: str, placement: Placement, chunk_size: int = 300, left_context: int = 25,
                  first_chunk: int = 0) -> ServedModel:
-    graph = speech_graph(chunk_size, left_context, first_chunk, name=name)
-    return ServedModel(name, graph, placement, INNER_LOOPS)
+    return served_speech_model(name, speech_graph(chunk_size, left_context, first_chunk, name=name), placement)
+
+
+def served_speech_model(name: str, graph: WalkGraph, placement: Placement) -> ServedModel:
+    """A speech walk graph (streaming or stage-by-stage) as the conductor serves it: loops
+    inside the thinker and the talker, SpeechParams, text, codes and audio out."""
+    return ServedModel(name, graph, placement, INNER_LOOPS, params=SpeechParams, output_kinds=OUTPUT_KINDS,
+                       sample_rate=SAMPLE_RATE)

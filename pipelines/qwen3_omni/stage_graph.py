@@ -22,7 +22,8 @@ from graph.composites import DynamicLoop, Sequential, StopRule
 from graph.edge import GraphEdge as E
 from graph.node import GraphNode
 from graph.walk import Walk, WalkGraph
-from pipelines.qwen3_omni.graph import DECODE_LOOP, INNER_LOOPS, ROWS, TALKER_LOOP
+from pipelines.qwen3_omni.graph import DECODE_LOOP, ROWS, TALKER_LOOP
+from pipelines.qwen3_omni.model import served_speech_model
 
 
 def stage_graph(max_text_tokens: int = 4096, max_frames: int = 4096, name: str = "qwen3_omni_stage") -> WalkGraph:
@@ -54,4 +55,4 @@ def stage_graph(max_text_tokens: int = 4096, max_frames: int = 4096, name: str =
 
 def stage_model(name: str, placement: Placement) -> ServedModel:
     """The baseline served beside the streaming model, on the same placement (services)."""
-    return ServedModel(name, stage_graph(name=name), placement, INNER_LOOPS)
+    return served_speech_model(name, stage_graph(name=name), placement)

@@ -2,9 +2,9 @@
 
 open(inputs):  prompt_ids [P] (the chat prompt the thinker saw), prompt_embeds
                [n, thinker_hidden] (and optionally prompt_hidden): the thinker rows known so
-               far, usually its prompt's; params: speaker, max_frames, min_frames, seed and
-               talker_temperature, talker_top_k, talker_top_p, talker_repetition_penalty
-               (the thinker reads the unprefixed sampling params of the same request).
+               far, usually its prompt's; params: TalkerParams (speaker, max_frames,
+               min_frames, seed, talker_temperature, ...; the thinker reads the unprefixed
+               sampling params of the same request).
                Without a `stream` (pipelines.qwen3_omni.stage_graph), open also takes the
                thinker's decode rows as `embeds` (and `hidden`) and the thinker is done.
 push(stream port, e.g. "embeds"): further rows, one per thinker decode step (and "hidden");
@@ -20,36 +20,16 @@ import torch
 
 from engine.engine_load import scheduler_load
 from engine.llm_engine import EngineConfig
+from engine.models.qwen3_omni.params import TalkerParams
 from engine.talker_engine import TalkerEngine
 from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode
 from core.errors import InvalidArgument
-
-_INTS = ("max_frames", "min_frames", "talker_top_k", "seed")
-_FLOATS = ("talker_temperature", "talker_top_p", "talker_repetition_penalty")
 
 
 @dataclass
 class TalkerRun:
     item: OpenNode
     num_frames: int = 0
-
-
-def talker_kwargs(params: dict) -> dict:
-    """Request params (a Struct: numbers arrive as floats) -> TalkerEngine.talker_params kwargs."""
-    out = {}
-    for name in _INTS:
-        if params.get(name) is not None:
-            value = params[name]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
-                raise InvalidArgument(f"params.{name} must be an integer, got {value!r}")
-            out[name] = int(value)
-    for name in _FLOATS:
-        if params.get(name) is not None:
-            if isinstance(params[name], bool) or not isinstance(params[name], (int, float)):
-                raise InvalidArgument(f"params.{name} must be a number, got {params[name]!r}")
-            out[name] = float(params[name])
-    renames = {"max_frames": "max_new_tokens", "min_frames": "min_new_tokens"}
-    return {renames.get(k, k.removeprefix("talker_")): v for k, v in out.items()}
 
 
 class TalkerComponent:
@@ -72,14 +52,9 @@ class TalkerComponent:
         prompt = inputs["prompt_ids"]
         if prompt.dtype.is_floating_point or prompt.numel() == 0:
             raise InvalidArgument("open.inputs.prompt_ids must be non-empty integer ids")
-        params = item.params or {}
-        speaker = str(params.get("speaker", "ethan"))
-        kwargs = {"temperature": 0.0, **talker_kwargs(params)}
-        if item.stop_rule.max_iters:  # the loop's own bound (the graph's max frames)
-            kwargs["max_new_tokens"] = min(kwargs.get("max_new_tokens", item.stop_rule.max_iters),
-                                           item.stop_rule.max_iters)
-        sampling = self.engine.talker_params(**kwargs)
-        self.engine.add_request(item.request_id, prompt.reshape(-1).tolist(), sampling, speaker)
+        params = TalkerParams.from_params(item.params)
+        sampling = self.engine.talker_params(**params.sampling_kwargs(item.max_iters))  # the loop's own bound
+        self.engine.add_request(item.request_id, prompt.reshape(-1).tolist(), sampling, params.speaker)
         self.runs[item.request_id] = TalkerRun(item)
         try:
             self._rows(item.request_id, inputs.get("prompt_embeds"), inputs.get("prompt_hidden"))

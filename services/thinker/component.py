@@ -13,8 +13,8 @@ import torch
 
 from engine.engine_load import scheduler_load
 from engine.llm_engine import EngineConfig, LLMEngine
+from engine.sampling_params import TextParams
 from runtime.items import NodeDone, NodeOutput, OpenNode
-from services.thinker.params import sampling_params
 from core.errors import InvalidArgument
 
 
@@ -75,7 +75,7 @@ class ThinkerComponent:
         if "input_ids" not in inputs:
             raise InvalidArgument("open.inputs: prefill needs input_ids")
         prompt = inputs["input_ids"].reshape(-1).tolist()
-        params = sampling_params(item.params, self.eos_token_ids, item.stop_rule.stop_token_ids)
+        params = TextParams.from_params(item.params).sampling(self.eos_token_ids, item.stop_rule.stop_token_ids)
         self.engine.add_request(item.request_id, prompt, params)
         self.runs[item.request_id] = ThinkerRun(item)
 
@@ -129,7 +129,7 @@ class ThinkerComponent:
         d = run.decode
         self._events.append(NodeOutput(d.request_id, "decode", tensors, d.iteration + (run.num_decoded,)))
         run.num_decoded += 1
-        if out.is_finished or (d.stop_rule.max_iters and run.num_decoded >= d.stop_rule.max_iters):
+        if out.is_finished or (d.max_iters and run.num_decoded >= d.max_iters):
             self._finish(run)
 
     def _finish(self, run: ThinkerRun) -> None:

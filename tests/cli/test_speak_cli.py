@@ -4,6 +4,7 @@ prints exactly the issue's keys, and a conductor that is down, an unknown model 
 ids end with a non-zero status and a message naming the problem."""
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -65,10 +66,10 @@ def _read_wav(path) -> np.ndarray:
         return np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
 
 
-def test_speak_writes_the_mesh_audio_and_prints_json(conductor, tmp_path, capsys):
+def test_speak_writes_the_mesh_audio_and_prints_json(conductor, tiny_omni, tmp_path, capsys):
     out = tmp_path / "x.wav"
-    status = main(["speak", "--model", "omni", "--text", TEXT, "-o", str(out), "--address", conductor,
-                   *OPTIONS, "--json"])
+    status = main(["speak", "--model", "omni", "--text", TEXT, "--tokenizer", str(tiny_omni), "-o", str(out),
+                   "--address", conductor, *OPTIONS, "--json"])
     printed = capsys.readouterr().out
     assert status == 0
     got = json.loads(printed)
@@ -111,7 +112,25 @@ def test_conductor_down_fails_clearly(tmp_path):
     assert not out.exists()  # no audio arrived: no file left behind
 
 
+def test_text_is_tokenized_by_the_checkpoint_tokenizer(tiny_omni, monkeypatch):
+    import cluster.checkpoints
+    from cli.speak import prompt_ids
+
+    def args(model: str, tokenizer=None, text=TEXT):
+        return argparse.Namespace(model=model, text=text, tokenizer=tokenizer, input_ids=None)
+
+    assert prompt_ids(args("omni", str(tiny_omni))) == chat_prompt(TEXT)
+    built = []
+    monkeypatch.setattr(cluster.checkpoints, "tiny", lambda kind, log: built.append(kind) or tiny_omni)
+    assert prompt_ids(args("qwen3-omni")) == chat_prompt(TEXT) and built == ["qwen3-omni"]  # the built-in one
+    with pytest.raises(ValueError, match="--text needs --tokenizer DIR"):
+        prompt_ids(args("omni"))
+    with pytest.raises(ValueError, match="--tokenizer: tokenizer .* is not a directory"):
+        prompt_ids(args("omni", str(tiny_omni / "nope")))
+
+
 @pytest.mark.parametrize("argv, status, words", [
+    (["--model", "omni", "--text", "hi"], 2, ["--text needs --tokenizer DIR", "'omni'"]),
     (["--model", "nope", "--input-ids", "1,2,3"], 1, ["'nope'", "INVALID_ARGUMENT"]),
     (["--model", "omni", "--input-ids", "1,99999"], 1, ["INVALID_ARGUMENT", "99999"]),
     (["--model", "omni", "--input-ids", "1,x"], 2, ["'x' is not an integer id"]),

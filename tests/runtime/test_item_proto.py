@@ -17,7 +17,8 @@ def test_inbound_items_round_trip():
     items = [
         OpenNode(
             request_id="r", node="n", walk="w", iteration=(1, 2), inputs={"a": inline_ref(torch.ones(2)), "b": shm},
-            params={"temperature": 0.5, "tags": ["x"]}, stop_rule=StopRule(5, (1, 2)),
+            params={"temperature": 0.5, "tags": ["x"]}, max_iters=5,
+            stop_rule=StopRule(stop_token_ids=(1, 2), component_predicate="p"),
             traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01", tracestate="k=v", consumer_host_ids=("h2",),
         ),
         PushChunk("r", "n", "audio", (3,), {"c": inline_ref(torch.zeros(0))}, end_of_stream=True),
