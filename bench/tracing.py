@@ -34,22 +34,22 @@ async def _burst(address: str, concurrency: int) -> float:
 
 
 def _deployment(checkpoint: str, directory: str):
-    from cluster.deployments import rewrite
+    from cluster.shipped_deployments import rewrite_shipped
 
-    return rewrite("colocated", {"omni": checkpoint}, ("qwen3-omni",), directory)
+    return rewrite_shipped("colocated", {"omni": checkpoint}, ("qwen3-omni",), directory)
 
 
 def measure(checkpoint: str, rounds: int, concurrency: int) -> dict:
+    from cluster.launchable import read_launchable
     from cluster.launcher import Cluster
-    from cluster.spec import ClusterSpec
     from cluster.trace_store import TraceStore
 
     store = TraceStore(max_traces=100000).start()
     with tempfile.TemporaryDirectory() as tmp:
         traced_path, untraced_path = _deployment(checkpoint, tmp), _deployment(checkpoint, tmp)
         quiet = lambda line: None  # noqa: E731
-        traced = Cluster(ClusterSpec.load(traced_path), traced_path, trace_store=store.otlp_address, log=quiet)
-        untraced = Cluster(ClusterSpec.load(untraced_path), untraced_path, log=quiet,
+        traced = Cluster(read_launchable(traced_path), traced_path, trace_store=store.otlp_address, log=quiet)
+        untraced = Cluster(read_launchable(untraced_path), untraced_path, log=quiet,
                            env={"OTEL_SDK_DISABLED": "true"})
         try:
             traced.start()

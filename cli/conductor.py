@@ -19,40 +19,20 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def served_models(spec) -> list:
-    from pipelines.registry import build_model
-
-    return [build_model(m.pipeline, name, spec.placement(name), dict(m.options)) for name, m in spec.models.items()]
-
-
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    import asyncio
-
-    from cli.serve import write_port_file
-    from cluster.spec import ClusterSpec
-    from conductor.service import ConductorService
+    from cluster.conductor_process import serve_conductor, served_models
+    from cluster.launchable import read_launchable
     from core.errors import GraphError
-    from runtime.server import ServerConfig, serve
-    from runtime.telemetry import Telemetry
+    from runtime.server import ServerConfig
 
     try:
-        spec = ClusterSpec.load(args.deployment)
+        spec = read_launchable(args.deployment)
         models = served_models(spec)
     except GraphError as e:
         print(f"starmesh conductor: {e}", file=sys.stderr)
         return 2
     host, _, port = spec.conductor.rpartition(":")
     config = ServerConfig(host=args.host or host, port=int(port) if args.port is None else args.port)
-    telemetry = Telemetry("conductor")
-    telemetry.install_global()
-    on_serving = (lambda p: write_port_file(args.port_file, p)) if args.port_file else None
-    metrics = None
-    if args.metrics_port is not None:
-        from conductor.metrics import ConductorMetrics
-        from runtime.metrics import serve_metrics
-
-        metrics = ConductorMetrics()
-        serve_metrics(args.metrics_port, metrics.registry, config.host)
-    asyncio.run(serve(ConductorService(models, telemetry, metrics), config, telemetry, on_serving=on_serving))
+    serve_conductor(models, config, args.metrics_port, args.port_file)
     return 0

@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
-    from cli.up import DEFAULT_DEPLOYMENT
+    from cluster.deployment_dir import DEFAULT_DEPLOYMENT
 
     p = sub.add_parser("demo", help="start everything, speak a sentence, draw an image, show the traces, stop")
     p.add_argument("--deployment", default=str(DEFAULT_DEPLOYMENT), metavar="FILE")
@@ -39,38 +39,27 @@ def _cli_json(argv: list[str]) -> dict:
     return json.loads(out.getvalue().strip().splitlines()[-1])
 
 
-def _edges(store, request_id: str, timeout_s: float = 15.0) -> list[dict]:
-    """The request's edge rows once the conductor's spans reached the store."""
-    from cluster.trace_store import edge_table
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        rows = edge_table(store.request(request_id)["spans"])
-        if rows or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.2)
-
-
 def run(args: argparse.Namespace) -> int:
     from cli.trace import print_edges
-    from cli.up import start_stack, stop_stack
+    from cluster.stack import start_stack
+    from cluster.trace_store import wait_for_edges
 
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     print("starting the deployment (the first run builds the tiny checkpoints) ...", flush=True)
-    store, cluster = start_stack(args.deployment, trace_store=True)
+    stack = start_stack(args.deployment, trace_store=True)
     try:
-        address, rid = cluster.conductor_address, f"demo-{uuid.uuid4().hex[:8]}"
+        address, rid = stack.cluster.conductor_address, f"demo-{uuid.uuid4().hex[:8]}"
         print(f"speaking {args.text!r} ...", flush=True)
         speech = _cli_json(["speak", "--model", "qwen3-omni", "--text", args.text, "-o", str(out / "speech.wav"),
                             "--address", address, "--request-id", rid, "--max-frames", "100"])
         print(f"drawing {args.prompt!r} ...", flush=True)
         image = _cli_json(["imagine", "--model", "sd3", "--prompt", args.prompt, "-o", str(out / "image.png"),
                            "--conductor", address, "--steps", "8", "--size", "128x128"])
-        rows = _edges(store, rid)
+        rows = wait_for_edges(stack.store, rid)
     finally:
-        stop_stack(store, cluster)
+        stack.stop()
     print(f"\n{out / 'speech.wav'}: {speech['audio_s']:.2f} s of audio in {speech['num_chunks']} chunks")
     print(f"  time to first audio {speech['ttfa_ms']:.1f} ms, real-time factor {speech['rtf']:.3f}")
     print(f"{out / 'image.png'}: {image['width']}x{image['height']}, {image['latency_ms']:.0f} ms")
@@ -78,5 +67,3 @@ def run(args: argparse.Namespace) -> int:
     print_edges(rows)
     print(f"\ndemo took {time.perf_counter() - t0:.1f} s; everything is stopped", flush=True)
     return 0 if rows else 1
-
-

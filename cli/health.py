@@ -14,16 +14,11 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from runtime.replica_probe import check_health
 
-    with grpc.insecure_channel(args.address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        try:
-            reply = stub.Check(health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout)
-        except grpc.RpcError as e:
-            print(f"{args.address}: {e.code().name}: {e.details()}", file=sys.stderr)
-            return 1
-    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-    print(status)
-    return 0 if reply.status == health_pb2.HealthCheckResponse.SERVING else 1
+    health = check_health(args.address, args.service, args.timeout)
+    if health.error is not None:
+        print(f"{args.address}: {health.status}: {health.error}", file=sys.stderr)
+        return 1
+    print(health.status)
+    return 0 if health.is_serving else 1

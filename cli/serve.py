@@ -1,11 +1,11 @@
-"""`starmesh serve <component>`: host one component as a gRPC service until SIGTERM."""
+"""`starmesh serve <component>`: host one component as a gRPC service until SIGTERM
+(services.served_component builds it, runtime.serve_component hosts it)."""
 from __future__ import annotations
 
 import argparse
 import logging
 import os
 import sys
-import tempfile
 
 MiB = 1 << 20
 
@@ -122,75 +122,23 @@ def _dlo_group_config(args: argparse.Namespace, offload):
     return DloGroupConfig(args.dlo_group, args.dlo_rank, args.dlo_world, args.dlo_name, args.dlo_timeout_s)
 
 
-def write_port_file(path: str, port: int) -> None:
-    """Atomic: a reader polling for the file never sees it half-written."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".port-", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{port}\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    import asyncio
-
-    from runtime.component_service import ComponentService
-    from services.registry import build_component
-    from runtime.server import ServerConfig, configure_torch, serve
-    from runtime.telemetry import Telemetry
     from core.errors import StarmeshError
-    from transport.transport import Transport
+    from runtime.serve_component import serve_component
+    from runtime.server import ServerConfig, configure_torch
+    from services.served_component import build_served_component
 
-    server_config = ServerConfig(
-        host=args.host,
-        port=args.port,
-        max_message_bytes=args.max_message_mb * MiB,
-        grace_s=args.grace_s,
-        torch_threads=args.torch_threads,
-    )
+    server_config = ServerConfig(host=args.host, port=args.port, max_message_bytes=args.max_message_mb * MiB,
+                                 grace_s=args.grace_s, torch_threads=args.torch_threads)
     transport_config = _transport_config(args)
     configure_torch(server_config.torch_threads)  # before the factory loads any weights
     try:
         kwargs = _factory_kwargs(args)
         offload = _offload_config(args, kwargs)
-        if offload is not None:
-            from engine.offload.loading import set_process_config
-
-            set_process_config(offload)  # read by every loader in this process
-        group = _dlo_group_config(args, offload)
-        if group is not None:
-            from engine.offload.group import set_process_group_config
-
-            set_process_group_config(group)  # read by the dit loader (DitComponent.from_checkpoint)
-        component = build_component(args.component, **kwargs)
-        if group is not None and getattr(component, "lockstep", None) is None:
-            component.close()
-            raise ValueError(f"--dlo-group: component {args.component!r} does not step in lockstep "
-                             "(only a dit replica joins a dlo_group)")
+        component = build_served_component(args.component, kwargs, offload, _dlo_group_config(args, offload))
     except (ValueError, ImportError, StarmeshError) as e:
         print(f"starmesh serve: {e}", file=sys.stderr)
         return 2
-    try:
-        transport = Transport(transport_config)
-    except BaseException:
-        component.close()
-        raise
-    telemetry = Telemetry(component.name)
-    telemetry.install_global()
-    service = ComponentService(component, transport, telemetry)
-    if args.metrics_port is not None:
-        from prometheus_client import CollectorRegistry
-
-        from runtime.metrics import ServiceCollector, serve_metrics
-
-        registry = CollectorRegistry()
-        registry.register(ServiceCollector(component.name, component, service.step_loop, transport))
-        serve_metrics(args.metrics_port, registry, args.host)
-    on_serving = (lambda port: write_port_file(args.port_file, port)) if args.port_file else None
-    asyncio.run(serve(service, server_config, telemetry, on_serving=on_serving))
+    serve_component(component, transport_config, server_config, args.metrics_port, args.port_file)
     return 0

@@ -13,24 +13,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def fetch(store: str, request_id: str) -> dict:
-    import json
-    import urllib.parse
-    import urllib.request
-
-    url = f"{store}/v1/requests/{urllib.parse.quote(request_id)}"
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.load(resp)
-
-
-def default_store() -> str | None:
-    from cli.up import STORE_FILE
-    from cluster.checkpoints import cache_root
-
-    path = cache_root() / STORE_FILE
-    return path.read_text().strip() if path.is_file() else None
-
-
 def print_edges(rows: list[dict]) -> None:
     print(f"{'edge':<44} {'items':>6} {'bytes':>10} {'p50 ms':>8} {'max ms':>8}  transport")
     for r in rows:
@@ -41,14 +23,15 @@ def print_edges(rows: list[dict]) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from cluster.trace_store import edge_table
+    from cluster.stack import published_trace_store
+    from cluster.trace_store import edge_table, fetch_request
 
-    store = args.store or default_store()
+    store = args.store or published_trace_store()
     if not store:
         print("starmesh trace: no trace store (is `starmesh up` running? or pass --store URL)", file=sys.stderr)
         return 2
     try:
-        data = fetch(store, args.request_id)
+        data = fetch_request(store, args.request_id)
     except OSError as e:
         print(f"starmesh trace: cannot read {store}: {e}", file=sys.stderr)
         return 2

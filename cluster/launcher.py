@@ -1,6 +1,6 @@
 """Starts a deployment's processes, waits until they are SERVING, stops them cleanly.
 
-    with Cluster(ClusterSpec.load(path)) as cluster:
+    with Cluster(read_launchable(path), path) as cluster:
         print(cluster.conductor_address)
 
 Every service replica is `starmesh serve <component>` on its endpoint's port and the
@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-import yaml
-
 from cluster.checkpoints import resolve
 from cluster.dlo_groups import member_args
-from cluster.spec import ClusterSpec
+from conductor.deployment import Deployment
+from conductor.service_spec import ServiceSpec
 from runtime.process import ServiceProcess
 from runtime.telemetry import TRACE_STORE_ENV
 
@@ -35,10 +32,12 @@ def print_line(line: str) -> None:
 
 
 class Cluster:
-    def __init__(self, spec: ClusterSpec, deployment: str | Path, trace_store: str = "", log=print_line,
+    """deployment: what to start; path: its file, which the conductor reads itself."""
+
+    def __init__(self, deployment: Deployment, path: str | Path, trace_store: str = "", log=print_line,
                  start_timeout_s: float = 180.0, env: dict[str, str] | None = None) -> None:
-        self.spec = spec
-        self.deployment = str(deployment)
+        self.deployment = deployment
+        self.path = str(path)
         self.log = log
         self.start_timeout_s = start_timeout_s
         self.env = {**os.environ, **(env or {})}
@@ -57,27 +56,29 @@ class Cluster:
         t0 = time.perf_counter()
         try:
             self.checkpoints = {n: resolve(ck, lambda m: self.log(f"starmesh | {m}"))
-                                for n, ck in self.spec.checkpoints.items()}
-            for s in self.spec.services.values():
+                                for n, ck in self.deployment.checkpoints.items()}
+            for s in self.deployment.services.values():
                 for i, endpoint in enumerate(s.replicas):
                     name = s.name if len(s.replicas) == 1 else f"{s.name}-{i}"
                     self.services.append(self._service(s, name, endpoint).launch())
             for proc in self.services:
                 proc.wait_serving()
-            host, _, port = self.spec.conductor.rpartition(":")
-            args = ["--deployment", self.deployment, "--host", host, *self._metrics_args("conductor", host)]
+            host, _, port = self.deployment.conductor.rpartition(":")
+            args = ["--deployment", self.path, "--host", host, *self._metrics_args("conductor", host)]
             self.conductor = ServiceProcess("", args, self.env,
                                             "conductor", self.start_timeout_s, int(port), "conductor", self.log)
             self.conductor.launch().wait_serving()
         except BaseException:
             self.stop()
             raise
-        self.log(f"starmesh | cluster {self.spec.name!r} up in {time.perf_counter() - t0:.1f} s")
+        self.log(f"starmesh | cluster {self.deployment.name!r} up in {time.perf_counter() - t0:.1f} s")
         return self
 
-    def _service(self, s, name: str, endpoint: str) -> ServiceProcess:
+    def _service(self, s: ServiceSpec, name: str, endpoint: str) -> ServiceProcess:
         host, _, port = endpoint.rpartition(":")
         args = ["--host", host, *self._metrics_args(name, host)]
+        if s.device != "cpu":  # "cpu" is every factory's default: left out, as compose/ writes the commands
+            args += ["--device", s.device]
         if s.checkpoint:
             args += ["--checkpoint", str(self.checkpoints[s.checkpoint])]
         if s.host_id:
@@ -88,7 +89,7 @@ class Cluster:
             args += ["--transport-mode", s.transport_mode]
         for key, value in s.options.items():  # `serve` parses each value as JSON when it can
             args += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
-        args += member_args(self.spec.dlo_groups, s.name)  # rank, world and rendezvous of a dlo_group member
+        args += member_args(self.deployment.dlo_groups, s.name)  # rank, world and rendezvous of a dlo_group member
         return ServiceProcess(s.component, args, self.env, name, self.start_timeout_s, int(port), log=self.log)
 
     def _metrics_args(self, name: str, host: str) -> list[str]:
@@ -118,21 +119,9 @@ class Cluster:
         self.stop()
 
 
-def write_deployment(spec_dict: dict, directory: str | None = None) -> Path:
-    """A deployment mapping as a YAML file (for generated deployments, e.g. free ports)."""
-    fd, path = tempfile.mkstemp(prefix="starmesh-deploy-", suffix=".yaml", dir=directory)
-    with os.fdopen(fd, "w") as f:
-        yaml.safe_dump(spec_dict, f, sort_keys=False)
-    return Path(path)
-
-
 def free_port() -> int:
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def eprint(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)

@@ -5,12 +5,16 @@ that keeps the spans of recent traces in memory, and a JSON query endpoint over 
     GET http://<store.http_address>/v1/requests/<request id>  -> {"trace_ids", "spans"}
 
 Bounded: the oldest traces are dropped past `max_traces`. `starmesh up` runs one and
-points every process at it (STARMESH_TRACE_STORE); `starmesh trace` reads it.
+points every process at it (STARMESH_TRACE_STORE); `starmesh trace` reads it over HTTP
+(fetch_request).
 """
 from __future__ import annotations
 
 import json
 import threading
+import time
+import urllib.parse
+import urllib.request
 from collections import OrderedDict
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -140,3 +144,22 @@ def edge_table(spans: list[dict]) -> list[dict]:
         if lat:
             row["p50_us"], row["max_us"] = lat[len(lat) // 2], lat[-1]
     return sorted(rows.values(), key=lambda r: r["edge"])
+
+
+def fetch_request(store_url: str, request_id: str, timeout_s: float = 5.0) -> dict:
+    """{"trace_ids", "spans"} of one request from a store's query URL (OSError when the
+    store cannot be read)."""
+    url = f"{store_url}/v1/requests/{urllib.parse.quote(request_id)}"
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        return json.load(resp)
+
+
+def wait_for_edges(store: TraceStore, request_id: str, timeout_s: float = 15.0) -> list[dict]:
+    """The request's edge_table once the conductor's spans reached `store` (they are
+    exported in batches, after the request ended); [] when none came in `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = edge_table(store.request(request_id)["spans"])
+        if rows or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.2)

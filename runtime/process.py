@@ -1,9 +1,12 @@
 """A service replica as a child process (`starmesh serve ...`), started and stopped cleanly.
 
-Used by the benchmarks and end-to-end tests, and by `starmesh up` later:
+Used by `starmesh up` (cluster.launcher), the benchmarks and end-to-end tests:
 
     with ServiceProcess("module:factory", ["--host-id", "a"]) as svc:
         ... svc.address ...
+
+The child writes its bound port to a file once SERVING (write_port_file, through
+`--port-file`); the parent polls for that file (ServiceProcess.wait_serving).
 """
 from __future__ import annotations
 
@@ -117,3 +120,17 @@ class ServiceProcess:
     def __exit__(self, *exc) -> None:
         self.stop()
         self._tmp.cleanup()
+
+
+def write_port_file(path: str, port: int) -> None:
+    """The child's half of the handshake: atomic, so a parent polling for the file never
+    reads it half-written."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".port-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{port}\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -6,7 +6,8 @@ is ready), reflection, raised message limits, OpenTelemetry interceptors and
 a graceful stop (health NOT_SERVING, drain in-flight work within the grace
 period, stop the server, close the hosted service, which releases its arena).
 
-`serve()` runs one until SIGTERM/SIGINT (the `starmesh serve` path);
+`serve()` runs one until SIGTERM/SIGINT, and `serve_blocking()` does so in a fresh
+event loop (the `starmesh serve` and `starmesh conductor` processes);
 `runtime.background.BackgroundServer` runs one on a thread (tests).
 """
 from __future__ import annotations
@@ -221,3 +222,13 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         await server.stop()
+
+
+def serve_blocking(hosted: HostedService, config: ServerConfig, telemetry: Telemetry | None = None,
+                   port_file: str | None = None) -> None:
+    """serve() in a fresh event loop until SIGTERM or SIGINT; the bound port goes to
+    `port_file` once SERVING (what runtime.process.ServiceProcess waits for)."""
+    from runtime.process import write_port_file
+
+    on_serving = (lambda port: write_port_file(port_file, port)) if port_file else None
+    asyncio.run(serve(hosted, config, telemetry, on_serving=on_serving))

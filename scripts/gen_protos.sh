@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates protos/starmesh/v1/*_pb2.py, *_pb2_grpc.py and *.pyi from the .proto files.
 # The include root is the repository root, so generated modules import each other as
-# `protos.starmesh.v1.*` and no sys.path tricks are needed.
+# `protos.starmesh.v1.*` and no sys.path tricks are needed. grpc_tools comes with the
+# `test` extra (grpcio-tools, pinned with grpcio so the stubs match the runtime).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up starmesh on a fresh machine: system libraries, a virtualenv in .venv, the
-# package with its test and Mooncake extras. Idempotent: a second run installs nothing.
+# package with its test and Mooncake extras, every Python distribution at the version CI
+# tested (constraints.txt; scripts/lock_constraints.sh regenerates it). Idempotent: a
+# second run installs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${STARMESH_VENV:-.venv}
@@ -45,12 +47,13 @@ if ! command -v g++ >/dev/null || ! command -v ninja >/dev/null; then
 fi
 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt)
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     "${PIP[@]}" "torch>=2.11"
   else
-    # CPU-only: the pinned CPU wheel (an unpinned range pulls a multi-GB CUDA build).
+    # CPU-only: the pinned CPU wheel (an unpinned range pulls a multi-GB CUDA build);
+    # constraints.txt pins the same release.
     "${PIP[@]}" "torch==2.13.0"
   fi
 fi

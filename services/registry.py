@@ -3,7 +3,7 @@
 A registered name maps to a "module:callable" path, imported only when served
 (so the CLI starts without importing every model). Anything that is not a
 registered name is taken as a "module:callable" path itself, e.g.
-`starmesh serve tests.fixtures.components:make_echo`. Later issues register
+`starmesh serve bench.echo_components:make_echo`. Later issues register
 their components here (thinker, talker, code2wav, dit, vae).
 """
 from __future__ import annotations

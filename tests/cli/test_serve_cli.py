@@ -14,6 +14,7 @@ from runtime.items import OpenNode
 from tests.fixtures import registry
 from tests.fixtures.components import inline_ref, inline_tensor
 from runtime.process import ServiceProcess
+from runtime.replica_probe import Health, check_health, replica_status
 from tests.fixtures.services import REPO, RunStream, describe
 
 pytestmark = pytest.mark.timeout(90)
@@ -70,6 +71,19 @@ def test_subprocess_serves_the_factory_component(served):
         stream.send(OpenNode(request_id="s", node="sum", inputs={"x": inline_ref(torch.arange(10, dtype=torch.int32))}))
         out, _done = stream.events()
         assert inline_tensor(out.tensors["x"]).item() == 45.0
+
+
+def test_replica_probe_reads_health_and_describe(served):
+    proc, _ = served
+    assert check_health(proc.address) == Health("SERVING")
+    status = replica_status(proc.address)
+    assert (status["address"], status["health"], status["open_requests"]) == (proc.address, "SERVING", 0)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{s.getsockname()[1]}"
+    assert replica_status(closed, timeout_s=2) == {"address": closed, "health": "DOWN", "error": "UNAVAILABLE"}
+    down = check_health(closed, timeout_s=2)
+    assert down.status == "UNAVAILABLE" and down.error is not None and not down.is_serving
 
 
 def test_sigterm_exits_cleanly_and_unlinks_the_arena(served):

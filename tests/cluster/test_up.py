@@ -14,7 +14,7 @@ import pytest
 
 from client.speech import speak
 from engine.checkpoints.tiny_omni import chat_prompt
-from cluster.deployments import rewrite
+from cluster.shipped_deployments import rewrite_shipped
 from tests.fixtures import tiny_sd3
 from tests.fixtures.services import describe
 
@@ -54,7 +54,7 @@ def _wait_for_line(proc, text: str, timeout_s: float) -> list[str]:
 
 
 def test_up_serves_speech_and_image_then_stops_clean(tiny_omni, tmp_path):
-    path = rewrite("local", {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint()}, directory=str(tmp_path))
+    path = rewrite_shipped("local", {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint()}, directory=str(tmp_path))
     env = {**os.environ, "STARMESH_CACHE": str(tmp_path / "cache")}
     up = subprocess.Popen([sys.executable, "-m", "cli", "up", "--deployment", str(path)], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -1,0 +1,34 @@
+"""A deployment's conductor as this process's gRPC service (`starmesh conductor`): every
+model of the deployment built from its pipeline and placement, served until SIGTERM.
+
+    models = served_models(ClusterSpec.load(path))      # GraphError names a bad model
+    serve_conductor(models, ServerConfig(port=50050), metrics_port=9464)
+"""
+from __future__ import annotations
+
+from conductor.service import ConductorService
+from pipelines.registry import build_model
+from runtime.server import ServerConfig, serve_blocking
+from runtime.telemetry import Telemetry
+
+
+def served_models(spec) -> list:
+    """One served model per entry of the deployment's `models`."""
+    return [build_model(m.pipeline, name, spec.placement(name), dict(m.options)) for name, m in spec.models.items()]
+
+
+def serve_conductor(models: list, server_config: ServerConfig, metrics_port: int | None = None,
+                    port_file: str | None = None) -> None:
+    """Blocks until SIGTERM or SIGINT, then stops gracefully. `metrics_port` serves the
+    conductor's Prometheus /metrics on the server's host; `port_file` receives the bound
+    port once SERVING."""
+    telemetry = Telemetry("conductor")
+    telemetry.install_global()
+    metrics = None
+    if metrics_port is not None:
+        from conductor.metrics import ConductorMetrics
+        from runtime.metrics import serve_metrics
+
+        metrics = ConductorMetrics()
+        serve_metrics(metrics_port, metrics.registry, server_config.host)
+    serve_blocking(ConductorService(models, telemetry, metrics), server_config, telemetry, port_file)

@@ -1,0 +1,94 @@
+"""What `starmesh up` runs: a deployment's processes (cluster.launcher.Cluster), the local
+trace store every process exports to, and optionally Arize Phoenix as collector and UI.
+
+    stack = start_stack("deployment.yaml")
+    try: ... stack.cluster.conductor_address ...
+    finally: stack.stop()
+
+The running store's query URL is published under the cache root while the stack runs:
+that is where `starmesh trace` finds it (published_trace_store).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cluster.checkpoints import cache_root
+from cluster.launchable import read_launchable
+from cluster.launcher import Cluster
+from cluster.trace_store import TraceStore
+
+if TYPE_CHECKING:
+    from cluster.phoenix import Phoenix
+
+STORE_FILE = "trace-store"  # under the cache root; holds the store's query URL
+
+
+def _log(message: str) -> None:
+    print(f"starmesh | {message}", flush=True)
+
+
+@dataclass
+class Stack:
+    cluster: Cluster
+    store: TraceStore | None = None
+    ui: "Phoenix | None" = None
+
+    def stop(self) -> None:
+        """The cluster first (no process exports after its store is gone), then the store,
+        then Phoenix."""
+        try:
+            self.cluster.stop()
+            _stop_store(self.store)
+        finally:
+            if self.ui is not None:
+                self.ui.stop()
+
+
+def start_stack(deployment: str | Path, trace_store: bool = True, trace_ui: bool = False, log=_log) -> Stack:
+    """Every process of the deployment file SERVING, with the local trace store (unless
+    `trace_store` is False) and Phoenix (if `trace_ui`). Phoenix starts first, so that
+    every process inherits its endpoint. Whatever started is stopped again when a later
+    part fails (the error propagates: GraphError for a bad file, RuntimeError or
+    TimeoutError for a process that does not come up)."""
+    ui = None
+    if trace_ui:
+        from cluster.phoenix import start_trace_ui
+
+        ui = start_trace_ui(log=log)
+    store = None
+    try:
+        spec = read_launchable(deployment)
+        store = TraceStore().start() if trace_store else None
+        if store is not None:
+            publish_trace_store(store.http_address)
+        cluster = Cluster(spec, deployment, trace_store=store.otlp_address if store else "").start()
+    except BaseException:
+        _stop_store(store)
+        if ui is not None:
+            ui.stop()
+        raise
+    return Stack(cluster, store, ui)
+
+
+def publish_trace_store(url: str) -> None:
+    """Makes `url` the trace store `starmesh trace` reads by default."""
+    cache_root().mkdir(parents=True, exist_ok=True)
+    (cache_root() / STORE_FILE).write_text(url)
+
+
+def published_trace_store() -> str | None:
+    """The query URL of the trace store a running `starmesh up` publishes, or None."""
+    path = cache_root() / STORE_FILE
+    return path.read_text().strip() if path.is_file() else None
+
+
+def unpublish_trace_store() -> None:
+    (cache_root() / STORE_FILE).unlink(missing_ok=True)
+
+
+def _stop_store(store: TraceStore | None) -> None:
+    if store is not None:
+        store.stop()
+        unpublish_trace_store()
