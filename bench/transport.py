@@ -22,7 +22,7 @@ MiB = 1 << 20
 HEADLINE_BYTES = 64 * MiB
 FIT_SIZES = [4096 * 4**i for i in range(8)]  # 4 KiB .. 64 MiB
 HOST, REMOTE_HOST = "bench-host", "bench-remote"
-FIXTURES = "tests.fixtures.components"
+FIXTURES = "bench.echo_components"
 
 
 def copy_and_sum(src, dst) -> float:

@@ -1,1 +1,1 @@
-"""Walk graph API and chunk policies (DESIGN section 3); pure Python, no I/O."""
+"""Walk graph API and chunk policies; pure Python, no I/O."""

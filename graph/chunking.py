@@ -1,4 +1,4 @@
-"""Chunk policies of streaming edges (notes section 5, Algorithm 3) and the bounded
+"""Chunk policies of streaming edges (M*'s Algorithm 3) and the bounded
 per-(request, edge) buffer that applies them.
 
 A policy only decides positions: given how many stream items were already delivered

@@ -1,6 +1,6 @@
 """Backpressure inside a service: a run whose output credit is spent is parked in its
 component; a Credit item resumes it. Only that run waits: the stream and the other
-requests on it go on (DESIGN 3: buffers are bounded, never the whole stream)."""
+requests on it go on (buffers are bounded, never the whole stream)."""
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,4 @@
-"""Several components in one service process (co-location, DESIGN 2): e.g. the talker
+"""Several components in one service process (co-location): e.g. the talker
 and code2wav (`starmesh serve talker+codec`), or the SD3 text encoders, DiT and VAE.
 
 `Colocated` routes each node run to the component that hosts the node; one engine

@@ -1,4 +1,4 @@
-"""Co-located streaming edges (DESIGN 2): a producer run's outputs feed a consumer node of
+"""Co-located streaming edges: a producer run's outputs feed a consumer node of
 the same process without leaving it.
 
 The conductor names such edges in the producer's OpenNode (`local_streams`) and sends

@@ -1,4 +1,4 @@
-"""The interface a component service hosts (DESIGN section 2).
+"""The interface a component service hosts.
 
 A component owns one or more graph nodes and the engine that runs them. The
 service base (`runtime.step_loop`) calls it from ONE dedicated engine thread,

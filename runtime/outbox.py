@@ -2,7 +2,7 @@
 
 The engine thread emits events as it handles items and steps; `flush()` hands
 each stream everything of this iteration at once, so one engine step costs one
-RunResponse per stream (DESIGN section 4). A half-closed stream is ended (its
+RunResponse per stream. A half-closed stream is ended (its
 sink gets None) once it carries no open node run.
 """
 from __future__ import annotations

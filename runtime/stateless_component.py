@@ -1,4 +1,4 @@
-"""A component over the StatelessEngine: each node run is one work item (DESIGN 2).
+"""A component over the StatelessEngine: each node run is one work item.
 
 A subclass says what an open node run becomes (`prepare(item, inputs) -> (key,
 payload)`: validation happens here, so a bad request fails at open with a clear

@@ -1,4 +1,4 @@
-"""OpenTelemetry for one process (DESIGN section 9).
+"""OpenTelemetry for one process.
 
 One `Telemetry` per hosted service: a TracerProvider whose Resource carries
 `service.name`, an OTLP gRPC exporter when OTEL_EXPORTER_OTLP_ENDPOINT is set, another

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of the thinker's CUDA path (issue [C]): the engine on a CUDA device against
+# GPU check of the thinker's CUDA path: the engine on a CUDA device against
 # the CPU engine, FlashInfer with and without CUDA graphs, FlashInfer against the torch
 # backend (tests/gpu, marker `gpu`, excluded from the default test run).
 #

@@ -1,4 +1,4 @@
-"""Tensor transport (DESIGN section 8): inline bytes, shared-memory arena, Mooncake.
+"""Tensor transport: inline bytes, shared-memory arena, Mooncake.
 
 The core speaks `TensorRef` dataclasses and torch tensors; `transport.ref_proto`
 converts to and from protobuf at the gRPC edge.

@@ -1,4 +1,4 @@
-"""OffloadConfig: the offload policy of one service process (DESIGN section 7).
+"""OffloadConfig: the offload policy of one service process (docs/offload.md).
 
 Three independent decisions (seeds/distributed-layerwise-offload.md):
   policy     enabled, resident_layers (leading streamed blocks kept resident);

@@ -1,4 +1,4 @@
-"""Chunk policies through the bounded StreamBuffer (notes section 5, Algorithm 3;
+"""Chunk policies through the bounded StreamBuffer (M*'s Algorithm 3;
 formulas (6) and (7)): a stream of n items pushed in random pieces, chunks popped
 after every push, then finish() and a final pop."""
 from __future__ import annotations
