@@ -1,7 +1,7 @@
 """Toy components and graphs of the conductor benchmark (bench.conductor).
 
 Three services, each a `bench.toys.Toy`:
-- A (`make_a`): `src`, a loop run inside the service (DESIGN 5) emitting one item per
+- A (`make_a`): `src`, a loop run inside the service, emitting one item per
   engine step; `step`, one step of a conductor-driven loop (sleeps `step_s`: the
   device compute g of formula (9)).
 - B (`make_b`): `mid`, per streamed item (identity); `check`, the stop decision

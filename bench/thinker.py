@@ -124,6 +124,22 @@ def _cpu_kernel_available() -> bool:
     return paged_decode() is not None
 
 
+def alternating_rounds(path, work, model, repeats: int) -> dict:
+    """The machine is shared and noisy: each round runs the engine and the batched
+    baseline back to back, and the speedup is the median of the rounds' ratios."""
+    rounds = []
+    for i in range(repeats):
+        engine, hf = run_engine(path, work), run_hf_batched(model, work)
+        rounds.append((engine, hf))
+        print(f"  round {i + 1}: engine {engine['engine_tokens_per_s']:.0f} tokens/s, "
+              f"transformers batched {hf:.0f} tokens/s", flush=True)
+    results = dict(sorted(rounds, key=lambda r: r[0]["engine_tokens_per_s"])[len(rounds) // 2][0])
+    results["engine_tokens_per_s"] = statistics.median(e["engine_tokens_per_s"] for e, _ in rounds)
+    results["hf_batched_tokens_per_s"] = statistics.median(hf for _, hf in rounds)
+    results["speedup_vs_hf_batched"] = statistics.median(e["engine_tokens_per_s"] / hf for e, hf in rounds)
+    return results
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.thinker", description=__doc__.split("\n")[0])
     p.add_argument("--json", metavar="PATH")
@@ -143,19 +159,7 @@ def main(argv=None) -> int:
     print(f"engine vs transformers batched: {len(work)} requests, {results['requested_tokens']} tokens asked for, "
           f"{args.repeats} alternating rounds", flush=True)
     model = hf_model(path)
-    # the machine is shared and noisy: each round runs the engine and the batched baseline
-    # back to back, and the speedup is the median of the rounds' ratios
-    rounds = []
-    for i in range(args.repeats):
-        engine, hf = run_engine(path, work), run_hf_batched(model, work)
-        rounds.append((engine, hf))
-        print(f"  round {i + 1}: engine {engine['engine_tokens_per_s']:.0f} tokens/s, "
-              f"transformers batched {hf:.0f} tokens/s", flush=True)
-    median_engine = sorted(rounds, key=lambda r: r[0]["engine_tokens_per_s"])[len(rounds) // 2][0]
-    results.update(median_engine)
-    results["engine_tokens_per_s"] = statistics.median(e["engine_tokens_per_s"] for e, _ in rounds)
-    results["hf_batched_tokens_per_s"] = statistics.median(hf for _, hf in rounds)
-    results["speedup_vs_hf_batched"] = statistics.median(e["engine_tokens_per_s"] / hf for e, hf in rounds)
+    results.update(alternating_rounds(path, work, model, args.repeats))
     print("transformers: sequential, continuous", flush=True)
     sequential = run_hf_sequential(model, work)
     engine_after = run_engine(path, work)  # the engine again, next to the sequential baseline

@@ -18,7 +18,7 @@ OUTPUT_KINDS = frozenset({"text", "codes", "audio", "image", "progress"})
 @dataclass(frozen=True)
 class ServedModel:
     """name: what clients ask for; inner_loops: loops whose single node runs its loop
-    inside its component (DESIGN 5); the conductor drives every other loop.
+    inside its component; the conductor drives every other loop.
     lockstep_nodes: nodes whose runs are forwards of a block stack that a dlo_group's
     replicas gather in lockstep (the DiT's denoising branches): on the placement's
     lockstep groups every such run is padded to all ranks (conductor.lockstep).

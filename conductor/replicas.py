@@ -1,6 +1,6 @@
 """Replica choice: which replica of a node's service runs one request's node run.
 
-Rules (DESIGN section 6: "a stateful node stays on the replica that holds its
+Rules ("a stateful node stays on the replica that holds its
 request's KV context; load balancing happens at admission and for stateless nodes"):
 
 1. A request that is pinned on a service (one of its stateful nodes was admitted

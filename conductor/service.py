@@ -51,8 +51,8 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
         executor = self.service.executors.get(request.model)
         if executor is None:
-            # Issue [E] asks for INVALID_ARGUMENT naming the field (the request is malformed
-            # for this conductor), not NOT_FOUND.
+            # INVALID_ARGUMENT naming the field (the request is malformed for this
+            # conductor), not NOT_FOUND.
             raise InvalidArgument(f"model {request.model!r} is not served here "
                                   f"(served: {sorted(self.service.executors)})")
         model = next(m for m in self.service.models if m.name == request.model)

@@ -1,5 +1,5 @@
 """The Qwen3-Omni speech walk: thinker prefill -> thinker decode loop ~> talker loop ~>
-code2wav -> audio to the client (notes 5 and 9.1).
+code2wav -> audio to the client.
 
     prefill --token--> decode loop (inside the thinker)
        |  embeds                 \\ embeds, one row per step: FixedChunk(1), and the

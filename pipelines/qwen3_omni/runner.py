@@ -1,5 +1,5 @@
 """The three Qwen3-Omni components in one process, no services: the fidelity baseline of
-the mesh and its in-process throughput reference ([D2]).
+the mesh and its in-process throughput reference.
 
 Each round reads: thinker step -> its rows to the talker; talker step -> frames into
 each request's LeftContext(C, L) buffer; every window that is ready -> code2wav. So the

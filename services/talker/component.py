@@ -1,4 +1,4 @@
-"""The talker as a component: node `talker`, a loop run inside the service (DESIGN 5).
+"""The talker as a component: node `talker`, a loop run inside the service.
 
 open(inputs):  prompt_ids [P] (the chat prompt the thinker saw), prompt_embeds
                [n, thinker_hidden] (and optionally prompt_hidden): the thinker rows known so

@@ -1,5 +1,5 @@
 """The thinker as a component: `prefill` (prompt -> first token) and `decode` (a loop
-run inside the service: one token per engine step until a stop rule, DESIGN 5).
+run inside the service: one token per engine step until a stop rule).
 
 Between prefill and decode the request keeps its KV context and is parked (not
 polled) until decode opens. Every open request advances in the same engine step

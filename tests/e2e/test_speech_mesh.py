@@ -1,4 +1,4 @@
-"""Qwen3-Omni speech through real services (DESIGN 5, notes 5 and 9.1): the mesh equals
+"""Qwen3-Omni speech through real services: the mesh equals
 the in-process runner split and co-located, concurrent requests keep their solo
 results, a cancelled request frees KV blocks and leases, and a dead code2wav fails only
 its requests while thinker and talker keep serving."""
