@@ -203,12 +203,12 @@ def run_item(request_id: str, walk: str, dispatch: Dispatch, params: dict, conve
 
 def local_streams(scope, dispatch, params: dict) -> tuple:
     """The co-located streaming edges out of an inner-loop run (WalkScope.local_out)."""
-    from runtime.items import LocalStream
+    from runtime.items import ColocatedStream
 
     if scope is None:
         return ()
     from conductor.chunk_override import request_policy
 
-    return tuple(LocalStream(e.src_port, e.dst_node, e.dst_port, request_policy(e, params),
+    return tuple(ColocatedStream(e.src_port, e.dst_node, e.dst_port, request_policy(e, params),
                              dispatch.iteration[:scope.common(e.src_node, e.dst_node)], e.max_buffered)
                  for e in scope.local_out.get(dispatch.node, ()))

@@ -1,9 +1,10 @@
-"""LocalStream (co-located streaming edges) <-> starmesh.v1 messages."""
+"""ColocatedStream (co-located streaming edges) <-> starmesh.v1 `LocalStream` messages
+(the wire keeps its field name `local_streams`)."""
 from __future__ import annotations
 
 from graph.chunking import ChunkPolicy, FixedChunk, LeftContext, SlidingWindow
 from protos.starmesh.v1 import component_pb2 as pb
-from runtime.items import LocalStream
+from runtime.items import ColocatedStream
 from core.errors import InvalidArgument
 
 
@@ -32,7 +33,7 @@ def policy_from_proto(m: pb.ChunkPolicySpec, field: str) -> ChunkPolicy:
     raise InvalidArgument(f"{field}.kind {m.kind!r} is not fixed, sliding or left_context")
 
 
-def local_streams_to_proto(streams, out) -> None:
+def colocated_streams_to_proto(streams, out) -> None:
     for s in streams:
         m = out.add()
         m.src_port, m.dst_node, m.dst_port, m.max_buffered = s.src_port, s.dst_node, s.dst_port, s.max_buffered
@@ -40,12 +41,12 @@ def local_streams_to_proto(streams, out) -> None:
         policy_to_proto(s.policy, m.policy)
 
 
-def local_streams_from_proto(msgs, field: str) -> tuple[LocalStream, ...]:
+def colocated_streams_from_proto(msgs, field: str) -> tuple[ColocatedStream, ...]:
     out = []
     for i, m in enumerate(msgs):
         where = f"{field}.local_streams[{i}]"
         if not (m.src_port and m.dst_node and m.dst_port):
             raise InvalidArgument(f"{where}: src_port, dst_node and dst_port are required")
-        out.append(LocalStream(m.src_port, m.dst_node, m.dst_port, policy_from_proto(m.policy, f"{where}.policy"),
+        out.append(ColocatedStream(m.src_port, m.dst_node, m.dst_port, policy_from_proto(m.policy, f"{where}.policy"),
                                tuple(m.dst_iteration), m.max_buffered or 4096))
     return tuple(out)

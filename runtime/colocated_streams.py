@@ -15,14 +15,14 @@ from dataclasses import dataclass, replace
 import torch
 
 from graph.stream_buffer import StreamBuffer
-from runtime.items import ChunkInfo, LocalStream, NodeDone, OpenNode
+from runtime.items import ChunkInfo, ColocatedStream, NodeDone, OpenNode
 
 RunKey = tuple[str, str, tuple[int, ...]]  # (request, node, iteration)
 
 
 @dataclass
 class _Edge:
-    spec: LocalStream
+    spec: ColocatedStream
     producer: OpenNode
     buffer: StreamBuffer
     num_opened: int = 0
@@ -33,7 +33,7 @@ class _Edge:
         return self.buffer.is_closed and self.num_running == 0
 
 
-class LocalStreams:
+class ColocatedStreams:
     def __init__(self) -> None:
         self.edges: dict[RunKey, list[_Edge]] = {}   # producer run -> its local edges
         self.consumers: dict[RunKey, _Edge] = {}     # consumer chunk run -> its edge

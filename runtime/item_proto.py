@@ -30,7 +30,7 @@ from runtime.items import (
     Release,
     StopRule,
 )
-from runtime.colocated_stream_proto import local_streams_from_proto, local_streams_to_proto
+from runtime.colocated_stream_proto import colocated_streams_from_proto, colocated_streams_to_proto
 from core.errors import InvalidArgument, StarmeshError
 from transport.refs import TensorRef
 from transport.ref_proto import ref_from_proto, ref_to_proto
@@ -120,7 +120,7 @@ def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
         chunk=ChunkInfo(m.chunk.start, m.chunk.num_context, m.chunk.is_last, m.chunk.num_pad)
         if m.HasField("chunk") else None,
         stream=StreamInput(m.stream.port, m.stream.continue_after_producer_done) if m.HasField("stream") else None,
-        local_streams=local_streams_from_proto(m.local_streams, field),
+        local_streams=colocated_streams_from_proto(m.local_streams, field),
         max_iters=m.stop_rule.max_iters,
     )
 
@@ -196,7 +196,7 @@ def items_to_proto(items: Iterable[InboundItem]) -> pb.RunRequest:
             if item.stream is not None:
                 o.stream.port = item.stream.port
                 o.stream.continue_after_producer_done = item.stream.continue_after_producer_done
-            local_streams_to_proto(item.local_streams, o.local_streams)
+            colocated_streams_to_proto(item.local_streams, o.local_streams)
         elif isinstance(item, PushChunk):
             p = it.push
             p.request_id, p.node, p.port, p.end_of_stream = item.request_id, item.node, item.port, item.end_of_stream

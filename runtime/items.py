@@ -36,7 +36,7 @@ class StreamInput:
 
 
 @dataclass(frozen=True)
-class LocalStream:
+class ColocatedStream:
     """A streaming edge whose consumer runs in this process (co-location): the service
     cuts `policy`'s chunks from the run's `src_port` outputs and opens `dst_node` runs at
     dst_iteration + (k,), then a NodeDone at dst_iteration once all of them are done."""
@@ -71,7 +71,7 @@ class OpenNode:
     credits: dict[str, int] = field(default_factory=dict)  # output port -> items before parking
     chunk: ChunkInfo | None = None
     stream: StreamInput | None = None
-    local_streams: tuple[LocalStream, ...] = ()
+    local_streams: tuple[ColocatedStream, ...] = ()
     max_iters: int = 0
 
     def __post_init__(self) -> None:

@@ -23,7 +23,7 @@ from opentelemetry import trace
 
 from core.errors import StarmeshError
 from runtime.backpressure import CreditGate
-from runtime.colocated_streams import LocalStreams
+from runtime.colocated_streams import ColocatedStreams
 from runtime.component import Component
 from runtime.grpc_status import failure
 from runtime.inbox import Inbox
@@ -47,7 +47,7 @@ class StepLoop:
         self.transport = transport
         self._table = RequestTable(tracer or trace.NoOpTracer())
         self._credits = CreditGate(self._table, component)
-        self.local = LocalStreams()  # co-located streaming edges: consumers opened here
+        self.colocated = ColocatedStreams()  # co-located streaming edges: consumers opened here
         self._inbox = Inbox()
         self._outbox = Outbox()
         self._is_draining = False
@@ -159,7 +159,7 @@ class StepLoop:
             reached = True
             with trace.use_span(span, end_on_exit=False):  # a component may inject this span's context
                 self.component.open(item, inputs)
-            self.local.register(item)
+            self.colocated.register(item)
         except Exception as e:
             if not reached:
                 self._refused(item)
@@ -206,7 +206,7 @@ class StepLoop:
 
     def _drop_in_component(self, request_id: str) -> None:
         """The component (and the co-located streams) forget the request; never raises."""
-        self.local.cancel(request_id)
+        self.colocated.cancel(request_id)
         try:
             self.component.cancel(request_id)
         except Exception:
@@ -289,11 +289,12 @@ class StepLoop:
             # t_us: when the output was produced, for the conductor's edge latency spans.
             metadata = {**ev.metadata, "t_us": time.time() * 1e6}
             self._emit(state.stream_id, NodeOutput(ev.request_id, ev.node, refs, ev.iteration, metadata))
-            self._open_local(state.stream_id, self.local.on_output(ev.request_id, ev.node, ev.iteration, ev.tensors))
+            opens = self.colocated.on_output(ev.request_id, ev.node, ev.iteration, ev.tensors)
+            self._open_local(state.stream_id, opens)
         elif isinstance(ev, NodeDone):
             consumed = self._table.end_run(ev.request_id, ev.node, ev.iteration)
             self._emit(state.stream_id, NodeDone(ev.request_id, ev.node, ev.consumed + consumed, ev.iteration))
-            opens, markers = self.local.on_done(ev.request_id, ev.node, ev.iteration)
+            opens, markers = self.colocated.on_done(ev.request_id, ev.node, ev.iteration)
             self._open_local(state.stream_id, opens)
             for marker in markers:
                 self._emit(state.stream_id, marker)

@@ -57,27 +57,32 @@ def test_two_requests_on_shared_streams_are_two_traces():
     assert trace_ids["t1"] != trace_ids["t2"]
     assert wait_until(lambda: sum(s.name == "request" for s in exporter.get_finished_spans()) == 2)
     spans = exporter.get_finished_spans()
-    by_id = {s.context.span_id: s for s in spans}
     for rid, trace_id in trace_ids.items():
-        mine = [s for s in spans if s.context.trace_id == trace_id]
-        names = {s.name for s in mine}
-        assert {"request", "walk speak", "node embed", "node lm", "node codec"} <= names, names
-        assert {"edge embed.e -> lm.n", "edge lm.frame -> codec.frames"} <= names, names
-        walk = next(s for s in mine if s.name == "walk speak")
-        request_span = next(s for s in mine if s.name == "request")
-        assert walk.parent.span_id == request_span.context.span_id
-        assert request_span.attributes["starmesh.request_id"] == rid
-        for node in ("node embed", "node lm", "node codec"):
-            for s in (s for s in mine if s.name == node):
-                assert s.parent.span_id == walk.context.span_id  # through the Run item's traceparent
-                assert s.attributes["starmesh.request_id"] == rid
-        # request <- Generate server span <- client RPC span <- the client's own span
-        chain, span = [], request_span
-        while span.parent is not None:
-            span = by_id[span.parent.span_id]
-            chain.append(span.name)
-        assert chain == ["/starmesh.v1.Conductor/Generate"] * 2 + [f"client {rid}"], chain
-        hop = next(s for s in mine if s.name == "edge embed.e -> lm.n")
-        assert hop.attributes["starmesh.items"] == 1 and hop.attributes["starmesh.transport"] == "inline"
-        chunks = [s for s in mine if s.name == "edge lm.frame -> codec.frames"]
-        assert len(chunks) >= 2 and all(s.attributes["starmesh.latency_us"] >= 0 for s in chunks)
+        check_request_trace(spans, rid, trace_id)
+
+
+def check_request_trace(spans, rid: str, trace_id: int) -> None:
+    """One request's spans: request <- walk <- nodes, edges, and the client's chain."""
+    by_id = {s.context.span_id: s for s in spans}
+    mine = [s for s in spans if s.context.trace_id == trace_id]
+    names = {s.name for s in mine}
+    assert {"request", "walk speak", "node embed", "node lm", "node codec"} <= names, names
+    assert {"edge embed.e -> lm.n", "edge lm.frame -> codec.frames"} <= names, names
+    walk = next(s for s in mine if s.name == "walk speak")
+    request_span = next(s for s in mine if s.name == "request")
+    assert walk.parent.span_id == request_span.context.span_id
+    assert request_span.attributes["starmesh.request_id"] == rid
+    for node in ("node embed", "node lm", "node codec"):
+        for s in (s for s in mine if s.name == node):
+            assert s.parent.span_id == walk.context.span_id  # through the Run item's traceparent
+            assert s.attributes["starmesh.request_id"] == rid
+    # request <- Generate server span <- client RPC span <- the client's own span
+    chain, span = [], request_span
+    while span.parent is not None:
+        span = by_id[span.parent.span_id]
+        chain.append(span.name)
+    assert chain == ["/starmesh.v1.Conductor/Generate"] * 2 + [f"client {rid}"], chain
+    hop = next(s for s in mine if s.name == "edge embed.e -> lm.n")
+    assert hop.attributes["starmesh.items"] == 1 and hop.attributes["starmesh.transport"] == "inline"
+    chunks = [s for s in mine if s.name == "edge lm.frame -> codec.frames"]
+    assert len(chunks) >= 2 and all(s.attributes["starmesh.latency_us"] >= 0 for s in chunks)

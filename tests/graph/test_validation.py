@@ -11,7 +11,6 @@ from graph.composites import DynamicLoop, Loop, Parallel, Sequential, StopRule
 from graph.edge import GraphEdge, StreamingGraphEdge
 from core.errors import GraphError
 from graph.node import GraphNode
-from graph.validate import validate_inner_loops
 from graph.walk import Walk, WalkGraph
 
 E = GraphEdge
@@ -278,44 +277,3 @@ def test_edges_into_and_out_of_nested_loops_are_valid():
     nodes = AB + [node("c", "z", "w")]
     edges = [E("input.x", "a.x"), E("a.y", "b.y"), E("b.z", "c.z"), E("c.w", "output.w")]
     one_walk(nodes, Sequential("a", Loop("O", inner, "c", max_iters=3)), edges)
-
-
-# ---- streaming inputs and loops run inside their component ----------------------
-
-def test_a_node_takes_at_most_one_streaming_input():
-    nodes = [node("a", "x", "y z"), node("b", "y z", "w")]
-    edges = [E("input.x", "a.x"), StreamingGraphEdge("a.y", "b.y"), StreamingGraphEdge("a.z", "b.z")]
-    with raises("walk w: node b has several streaming inputs"):
-        one_walk(nodes, Sequential("a", "b"), edges)
-    one_walk(nodes, Sequential("a", "b"), [E("input.x", "a.x"), StreamingGraphEdge("a.y", "b.y"), E("a.z", "b.z")])
-
-
-def test_a_component_stop_predicate_needs_the_loop_inside_its_component():
-    loop = DynamicLoop("gen", "a", max_iters=4, stop=StopRule("a.y", component_predicate="eos"))
-    graph = one_walk([node("a", "x", "y")], loop, [E("input.x", "a.x"), E("a.y", "output.y")])
-    validate_inner_loops(graph, {"gen"})
-    with raises("walk w: loop gen: a component stop predicate needs the loop to run inside its component"):
-        validate_inner_loops(graph, set())
-
-
-def test_a_carry_only_port_needs_the_loop_inside_its_component():
-    loop = Loop("decode", "step", max_iters=3, carry=[E("step.tok", "step.tok")])
-    graph = one_walk([node("step", "tok", "tok")], loop, [E("step.tok", "output.tok")])
-    validate_inner_loops(graph, {"decode"})
-    with raises("walk w: loop decode: carried port step.tok has no edge for iteration 0"):
-        validate_inner_loops(graph, set())
-    # A loop over two nodes never runs inside one component, named or not.
-    pair = Loop("decode", Sequential("step", "emit"), max_iters=3, carry=[E("step.tok", "step.tok")])
-    graph = one_walk([node("step", "tok", "tok"), node("emit", "tok", "out")], pair,
-                     [E("step.tok", "emit.tok"), E("emit.out", "output.out")])
-    with raises("walk w: loop decode: carried port step.tok has no edge for iteration 0"):
-        validate_inner_loops(graph, {"decode"})
-
-
-def test_component_loops_are_the_named_one_node_loops_without_a_conductor_predicate():
-    one = Loop("one", "a", max_iters=2)
-    two = Loop("two", Sequential("b", "c"), max_iters=2)
-    judged = DynamicLoop("judged", "d", max_iters=2, stop=StopRule("d.y", predicate=bool))
-    walk = Walk("w", Sequential(one, two, judged))
-    assert walk.component_loops(frozenset({"one", "two", "judged"})) == {"a": one}
-    assert walk.component_loops(frozenset()) == {}
