@@ -100,9 +100,9 @@ def _offload_config(args: argparse.Namespace, kwargs: dict):
         return None
     if section is not None and not isinstance(section, dict):
         raise ValueError(f"--option offload must be a JSON object, got {section!r}")
-    from engine.offload.config import OffloadConfig
+    from services.options import offload_config
 
-    return OffloadConfig.from_dict({"enabled": True, **(section or {}), **_parse_pairs(args.offload, "--offload")})
+    return offload_config(section, _parse_pairs(args.offload, "--offload"))
 
 
 def _dlo_group_config(args: argparse.Namespace, offload):

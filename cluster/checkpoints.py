@@ -17,7 +17,7 @@ from pathlib import Path
 from core.cache_root import cache_root
 from core.errors import GraphError
 
-__all__ = ["cache_root", "resolve", "tiny"]
+__all__ = ["resolve", "tiny"]
 
 
 def resolve(spec: dict, log=lambda msg: print(msg, file=sys.stderr, flush=True)) -> Path:

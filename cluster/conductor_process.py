@@ -1,7 +1,7 @@
 """A deployment's conductor as this process's gRPC service (`starmesh conductor`): every
 model of the deployment built from its pipeline and placement, served until SIGTERM.
 
-    models = served_models(ClusterSpec.load(path))      # GraphError names a bad model
+    models = served_models(read_launchable(path))      # GraphError names a bad model
     serve_conductor(models, ServerConfig(port=50050), metrics_port=9464)
 """
 from __future__ import annotations

@@ -29,7 +29,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from cluster.checkpoints import cache_root
+from core.cache_root import cache_root
 
 PACKAGE = "arize-phoenix"
 UI_PORT, GRPC_PORT = 6006, 4317          # Phoenix's defaults (PHOENIX_PORT, PHOENIX_GRPC_PORT)

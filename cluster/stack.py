@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster.checkpoints import cache_root
 from cluster.launchable import read_launchable
 from cluster.launcher import Cluster
 from cluster.trace_store import TraceStore
+from core.cache_root import cache_root
 
 if TYPE_CHECKING:
     from cluster.phoenix import Phoenix

@@ -4,19 +4,17 @@ smaller (or larger) first chunk (param `first_chunk`, frames), like vLLM-Omni's
 from __future__ import annotations
 
 import dataclasses
-import numbers
 
-from graph.chunking import ChunkPolicy, LeftContext
 from core.errors import InvalidArgument
+from core.params import ParamSpec
+from graph.chunking import ChunkPolicy, LeftContext
+
+# Read as a pipeline's typed params read their keys (any model may stream a LeftContext edge).
+FIRST_CHUNK = ParamSpec("first_chunk", int, None, min=0, help="frames of the first window of LeftContext edges")
 
 
 def first_chunk_param(params: dict) -> int | None:
-    value = params.get("first_chunk")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != int(value) or value < 0:
-        raise InvalidArgument(f"params.first_chunk must be an integer >= 0, got {value!r}")
-    return int(value)
+    return FIRST_CHUNK.check(params.get("first_chunk"))
 
 
 def request_policy(edge, params: dict) -> ChunkPolicy:

@@ -66,6 +66,7 @@ from conductor.service_spec import ServiceSpec, check_endpoint
 from core.errors import GraphError
 
 CHECKPOINT_KINDS = ("tiny", "path")
+DEFAULT_CONDUCTOR = "127.0.0.1:50050"  # host:port a deployment's conductor binds unless it says
 
 
 def _frozen(mapping: Mapping) -> Mapping:
@@ -122,7 +123,7 @@ class Deployment:
     services: Mapping[str, ServiceSpec]
     models: Mapping[str, ModelSpec]
     name: str = "local"
-    conductor: str = "127.0.0.1:50050"     # host:port the conductor binds
+    conductor: str = DEFAULT_CONDUCTOR     # host:port the conductor binds
     checkpoints: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     dlo_groups: Mapping[str, DloGroupSpec] = field(default_factory=dict)
     _placements: Mapping[str, Placement] = field(init=False, repr=False, compare=False)

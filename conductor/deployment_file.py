@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from conductor.deployment import Deployment, ModelSpec
+from conductor.deployment import DEFAULT_CONDUCTOR, Deployment, ModelSpec
 from conductor.dlo_group_spec import DloGroupSpec
 from conductor.service_spec import ServiceSpec
 from core.errors import GraphError
@@ -26,7 +26,6 @@ MODEL_KEYS = {"pipeline", "options", "placement", "kv_contexts"}
 NODE_KEYS = {"default", "walks"}
 GROUP_KEYS = {"address", "world_size", "members", "timeout_s"}
 CHECKPOINT_KEYS = {"tiny", "path"}
-DEFAULT_CONDUCTOR = "127.0.0.1:50050"
 
 
 def read_deployment(text_or_path: "str | Path") -> Deployment:

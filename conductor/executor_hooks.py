@@ -10,22 +10,16 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from conductor.lockstep import LockstepPadder
+from conductor.walk_scope import never_colocated
+from conductor.walk_state import as_is
 from core.errors import InvalidArgument
 
 Route = Callable[[str, str, str], Any]  # (node, walk, request_id) -> target
 Sink = Callable[[list, Any], None]  # (a target's batch of events, that target) -> None
 
 
-def never_colocated(src: str, dst: str, walk: str) -> bool:
-    return False
-
-
 def no_consumer_hosts(node: str, walk: str) -> tuple[str, ...]:
     return ()
-
-
-def as_is(value):
-    return value
 
 
 def ignore_edge(edge: str, seconds: float) -> None:

@@ -11,13 +11,14 @@ from graph.walk import Walk
 Tag = tuple[int, ...]
 
 
-def _never(src: str, dst: str, walk: str) -> bool:
+def never_colocated(src: str, dst: str, walk: str) -> bool:
+    """The default: no two nodes share a process."""
     return False
 
 
 class WalkScope:
     def __init__(self, walk: Walk, inner_loops: frozenset[str] = frozenset(),
-                 speculative: frozenset[str] = frozenset(), colocated=_never) -> None:
+                 speculative: frozenset[str] = frozenset(), colocated=never_colocated) -> None:
         """colocated(src, dst, walk): both nodes run in one process (see local_in)."""
         self.walk = walk
         self.speculative = speculative  # nodes that may run one DynamicLoop iteration ahead

@@ -23,13 +23,13 @@ from graph.node import WALK_INPUT, WALK_OUTPUT
 from graph.stream_buffer import StreamBuffer
 
 
-def _as_is(value: Value) -> Value:
+def as_is(value: Value) -> Value:
     return value
 
 
 class WalkState:
     def __init__(self, scope: WalkScope, inputs: dict[str, Value], client_room=lambda: 1 << 30,
-                 params: dict | None = None, materialize: Callable[[Value], Any] = _as_is) -> None:
+                 params: dict | None = None, materialize: Callable[[Value], Any] = as_is) -> None:
         """materialize: a value held by reference -> its tensor, for stop rules."""
         self.scope = scope
         self.params = params or {}  # the request's: a chunk policy may take its first_chunk

@@ -28,6 +28,7 @@ from engine.engine_config import EngineConfig
 from engine.engine_core import EngineCore
 from engine.kv_pool import IntegrityError
 from engine.model_runner import ForwardOutput, ModelRunner
+from engine.models.qwen3_omni.params import DEFAULT_MAX_FRAMES
 from engine.models.qwen3_omni.talker import Talker
 from engine.models.qwen3_omni.talker_prompt import talker_prompt
 from engine.sampler import top_k_filter, top_p_filter
@@ -61,7 +62,7 @@ class TalkerEngine(EngineCore):
 
         return cls(load_talker(config.checkpoint, dtype=config.dtype), config)
 
-    def talker_params(self, max_new_tokens: int = 4096, temperature: float = 0.9, top_k: int = 50,
+    def talker_params(self, max_new_tokens: int = DEFAULT_MAX_FRAMES, temperature: float = 0.9, top_k: int = 50,
                       top_p: float = 1.0, repetition_penalty: float = 1.05, seed: int | None = None,
                       min_new_tokens: int = 0) -> SamplingParams:
         """HF generate's talker defaults; temperature 0 is greedy. The penalty sees codec ids only."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from core.errors import InvalidArgument
 from core.params import RequestParams, param
 
-DEFAULT_MAX_FRAMES = 4096  # TalkerEngine.talker_params' bound when neither the request nor the loop gives one
+DEFAULT_MAX_FRAMES = 4096  # the talker's bound when neither the request nor the loop gives one
 
 
 @dataclass(frozen=True)
