@@ -1,6 +1,7 @@
 """Backpressure on the conductor: producers get only as many items as there is room
 for downstream (stream buffers, the client's backlog).
 
+A routed edge's window is its producer's runtime's (runtime.route_out), not counted here.
 A loop run inside a component gets credits per output port (OpenNode.credits, then
 Credit items as room frees up); any other run starts only when one more output fits.
 Client-bound items are *reserved* when a run is dispatched or credited and released
@@ -35,7 +36,8 @@ class CreditLedger:
 
     def _buffer_room(self, node: str, tag: "Tag", port: str | None = None) -> int:
         rooms = [self.state.buffer(e, tag[: self.scope.common(node, e.dst_node)]).credit
-                 for e in self.scope.out_edges[node] if e.is_streaming and (port is None or e.src_port == port)]
+                 for e in self.scope.out_edges[node]
+                 if e.is_streaming and e not in self.scope.routed and (port is None or e.src_port == port)]
         return min(rooms, default=UNBOUNDED)
 
     def can_run(self, node: str, tag: "Tag") -> bool:
@@ -47,8 +49,9 @@ class CreditLedger:
         return True
 
     def initial(self, node: str, tag: "Tag") -> dict[str, int]:
-        """Initial credits of a loop run inside a component, for its bounded ports."""
-        if node not in self.scope.inner:
+        """Initial credits of a loop run inside a component, or of the chunk runs a
+        routed edge opens at `tag` + (k,), for their bounded ports."""
+        if node not in self.scope.inner and node not in self.scope.routed_in:
             return {}
         credits = {}
         for port in {e.src_port for e in self.scope.out_edges[node]}:

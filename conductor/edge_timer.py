@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from conductor.edge_stats import EdgeRecorder, now_us
+from runtime.edge_stats import EdgeRecorder, now_us
 from graph.chunking import Chunk, FixedChunk
 from graph.edge import GraphEdge
 

@@ -16,6 +16,7 @@ from opentelemetry import trace
 from conductor.chunk_override import first_chunk_param
 from conductor.executor_hooks import Connect, ExecutorHooks
 from conductor.request_run import END, Failure, RequestRun
+from conductor.route_plan import plan_routes
 from conductor.targets import run_item
 from conductor.walk_scope import WalkScope
 from conductor.walk_state import WalkState
@@ -52,7 +53,7 @@ class Executor:
         self.tracer = tracer or trace.get_tracer("starmesh.conductor")
         self.hooks: ExecutorHooks = connect(self.on_events)  # the targets may deliver from here on
         speculative = frozenset(n.name for n in graph.nodes if n.speculative and speculate)
-        self.scopes = {w.name: WalkScope(w, frozenset(inner_loops), speculative, self.hooks.colocated)
+        self.scopes = {w.name: WalkScope(w, frozenset(inner_loops), speculative, self.hooks.can_route)
                        for w in graph.walks}
 
     # ---- front: one request -------------------------------------------------------
@@ -125,21 +126,33 @@ class Executor:
             traceparent, _ = inject_context(trace.set_span_in_context(run.spans[-1]))
             opened = []  # (node, target) of the new node runs of this pump
             for d in run.state.ready():
-                target = self.hooks.route(d.node, run.walk, run.request_id)
-                run.reached[target.name] = target
-                if d.credits:
-                    run.targets[(d.node, d.iteration)] = target
+                target = self._dispatch(run, d, traceparent)
                 if not d.push:
                     opened.append((d.node, target))
-                self.num_dispatched[d.node] = self.num_dispatched.get(d.node, 0) + 1
-                self._send(target, run_item(run.request_id, run.walk, d, run.params, target.convert,
-                                            traceparent, run.state.scope, self.hooks.consumer_hosts(d.node, run.walk)))
             self._pad_lockstep(run, opened)
             for node, tag, port, amount in run.state.credits.replenish():
                 self._send(run.targets[(node, tag)], Credit(run.request_id, node, port, amount, tag))
             if not run.state.is_complete:
                 return
             self._next_walk(run)
+
+    def _dispatch(self, run: RequestRun, d, traceparent: str):
+        """Sends one dispatch (and the route grants of a run feeding routed edges)."""
+        scope = run.state.scope
+        target = run.targets.get((d.node, d.iteration)) if d.node in scope.routed_push else None
+        target = target or self.hooks.route(d.node, run.walk, run.request_id)
+        run.reached[target.name] = target
+        if d.credits or d.node in scope.inner:
+            run.targets[(d.node, d.iteration)] = target
+        routes = ()
+        if not d.push and scope.routed_out.get(d.node):
+            routes, grants = plan_routes(run, scope, d.node, d.iteration, target, self.hooks, traceparent)
+            for consumer, grant in grants:
+                self._send(consumer, grant)
+        self.num_dispatched[d.node] = self.num_dispatched.get(d.node, 0) + 1
+        self._send(target, run_item(run.request_id, run.walk, d, run.params, target.convert, traceparent, scope,
+                                    self.hooks.consumer_hosts(d.node, run.walk), routes))
+        return target
 
     def _pad_lockstep(self, run: RequestRun, opened: list) -> None:
         """Padding units for the ranks of a lockstep group this pump gave fewer units
@@ -200,6 +213,9 @@ class Executor:
         if isinstance(ev, NodeOutput):
             run.state.on_output(ev.node, ev.iteration, ev.tensors, ev.metadata.get("t_us"))
         elif isinstance(ev, NodeDone):
+            edge = ev.metadata.get("edge") if ev.metadata else None
+            if edge:  # a routed edge ended: its statistics (the consumer emitted its spans)
+                self.hooks.on_edge(edge["edge"], edge.get("starmesh.latency_us.p50", 0.0) / 1e6)
             run.state.on_done(ev.node, ev.iteration)
         elif isinstance(ev, NodeError):
             self._fail(run, ev.status, f"node {ev.node}: {ev.message}")

@@ -29,13 +29,19 @@ def ignore_edge(edge: str, seconds: float) -> None:
 @dataclass(frozen=True)
 class ExecutorHooks:
     route: Route
-    # (src, dst, walk): both nodes run in one process, so a streaming edge between
-    # them may be handed over there (WalkScope.local_in)
+    # (src, dst, walk): both nodes run in one process, so a routed streaming edge
+    # between them is handed over there (WalkScope.routed_in)
     colocated: Callable[[str, str, str], bool] = never_colocated
     consumer_hosts: Callable[[str, str], tuple[str, ...]] = no_consumer_hosts  # (node, walk) -> host ids
     materialize: Callable[[tuple], Any] = as_is  # a value held by reference -> tensor (stop rules)
     on_edge: Callable[[str, float], None] = ignore_edge  # (edge, seconds) per hop or chunk: metrics
     lockstep: LockstepPadder | None = None  # pads the ranks of the placement's lockstep groups
+    # the targets are replicas whose runtimes reach each other: streaming edges between
+    # them go producer -> consumer directly (else only co-located ones do)
+    peer_routes: bool = False
+
+    def can_route(self, src: str, dst: str, walk: str) -> bool:
+        return self.peer_routes or self.colocated(src, dst, walk)
 
     def __post_init__(self) -> None:
         for name in ("route", "colocated", "consumer_hosts", "materialize", "on_edge"):

@@ -65,10 +65,13 @@ async def inprocess_executor(graph: WalkGraph, components, inner_loops=frozenset
 async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=frozenset(),
                           tracer=None, interceptors=None, speculate: bool = True,
                           lockstep_nodes=frozenset(),
-                          on_edge: Callable[[str, float], None] | None = None) -> AsyncIterator[Executor]:
+                          on_edge: Callable[[str, float], None] | None = None,
+                          direct_edges: bool = True) -> AsyncIterator[Executor]:
     """Nodes run on the replicas the placement names; one Run stream per replica.
     lockstep_nodes: runs padded across the placement's lockstep groups (conductor.lockstep);
-    on_edge(edge, seconds): every hop's and chunk's latency (the metrics histogram)."""
+    on_edge(edge, seconds): every hop's and chunk's latency (the metrics histogram);
+    direct_edges: streaming edges go producer -> consumer replica (False: through the
+    conductor, item by item, except co-located ones; a baseline for benchmarks)."""
     placement.validate(graph)
     selector = ReplicaSelector(placement)
     targets: dict[str, RemoteTarget] = {}
@@ -84,7 +87,7 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
         targets.update({endpoint: RemoteTarget(endpoint, sink, interceptors=interceptors)
                         for spec in placement.services.values() for endpoint in spec.replicas})
         return ExecutorHooks(route, placement.is_colocated, hosts, _materialize, on_edge or ignore_edge,
-                             _lockstep(placement, targets, lockstep_nodes))
+                             _lockstep(placement, targets, lockstep_nodes), peer_routes=direct_edges)
 
     try:
         executor = Executor(graph, connect, inner_loops, tracer, speculate=speculate)

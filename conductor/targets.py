@@ -9,7 +9,7 @@ import logging
 from typing import Any, Callable
 
 from conductor.dispatch import Dispatch
-from runtime.items import InboundItem, OpenNode
+from runtime.items import AcceptRoute, InboundItem, OpenNode
 from runtime.parts import part_name
 from transport.codec import inline_ref
 from transport.refs import TensorRef
@@ -121,7 +121,7 @@ class RemoteTarget:
 
     def post(self, items: list[InboundItem]) -> None:
         if self.broken is not None:
-            if not any(isinstance(i, OpenNode) for i in items):
+            if not any(isinstance(i, (OpenNode, AcceptRoute)) for i in items):
                 return  # cancels and credits for requests the broken stream already failed
             self._reconnect()
         self.outbox.put_nowait(items)
@@ -175,8 +175,9 @@ class RemoteTarget:
 
 
 def run_item(request_id: str, walk: str, dispatch: Dispatch, params: dict, convert, traceparent: str = "", scope=None,
-             consumer_host_ids: tuple[str, ...] = ()):
-    """The Run item for a dispatch: an OpenNode, or a PushChunk into an open loop run."""
+             consumer_host_ids: tuple[str, ...] = (), routes: tuple = ()):
+    """The Run item for a dispatch: an OpenNode, or a PushChunk into an open loop run.
+    routes: the routed streaming edges the run feeds (conductor.route_plan)."""
     from runtime.items import PushChunk, StopRule, StreamInput
 
     if dispatch.push:
@@ -194,21 +195,9 @@ def run_item(request_id: str, walk: str, dispatch: Dispatch, params: dict, conve
             stop = StopRule(stop_token_ids=rule.stop_token_ids, component_predicate=rule.component_predicate)
     pushed = scope.pushed.get(dispatch.node) if scope is not None else None
     stream = StreamInput(pushed.dst_port, pushed.continue_after_producer_done) if pushed is not None else None
+    quiet = scope.quiet_ports.get(dispatch.node, ()) if scope is not None and routes else ()
     return OpenNode(
         request_id, dispatch.node, walk, dispatch.iteration, named_parts(dispatch.inputs, convert),
         params, stop, traceparent, consumer_host_ids=consumer_host_ids, credits=dispatch.credits, chunk=dispatch.chunk,
-        stream=stream, local_streams=local_streams(scope, dispatch, params), max_iters=max_iters,
+        stream=stream, routes=routes, quiet_ports=quiet, max_iters=max_iters,
     )
-
-
-def local_streams(scope, dispatch, params: dict) -> tuple:
-    """The co-located streaming edges out of an inner-loop run (WalkScope.local_out)."""
-    from runtime.items import ColocatedStream
-
-    if scope is None:
-        return ()
-    from conductor.chunk_override import request_policy
-
-    return tuple(ColocatedStream(e.src_port, e.dst_node, e.dst_port, request_policy(e, params),
-                             dispatch.iteration[:scope.common(e.src_node, e.dst_node)], e.max_buffered)
-                 for e in scope.local_out.get(dispatch.node, ()))

@@ -18,8 +18,9 @@ def never_colocated(src: str, dst: str, walk: str) -> bool:
 
 class WalkScope:
     def __init__(self, walk: Walk, inner_loops: frozenset[str] = frozenset(),
-                 speculative: frozenset[str] = frozenset(), colocated=never_colocated) -> None:
-        """colocated(src, dst, walk): both nodes run in one process (see local_in)."""
+                 speculative: frozenset[str] = frozenset(), can_route=never_colocated) -> None:
+        """can_route(src, dst, walk): the producer's runtime can feed the consumer itself
+        (a co-located consumer, or a replica it can reach; see routed_in)."""
         self.walk = walk
         self.speculative = speculative  # nodes that may run one DynamicLoop iteration ahead
         self.nodes = walk.node_names
@@ -30,26 +31,50 @@ class WalkScope:
         self.in_edges, self.out_edges = _edges_by_node(walk)
         self.carry_in = _carries_by_node(walk)
         self.stream_in, self.pushed = _streaming_inputs(self.in_edges, self.inner)
-        self.local_in, self.local_out = self._local_edges(colocated)
+        self.routed_in, self.routed_push, self.routed_out = self._routed_edges(can_route)
+        self.routed = frozenset(e for edges in self.routed_out.values() for e in edges)
+        self.quiet_ports = self._quiet_ports(walk)
         self._depth = {loop.name: len(outer) for loop, outer in walk.loops}
         self._children = _child_loops(walk)
         self._direct = {loop.name: [n for n in self.nodes if self.path[n] and self.path[n][-1] is loop]
                         for loop in self.loops}
 
-    def _local_edges(self, colocated) -> tuple[dict[str, GraphEdge], dict[str, list[GraphEdge]]]:
-        """Streaming edges the producer's service hands over in-process (co-location): from
-        a loop run inside a component to a chunk-fed node of the same process, outside that
-        loop. The conductor sends nothing on them; the service opens the chunk runs.
-        Returns (consumer -> edge, producer -> edges)."""
-        local_in: dict[str, GraphEdge] = {}
-        local_out: dict[str, list[GraphEdge]] = {n: [] for n in self.nodes}
-        for node, edge in self.stream_in.items():
-            src = edge.src_node
-            if (src in self.inner and self.depth(node) == self.common(src, node)
-                    and colocated(src, node, self.walk.name)):
-                local_in[node] = edge
-                local_out[src].append(edge)
-        return local_in, local_out
+    def _routed_edges(self, can_route):
+        """Streaming edges the producer's runtime feeds directly (the conductor sends
+        nothing per item on them): out of a loop run inside a component, or out of a
+        node that is itself fed by a routed edge (one run per chunk), into a chunk-fed
+        node whose only input is that stream (routed_in: its chunk runs are opened by
+        its replica) or into a loop run inside a component fed by pushes (routed_push:
+        the conductor opens the run, the producer pushes). The consumer is not inside a
+        loop the producer is not in. Returns (routed_in, routed_push, routed_out)."""
+        routed_in: dict[str, GraphEdge] = {}
+        routed_push: dict[str, GraphEdge] = {}
+        routed_out: dict[str, list[GraphEdge]] = {n: [] for n in self.nodes}
+        candidates = [(n, e, False) for n, e in self.stream_in.items() if len(self.in_edges[n]) == 1]
+        candidates += [(n, e, True) for n, e in self.pushed.items()]
+        changed = True
+        while changed:  # a chain routes once its head does
+            changed = False
+            for node, edge, is_push in candidates:
+                src = edge.src_node
+                if node in routed_in or node in routed_push or not (src in self.inner or src in routed_in):
+                    continue
+                if self.depth(node) != self.common(src, node) or not can_route(src, node, self.walk.name):
+                    continue
+                (routed_push if is_push else routed_in)[node] = edge
+                routed_out[src].append(edge)
+                changed = True
+        return routed_in, routed_push, routed_out
+
+    def _quiet_ports(self, walk: Walk) -> dict[str, tuple[str, ...]]:
+        """node -> output ports that only routed edges read: never sent to the conductor."""
+        watched = {loop.stop.watch for loop in self.loops if getattr(loop, "stop", None) is not None}
+        quiet = {}
+        for node, edges in self.routed_out.items():
+            ports = {e.src_port for e in edges}
+            needed = {e.src_port for e in self.out_edges[node] if e not in edges}
+            quiet[node] = tuple(sorted(p for p in ports - needed if f"{node}.{p}" not in watched))
+        return quiet
 
     def depth(self, node: str) -> int:
         """Tag length of the node's dispatches (an inner loop is dispatched once per entry)."""

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from conductor.chunk_override import request_policy
 from conductor.credit_ledger import CreditLedger
 from conductor.dispatch import Dispatch, Value, chunk_info
-from conductor.edge_stats import now_us
+from runtime.edge_stats import now_us
 from conductor.edge_timer import EdgeTimer
 from conductor.loop_state import LoopTracker
 from conductor.walk_scope import Tag, WalkScope
@@ -92,8 +92,8 @@ class WalkState:
         out = []
         for node in self.scope.nodes:
             for tag in self.loops.active_tags(self.scope.depth(node), node):
-                if node in self.scope.local_in:
-                    continue  # co-located: its producer's service opens its chunk runs
+                if node in self.scope.routed_in:
+                    continue  # routed: its producer's runtime feeds it, its replica opens the chunk runs
                 if node in self.scope.stream_in:
                     out += self._ready_chunks(node, tag)
                 elif (node, tag) not in self.dispatched:
@@ -104,7 +104,8 @@ class WalkState:
                         self._record(node, tag, inputs)
                         out.append(Dispatch(node, tag, inputs, self.scope.inner.get(node),
                                             credits=self.credits.initial(node, tag)))
-                if node in self.scope.pushed and (node, tag) in self.dispatched and (node, tag) not in self.done:
+                if (node in self.scope.pushed and node not in self.scope.routed_push
+                        and (node, tag) in self.dispatched and (node, tag) not in self.done):
                     out += self._ready_pushes(node, tag)
         return out
 
@@ -206,6 +207,8 @@ class WalkState:
         outputs are applied in chunk order, so streams downstream stay in order."""
         if self.loops.is_discarded(node, iteration):
             return
+        if node in self.scope.routed_in:
+            self.credits.produced(node, iteration[:-1], outputs)
         if node in self.scope.inner:
             self.credits.produced(node, iteration[:-1], outputs)
             if iteration[-1] >= 1:  # a loop inside a component: only the last iteration can exit
@@ -240,16 +243,17 @@ class WalkState:
                 self.outputs.setdefault(edge.dst_port, []).append(value)
                 self.emitted.append((edge.dst_port, value))
                 self.credits.delivered()
-            elif edge.is_streaming and edge.dst_node not in self.scope.local_in:
+            elif edge.is_streaming and edge not in self.scope.routed:
                 common = self.scope.common(node, edge.dst_node)
                 self.buffer(edge, iteration[:common]).push([value])
 
     def on_done(self, node: str, iteration: Tag) -> None:
         if self.loops.is_discarded(node, iteration):
             return
-        if node in self.scope.local_in:
-            if len(iteration) == self.scope.depth(node):  # the service's "every chunk run ended"
+        if node in self.scope.routed_in:
+            if len(iteration) == self.scope.depth(node):  # the replica's "every chunk run ended"
                 self.done.add((node, iteration))
+                self.credits.finished(node, iteration)
                 self.finish_streams(node, iteration, len(self.scope.path[node]))
             self.loops.update()
             return
@@ -269,11 +273,11 @@ class WalkState:
     def finish_streams(self, node: str, tag: Tag, depth: int) -> None:
         """Ends the streams out of `node` whose buffers live at scope depth `depth`."""
         for edge in self.scope.out_edges[node]:
-            if edge.is_streaming and self.scope.common(node, edge.dst_node) == depth:
+            if edge.is_streaming and edge not in self.scope.routed and self.scope.common(node, edge.dst_node) == depth:
                 self.buffer(edge, tag[:depth]).finish()
 
     def is_node_done(self, node: str, tag: Tag) -> bool:
-        if node in self.scope.local_in:
+        if node in self.scope.routed_in:
             return (node, tag) in self.done
         if node in self.scope.stream_in:
             edge = self.scope.stream_in[node]

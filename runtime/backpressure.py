@@ -1,6 +1,7 @@
-"""Backpressure inside a service: a run whose output credit is spent is parked in its
-component; a Credit item resumes it. Only that run waits: the stream and the other
-requests on it go on (buffers are bounded, never the whole stream)."""
+"""Backpressure inside a service: a run whose output credit is spent, or whose routed
+edge's window is full, is parked in its component; a Credit item (or the route's
+credit) resumes it. Only that run waits: the stream and the other requests on it go on
+(buffers are bounded, never the whole stream)."""
 from __future__ import annotations
 
 import logging
@@ -26,15 +27,34 @@ class CreditGate:
         for port in ev.tensors:
             if port in run.credits:
                 run.credits[port] -= 1
-        if not run.has_credit and not run.is_parked and self.can_park:
-            run.is_parked = True
-            self.component.park(*key)
+        self._sync(key, run)
 
     def grant(self, item: Credit) -> None:
-        run = self.table.runs.get((item.request_id, item.node, item.iteration))
+        key = (item.request_id, item.node, item.iteration)
+        run = self.table.runs.get(key)
         if run is None or item.port not in run.credits:
             return  # the run ended meanwhile, or that port is not limited
         run.credits[item.port] += item.amount
-        if run.is_parked and run.has_credit:
+        self._sync(key, run)
+
+    def block(self, key) -> None:
+        """The run's routed edge has no room left in its window."""
+        run = self.table.runs.get(key)
+        if run is not None:
+            run.is_blocked = True
+            self._sync(key, run)
+
+    def unblock(self, key) -> None:
+        run = self.table.runs.get(key)
+        if run is not None and run.is_blocked:
+            run.is_blocked = False
+            self._sync(key, run)
+
+    def _sync(self, key, run) -> None:
+        must_wait = not run.has_credit or run.is_blocked
+        if must_wait and not run.is_parked and self.can_park:
+            run.is_parked = True
+            self.component.park(*key)
+        elif run.is_parked and not must_wait:
             run.is_parked = False
-            self.component.resume(item.request_id, item.node, item.iteration)
+            self.component.resume(*key)

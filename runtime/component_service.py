@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 import grpc
 
 from protos.starmesh.v1 import component_pb2, component_pb2_grpc
 from runtime.component import Component
+from runtime.peer_links import PeerLinks
 from runtime.servicer import ComponentServicer
 from runtime.step_loop import StepLoop
 from runtime.telemetry import Telemetry
@@ -41,7 +43,10 @@ class ComponentService:
         self.component = component
         self.transport = transport
         tracer = telemetry.tracer if telemetry else None
-        self.step_loop = StepLoop(component, transport, tracer)
+        # Routed edges push straight to peer replicas; the links report back to the engine thread.
+        self.peers = PeerLinks(f"{component.name} (pid {os.getpid()})", lambda peer, evs: self.step_loop.peer_events(
+            peer, evs), lambda peer, why: self.step_loop.peer_broken(peer, why))
+        self.step_loop = StepLoop(component, transport, tracer, self.peers)
         self.servicer = ComponentServicer(component, transport, self.step_loop, starmesh_version())
         self._closed = False
 
@@ -49,6 +54,7 @@ class ComponentService:
         component_pb2_grpc.add_ComponentServicer_to_server(self.servicer, server)
 
     def start(self) -> None:
+        self.peers.start(asyncio.get_running_loop())
         self.step_loop.start()
 
     def ready(self) -> bool:
@@ -59,6 +65,7 @@ class ComponentService:
         # wait_idle blocks: run it off the event loop so streams keep flowing meanwhile.
         if not await asyncio.to_thread(self.step_loop.wait_idle, timeout_s):
             log.warning("grace period of %.1fs ended with work in flight", timeout_s)
+        await self.peers.close()
 
     def close(self) -> None:
         """Stops the engine thread, then closes the component and the transport."""
@@ -67,6 +74,7 @@ class ComponentService:
         self._closed = True
         try:
             self.step_loop.stop(timeout=10.0)
+            self.peers.cancel()
             self.component.close()
         finally:
             self.transport.close()

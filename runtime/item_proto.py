@@ -15,6 +15,7 @@ from google.protobuf import json_format, struct_pb2
 
 from protos.starmesh.v1 import component_pb2 as pb
 from runtime.items import (
+    AcceptRoute,
     Cancel,
     ChunkInfo,
     StreamInput,
@@ -28,9 +29,10 @@ from runtime.items import (
     OutboundEvent,
     PushChunk,
     Release,
+    RouteCredit,
     StopRule,
 )
-from runtime.colocated_stream_proto import colocated_streams_from_proto, colocated_streams_to_proto
+from runtime.route_proto import MAX_WINDOW, routes_from_proto, routes_to_proto
 from core.errors import InvalidArgument, StarmeshError
 from transport.refs import TensorRef
 from transport.ref_proto import ref_from_proto, ref_to_proto
@@ -120,7 +122,8 @@ def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
         chunk=ChunkInfo(m.chunk.start, m.chunk.num_context, m.chunk.is_last, m.chunk.num_pad)
         if m.HasField("chunk") else None,
         stream=StreamInput(m.stream.port, m.stream.continue_after_producer_done) if m.HasField("stream") else None,
-        local_streams=colocated_streams_from_proto(m.local_streams, field),
+        routes=routes_from_proto(m.routes, field),
+        quiet_ports=tuple(m.quiet_ports),
         max_iters=m.stop_rule.max_iters,
     )
 
@@ -130,14 +133,20 @@ def _push_from_proto(m: pb.PushChunk, field: str) -> PushChunk:
         raise InvalidArgument(f"{field}: request_id and node are required")
     tensors = tensors_from_proto(m.tensors, f"{field}.tensors")
     return PushChunk(m.request_id, m.node, m.port, tuple(m.iteration), tensors, m.end_of_stream,
-                     m.num_context, m.num_pad)
+                     m.num_context, m.num_pad, m.route, m.start, tuple(m.produced_us))
+
+
+def _accept_from_proto(m: pb.AcceptRoute, field: str) -> AcceptRoute:
+    if not 1 <= m.window <= MAX_WINDOW:
+        raise InvalidArgument(f"{field}.window must be in [1, {MAX_WINDOW}], got {m.window}")
+    return AcceptRoute(m.token, _open_from_proto(m.run, f"{field}.run"), m.port, m.push, m.edge, m.window)
 
 
 def item_from_proto(msg: pb.RunItem, field: str) -> InboundItem:
     """Converts one RunItem; raises StarmeshError naming `field`."""
     kind = msg.WhichOneof("kind")
     if kind is None:
-        raise InvalidArgument(f"{field}: none of open, push, cancel, release, credit is set")
+        raise InvalidArgument(f"{field}: none of open, push, cancel, release, credit, accept is set")
     sub = getattr(msg, kind)
     try:
         if kind == "open":
@@ -148,6 +157,8 @@ def item_from_proto(msg: pb.RunItem, field: str) -> InboundItem:
             return Cancel(sub.request_id, sub.reason)
         if kind == "credit":
             return Credit(sub.request_id, sub.node, sub.port, sub.amount, tuple(sub.iteration))
+        if kind == "accept":
+            return _accept_from_proto(sub, f"{field}.accept")
         return Release(sub.request_id, tuple(sub.lease_ids))
     except ValueError as e:  # dataclass validation ("open.request_id is empty")
         raise InvalidArgument(f"{field}.{e}") from None
@@ -166,42 +177,53 @@ def request_from_proto(msg: pb.RunRequest) -> list[tuple[str, InboundItem | Reje
         except StarmeshError as e:
             kind = item.WhichOneof("kind")
             sub = getattr(item, kind) if kind else None
+            sub = sub.run if kind == "accept" else sub
             request_id = getattr(sub, "request_id", "")
             node = getattr(sub, "node", "")
             out.append((field, Rejected(request_id, node, e.status, str(e))))
     return out
 
 
-def items_to_proto(items: Iterable[InboundItem]) -> pb.RunRequest:
+def _open_to_proto(item: OpenNode, o: pb.OpenNode) -> None:
+    o.request_id, o.walk, o.node = item.request_id, item.walk, item.node
+    o.iteration.extend(item.iteration)
+    tensors_to_proto(item.inputs, o.inputs)
+    params_to_struct(item.params, o.params, "open.params")
+    o.stop_rule.max_iters = item.max_iters  # the wire keeps the loop's bound with its stop rule
+    o.stop_rule.stop_token_ids.extend(item.stop_rule.stop_token_ids)
+    o.stop_rule.predicate = item.stop_rule.component_predicate
+    o.traceparent, o.tracestate = item.traceparent, item.tracestate
+    o.consumer_host_ids.extend(item.consumer_host_ids)
+    o.credits.update(item.credits)
+    if item.chunk is not None:
+        c = item.chunk
+        o.chunk.start, o.chunk.num_context, o.chunk.is_last, o.chunk.num_pad = (
+            c.start, c.num_context, c.is_last, c.num_pad)
+    if item.stream is not None:
+        o.stream.port = item.stream.port
+        o.stream.continue_after_producer_done = item.stream.continue_after_producer_done
+    routes_to_proto(item.routes, o.routes)
+    o.quiet_ports.extend(item.quiet_ports)
+
+
+def items_to_proto(items: Iterable[InboundItem], sender: str = "") -> pb.RunRequest:
     """Client side: builds one RunRequest from items whose tensors are TensorRefs."""
-    msg = pb.RunRequest()
+    msg = pb.RunRequest(sender=sender)
     for item in items:
         it = msg.items.add()
         if isinstance(item, OpenNode):
-            o = it.open
-            o.request_id, o.walk, o.node = item.request_id, item.walk, item.node
-            o.iteration.extend(item.iteration)
-            tensors_to_proto(item.inputs, o.inputs)
-            params_to_struct(item.params, o.params, "open.params")
-            o.stop_rule.max_iters = item.max_iters  # the wire keeps the loop's bound with its stop rule
-            o.stop_rule.stop_token_ids.extend(item.stop_rule.stop_token_ids)
-            o.stop_rule.predicate = item.stop_rule.component_predicate
-            o.traceparent, o.tracestate = item.traceparent, item.tracestate
-            o.consumer_host_ids.extend(item.consumer_host_ids)
-            o.credits.update(item.credits)
-            if item.chunk is not None:
-                c = item.chunk
-                o.chunk.start, o.chunk.num_context, o.chunk.is_last, o.chunk.num_pad = (
-                    c.start, c.num_context, c.is_last, c.num_pad)
-            if item.stream is not None:
-                o.stream.port = item.stream.port
-                o.stream.continue_after_producer_done = item.stream.continue_after_producer_done
-            colocated_streams_to_proto(item.local_streams, o.local_streams)
+            _open_to_proto(item, it.open)
+        elif isinstance(item, AcceptRoute):
+            a = it.accept
+            a.token, a.port, a.push, a.edge, a.window = item.token, item.port, item.push, item.edge, item.window
+            _open_to_proto(item.run, a.run)
         elif isinstance(item, PushChunk):
             p = it.push
             p.request_id, p.node, p.port, p.end_of_stream = item.request_id, item.node, item.port, item.end_of_stream
             p.iteration.extend(item.iteration)
             p.num_context, p.num_pad = item.num_context, item.num_pad
+            p.route, p.start = item.route, item.start
+            p.produced_us.extend(item.produced_us)
             tensors_to_proto(item.tensors, p.tensors)
         elif isinstance(item, Cancel):
             it.cancel.request_id, it.cancel.reason = item.request_id, item.reason
@@ -241,6 +263,12 @@ def events_to_proto(events: Iterable[OutboundEvent]) -> pb.RunResponse:
             e.done.iteration.extend(ev.iteration)
             for c in ev.consumed:
                 e.done.consumed.add(arena=c.arena, lease_id=c.lease_id)
+            if ev.metadata:
+                params_to_struct(ev.metadata, e.done.metadata, "done.metadata")
+        elif isinstance(ev, RouteCredit):
+            c = e.credit
+            c.request_id, c.token, c.amount = ev.request_id, ev.token, ev.amount
+            c.lease_ids.extend(ev.lease_ids)
         else:
             raise TypeError(f"not a Run event: {type(ev).__name__}")
     return msg
@@ -261,7 +289,10 @@ def events_from_proto(msg: pb.RunResponse) -> list[OutboundEvent]:
         elif kind == "done":
             d = e.done
             consumed = tuple(ConsumedLease(c.arena, c.lease_id) for c in d.consumed)
-            out.append(NodeDone(d.request_id, d.node, consumed, tuple(d.iteration)))
+            out.append(NodeDone(d.request_id, d.node, consumed, tuple(d.iteration), params_from_struct(d.metadata)))
+        elif kind == "credit":
+            c = e.credit
+            out.append(RouteCredit(c.request_id, c.token, c.amount, tuple(c.lease_ids)))
         else:
-            raise InvalidArgument(f"events[{i}]: none of output, error, done is set")
+            raise InvalidArgument(f"events[{i}]: none of output, error, done, credit is set")
     return out

@@ -1,7 +1,8 @@
 """Work items that travel on `Component.Run`, as the core sees them (no protobuf).
 
 `runtime.item_proto` converts them to and from `starmesh.v1` messages at the gRPC edge.
-Inbound: OpenNode, PushChunk, Cancel, Release. Outbound: NodeOutput, NodeError, NodeDone.
+Inbound: OpenNode, PushChunk, Cancel, Release, Credit, AcceptRoute. Outbound: NodeOutput,
+NodeError, NodeDone, and RouteCredit (to a producer's runtime on its peer stream).
 """
 from __future__ import annotations
 
@@ -36,17 +37,30 @@ class StreamInput:
 
 
 @dataclass(frozen=True)
-class ColocatedStream:
-    """A streaming edge whose consumer runs in this process (co-location): the service
-    cuts `policy`'s chunks from the run's `src_port` outputs and opens `dst_node` runs at
-    dst_iteration + (k,), then a NodeDone at dst_iteration once all of them are done."""
+class EdgeRoute:
+    """A streaming edge that the producer's runtime feeds itself: it cuts `policy`'s
+    chunks from the run's `src_port` outputs (in iteration order) and pushes each one to
+    the consumer replica `peer` ("" = this process) with `token`. Buffered items plus
+    items pushed and not yet credited back stay within `window`: the producing run is
+    parked beyond it. The consumer runs `dst_node` at dst_iteration (an open loop run fed
+    by pushes) or at dst_iteration + (k,) (one run per chunk)."""
 
     src_port: str
     dst_node: str
     dst_port: str
     policy: Any  # a graph.chunking.ChunkPolicy
     dst_iteration: tuple[int, ...] = ()
-    max_buffered: int = 4096
+    window: int = 4096
+    peer: str = ""
+    peer_host_id: str = ""
+    token: str = ""
+    edge: str = ""  # "src.port -> dst.port"
+
+    def __post_init__(self) -> None:
+        if not (self.src_port and self.dst_node and self.dst_port):
+            raise ValueError("route: src_port, dst_node and dst_port are required")
+        if self.window < 1:
+            raise ValueError(f"route.window must be >= 1, got {self.window}")
 
 
 @dataclass(frozen=True)
@@ -71,7 +85,8 @@ class OpenNode:
     credits: dict[str, int] = field(default_factory=dict)  # output port -> items before parking
     chunk: ChunkInfo | None = None
     stream: StreamInput | None = None
-    local_streams: tuple[ColocatedStream, ...] = ()
+    routes: tuple[EdgeRoute, ...] = ()
+    quiet_ports: tuple[str, ...] = ()  # outputs only routes consume: not sent back
     max_iters: int = 0
 
     def __post_init__(self) -> None:
@@ -91,6 +106,27 @@ class PushChunk:
     end_of_stream: bool = False
     num_context: int = 0  # leading items already pushed before (left context)
     num_pad: int = 0
+    route: str = ""  # the EdgeRoute token of a push from a producer's runtime
+    start: int = 0  # stream position of the chunk's first item (routed pushes)
+    produced_us: tuple[float, ...] = ()  # when each new item was produced (routed pushes)
+
+
+@dataclass(frozen=True)
+class AcceptRoute:
+    """From the conductor to an EdgeRoute's consumer: pushes carrying `token` feed
+    `run.node` of `run.request_id` at `run.iteration`, into that open loop run (`push`)
+    or as one run per chunk built from `run` (walk, params, trace context, own routes)."""
+
+    token: str
+    run: "OpenNode"
+    port: str
+    push: bool = False
+    edge: str = ""
+    window: int = 4096
+
+    def __post_init__(self) -> None:
+        if not self.token or not self.port:
+            raise ValueError("accept: token and port are required")
 
 
 @dataclass(frozen=True)
@@ -118,7 +154,7 @@ class Credit:
     iteration: tuple[int, ...] = ()
 
 
-InboundItem = Union[OpenNode, PushChunk, Cancel, Release, Credit]
+InboundItem = Union[OpenNode, PushChunk, Cancel, Release, Credit, AcceptRoute]
 
 
 @dataclass(frozen=True)
@@ -147,6 +183,18 @@ class NodeDone:
     node: str
     consumed: tuple[ConsumedLease, ...] = ()
     iteration: tuple[int, ...] = ()  # a node run is identified by (request_id, node, iteration)
+    metadata: dict[str, Any] = field(default_factory=dict)  # a routed edge's statistics at its end
 
 
-OutboundEvent = Union[NodeOutput, NodeError, NodeDone]
+@dataclass(frozen=True)
+class RouteCredit:
+    """To a producer's runtime: `amount` more items fit the route's window, and these
+    leases of its arena are no longer referenced by the consumer."""
+
+    request_id: str
+    token: str
+    amount: int = 0
+    lease_ids: tuple[int, ...] = ()
+
+
+OutboundEvent = Union[NodeOutput, NodeError, NodeDone, RouteCredit]

@@ -37,7 +37,9 @@ class NodeRun:
     spans: list[trace.Span] = field(default_factory=list)
     credits: dict[str, int] = field(default_factory=dict)  # output port -> items it may still emit
     is_parked: bool = False
+    is_blocked: bool = False  # its routed edge's window is full
     consumer_host_ids: tuple[str, ...] = ()  # where this run's outputs go (transport choice)
+    quiet_ports: tuple[str, ...] = ()  # outputs only routes consume: not sent to the stream
 
     @property
     def has_credit(self) -> bool:
@@ -87,6 +89,7 @@ class RequestTable:
         run = self.runs.setdefault((item.request_id, item.node, item.iteration), NodeRun())
         run.credits.update(item.credits)
         run.consumer_host_ids = item.consumer_host_ids
+        run.quiet_ports = item.quiet_ports
         span = self._tracer.start_span(
             f"node {item.node}",
             context=extract_context(item.traceparent, item.tracestate),
@@ -100,6 +103,12 @@ class RequestTable:
         )
         run.spans.append(span)
         return run, span
+
+    def adopt(self, stream_id: str, request_id: str, consumer_host_ids: tuple[str, ...] = ()) -> None:
+        """Registers a request on its stream before any run (a route's grant)."""
+        if request_id not in self.requests:
+            self.requests[request_id] = RequestState(stream_id, consumer_host_ids)
+            self.streams.setdefault(stream_id, set()).add(request_id)
 
     def run_of(self, request_id: str, node: str, iteration: tuple[int, ...]) -> tuple[RunKey, NodeRun] | None:
         """The open run an output belongs to: its own iteration, or the loop run it

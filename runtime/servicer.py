@@ -101,8 +101,12 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
             self._step_loop.detach(stream_id)
 
     async def _read(self, request_iterator, stream_id: str, outbox: asyncio.Queue) -> None:
+        named = False
         try:
             async for request in request_iterator:
+                if request.sender and not named:  # a producer's runtime: its peer stream
+                    self._step_loop.name_stream(stream_id, request.sender[:200])
+                    named = True
                 self._step_loop.submit(stream_id, wire.request_from_proto(request))
         except asyncio.CancelledError:
             raise

@@ -23,15 +23,16 @@ from opentelemetry import trace
 
 from core.errors import StarmeshError
 from runtime.backpressure import CreditGate
-from runtime.colocated_streams import ColocatedStreams
 from runtime.component import Component
 from runtime.grpc_status import failure
 from runtime.inbox import Inbox
 from runtime.item_proto import Rejected
-from runtime.items import Cancel, Credit, NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent, PushChunk, Release
+from runtime.items import (AcceptRoute, Cancel, Credit, NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent,
+                           PushChunk, Release)
 from runtime.outbox import Outbox, Sink
 from runtime.parts import resolve_inputs
 from runtime.request_table import RequestTable
+from runtime.routed_edges import RoutedEdges
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +43,16 @@ _STOP = object()
 class StepLoop:
     """Runs `component` on a dedicated thread; streams feed it through an inbox."""
 
-    def __init__(self, component: Component, transport: Any, tracer: trace.Tracer | None = None) -> None:
+    def __init__(self, component: Component, transport: Any, tracer: trace.Tracer | None = None,
+                 peers: Any = None) -> None:
+        """peers: the Run streams to peer replicas that routed edges push on
+        (runtime.peer_links); None in a process that has none."""
         self.component = component
         self.transport = transport
         self._table = RequestTable(tracer or trace.NoOpTracer())
         self._credits = CreditGate(self._table, component)
-        self.colocated = ColocatedStreams()  # co-located streaming edges: consumers opened here
+        self.routed = RoutedEdges(self._table, component, transport, self._credits, self._emit, self._fail,
+                                  self._cancel, peers, tracer)
         self._inbox = Inbox()
         self._outbox = Outbox()
         self._is_draining = False
@@ -72,6 +77,17 @@ class StepLoop:
     def detach(self, stream_id: str) -> None:
         """The stream ended or broke: cancel what it carried, free its leases."""
         self._put(("detach", stream_id, None))
+
+    def name_stream(self, stream_id: str, name: str) -> None:
+        """A peer stream's producer named itself (its errors name it)."""
+        self._put(("sender", stream_id, name))
+
+    def peer_events(self, peer: str, events: list) -> None:
+        """Credits (or refusals) from a peer replica that routed edges push to."""
+        self._put(("peer_events", peer, events))
+
+    def peer_broken(self, peer: str, message: str) -> None:
+        self._put(("peer_broken", peer, message))
 
     def drain(self) -> None:
         """Graceful shutdown began: new OpenNodes get UNAVAILABLE, open work finishes."""
@@ -109,6 +125,7 @@ class StepLoop:
                 msg = self._inbox.next_nowait()
             if self._has_work():
                 self._step()
+            self.routed.flush()
             self._outbox.flush(self._table.has_runs)
             self._inbox.update_idle(bool(self._table.runs))
 
@@ -122,6 +139,12 @@ class StepLoop:
                 self._detach(stream_id)
             elif kind == "finish":
                 self._outbox.finish(stream_id)
+            elif kind == "sender":
+                self.routed.names[stream_id] = payload
+            elif kind == "peer_events":
+                self.routed.on_peer_events(stream_id, payload)
+            elif kind == "peer_broken":
+                self.routed.on_peer_broken(stream_id, payload)
             else:
                 for field, item in payload:
                     self._handle_item(stream_id, field, item)
@@ -133,13 +156,17 @@ class StepLoop:
             self._emit(stream_id, NodeError(item.request_id, item.node, item.status, item.message))
         elif isinstance(item, OpenNode):
             self._open(stream_id, field, item)
+        elif isinstance(item, PushChunk) and item.route:
+            self.routed.push(stream_id, field, item)
         elif isinstance(item, PushChunk):
             self._push(stream_id, field, item)
+        elif isinstance(item, AcceptRoute):
+            self.routed.accept(stream_id, item)
         elif isinstance(item, Cancel):
             self._cancel(item.request_id)
         elif isinstance(item, Release):
             self._release(field, item)
-        elif isinstance(item, Credit):
+        elif isinstance(item, Credit) and not self.routed.grant(item):
             self._credits.grant(item)
 
     def _open(self, stream_id: str, field: str, item: OpenNode) -> None:
@@ -159,7 +186,7 @@ class StepLoop:
             reached = True
             with trace.use_span(span, end_on_exit=False):  # a component may inject this span's context
                 self.component.open(item, inputs)
-            self.colocated.register(item)
+            self.routed.opened(item)
         except Exception as e:
             if not reached:
                 self._refused(item)
@@ -174,16 +201,6 @@ class StepLoop:
                 hook(item)
             except Exception:
                 log.exception("component.refused(%s) failed", item.node)
-
-    def _open_local(self, stream_id: str, opens: list) -> None:
-        """Consumer runs of co-located streaming edges: opened here, not by the conductor."""
-        for item, tensors in opens:
-            _, span = self._table.open_run(stream_id, item)
-            try:
-                with trace.use_span(span, end_on_exit=False):
-                    self.component.open(item, tensors)
-            except Exception as e:
-                self._fail(item.request_id, item.node, *failure(e, f"local open (node {item.node})"), item.iteration)
 
     def _push(self, stream_id: str, field: str, item: PushChunk) -> None:
         run = self._table.runs.get((item.request_id, item.node, item.iteration))
@@ -206,7 +223,7 @@ class StepLoop:
 
     def _drop_in_component(self, request_id: str) -> None:
         """The component (and the co-located streams) forget the request; never raises."""
-        self.colocated.cancel(request_id)
+        self.routed.cancel(request_id)
         try:
             self.component.cancel(request_id)
         except Exception:
@@ -225,6 +242,7 @@ class StepLoop:
             log.warning("%s.release: %s", field, e)
 
     def _detach(self, stream_id: str) -> None:
+        self.routed.stream_gone(stream_id)
         self._outbox.detach(stream_id)
         for rid in self._table.drop_stream(stream_id):
             self._drop_in_component(rid)
@@ -274,38 +292,42 @@ class StepLoop:
         if state is None:
             return  # cancelled or its stream ended meanwhile: nobody to tell
         if isinstance(ev, NodeOutput):
-            found = self._table.run_of(ev.request_id, ev.node, ev.iteration)
-            hosts = found[1].consumer_host_ids if found else state.consumer_host_ids
-            try:
-                refs = {
-                    name: self.transport.export(t, request_id=ev.request_id, carrier=state.stream_id,
-                                                consumer_host_ids=hosts)
-                    for name, t in ev.tensors.items()
-                }
-            except Exception as e:
-                self._fail(ev.request_id, ev.node, *failure(e, f"output {ev.node}"), ev.iteration)
-                return
-            self._credits.spend(ev)
+            self._output(state, ev)
+        elif isinstance(ev, NodeDone):
+            consumed = self._table.end_run(ev.request_id, ev.node, ev.iteration)
+            done = self.routed.run_done(ev, consumed)
+            if done is not None:
+                self._emit(state.stream_id, done)
+        elif isinstance(ev, NodeError):
+            self._fail(ev.request_id, ev.node, ev.status, ev.message, ev.iteration)
+
+    def _output(self, state, ev: NodeOutput) -> None:
+        """Routed ports go to their consumers; the rest, exported, to the stream."""
+        found = self._table.run_of(ev.request_id, ev.node, ev.iteration)
+        run = found[1] if found else None
+        hosts = run.consumer_host_ids if run else state.consumer_host_ids
+        try:
+            tensors = self.routed.output_for_owner(ev.request_id, ev.node, ev.iteration, ev.tensors, run)
+            refs = {
+                name: self.transport.export(t, request_id=ev.request_id, carrier=state.stream_id,
+                                            consumer_host_ids=hosts)
+                for name, t in tensors.items()
+            }
+        except Exception as e:
+            self._fail(ev.request_id, ev.node, *failure(e, f"output {ev.node}"), ev.iteration)
+            return
+        self._credits.spend(ev)
+        if refs or not ev.tensors:
             # t_us: when the output was produced, for the conductor's edge latency spans.
             metadata = {**ev.metadata, "t_us": time.time() * 1e6}
             self._emit(state.stream_id, NodeOutput(ev.request_id, ev.node, refs, ev.iteration, metadata))
-            opens = self.colocated.on_output(ev.request_id, ev.node, ev.iteration, ev.tensors)
-            self._open_local(state.stream_id, opens)
-        elif isinstance(ev, NodeDone):
-            consumed = self._table.end_run(ev.request_id, ev.node, ev.iteration)
-            self._emit(state.stream_id, NodeDone(ev.request_id, ev.node, ev.consumed + consumed, ev.iteration))
-            opens, markers = self.colocated.on_done(ev.request_id, ev.node, ev.iteration)
-            self._open_local(state.stream_id, opens)
-            for marker in markers:
-                self._emit(state.stream_id, marker)
-        elif isinstance(ev, NodeError):
-            self._fail(ev.request_id, ev.node, ev.status, ev.message, ev.iteration)
 
     def _fail(self, request_id: str, node: str, status: str, message: str, iteration: tuple[int, ...] = ()) -> None:
         """NodeError for one node run; a NodeDone follows when the run had consumed
         leases of other arenas, so their producers can free them."""
         stream_id = self._table.owner(request_id)
         consumed = self._table.end_run(request_id, node, iteration, error=message)
+        self.routed.run_failed(request_id, node, iteration)
         if stream_id is None:
             return
         self._emit(stream_id, NodeError(request_id, node, status, message, iteration))

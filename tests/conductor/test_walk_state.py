@@ -76,6 +76,8 @@ def test_scope_indexes_edges_loops_and_streams_by_node():
     assert scope.child_loops(None) == [loop] and scope.child_loops(loop) == []
     assert scope.direct_members(loop) == ["lm"] and scope.loop_depth(loop) == 0
     assert (scope.depth("lm"), scope.depth("codec"), scope.common("lm", "codec")) == (1, 0, 0)
-    inner = WalkScope(walk, frozenset({"gen"}), colocated=lambda src, dst, w: True)
+    inner = WalkScope(walk, frozenset({"gen"}), can_route=lambda src, dst, w: True)
     assert inner.inner == {"lm": loop} and inner.depth("lm") == 0
-    assert inner.local_in == {"codec": stream} and inner.local_out == {"lm": [stream], "codec": []}
+    assert inner.routed_in == {"codec": stream} and inner.routed_out == {"lm": [stream], "codec": []}
+    assert inner.routed_push == {} and inner.routed == {stream} and inner.quiet_ports["lm"] == ("frame",)
+    assert WalkScope(walk, frozenset({"gen"})).routed == frozenset()  # nothing routes unless it can

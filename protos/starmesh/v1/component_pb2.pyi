@@ -54,24 +54,32 @@ class ChunkPolicySpec(_message.Message):
     pad_final: bool
     def __init__(self, kind: _Optional[str] = ..., size: _Optional[int] = ..., stride: _Optional[int] = ..., left: _Optional[int] = ..., first: _Optional[int] = ..., pad_final: _Optional[bool] = ...) -> None: ...
 
-class LocalStream(_message.Message):
-    __slots__ = ("src_port", "dst_node", "dst_port", "dst_iteration", "policy", "max_buffered")
+class EdgeRoute(_message.Message):
+    __slots__ = ("src_port", "dst_node", "dst_port", "dst_iteration", "policy", "window", "peer", "peer_host_id", "token", "edge")
     SRC_PORT_FIELD_NUMBER: _ClassVar[int]
     DST_NODE_FIELD_NUMBER: _ClassVar[int]
     DST_PORT_FIELD_NUMBER: _ClassVar[int]
     DST_ITERATION_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
-    MAX_BUFFERED_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    PEER_HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EDGE_FIELD_NUMBER: _ClassVar[int]
     src_port: str
     dst_node: str
     dst_port: str
     dst_iteration: _containers.RepeatedScalarFieldContainer[int]
     policy: ChunkPolicySpec
-    max_buffered: int
-    def __init__(self, src_port: _Optional[str] = ..., dst_node: _Optional[str] = ..., dst_port: _Optional[str] = ..., dst_iteration: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[ChunkPolicySpec, _Mapping]] = ..., max_buffered: _Optional[int] = ...) -> None: ...
+    window: int
+    peer: str
+    peer_host_id: str
+    token: str
+    edge: str
+    def __init__(self, src_port: _Optional[str] = ..., dst_node: _Optional[str] = ..., dst_port: _Optional[str] = ..., dst_iteration: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[ChunkPolicySpec, _Mapping]] = ..., window: _Optional[int] = ..., peer: _Optional[str] = ..., peer_host_id: _Optional[str] = ..., token: _Optional[str] = ..., edge: _Optional[str] = ...) -> None: ...
 
 class OpenNode(_message.Message):
-    __slots__ = ("request_id", "walk", "node", "iteration", "inputs", "params", "stop_rule", "traceparent", "tracestate", "consumer_host_ids", "credits", "chunk", "stream", "local_streams")
+    __slots__ = ("request_id", "walk", "node", "iteration", "inputs", "params", "stop_rule", "traceparent", "tracestate", "consumer_host_ids", "credits", "chunk", "stream", "routes", "quiet_ports")
     class CreditsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -92,7 +100,8 @@ class OpenNode(_message.Message):
     CREDITS_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
-    LOCAL_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    QUIET_PORTS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     walk: str
     node: str
@@ -106,11 +115,12 @@ class OpenNode(_message.Message):
     credits: _containers.ScalarMap[str, int]
     chunk: ChunkInfo
     stream: StreamInput
-    local_streams: _containers.RepeatedCompositeFieldContainer[LocalStream]
-    def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ..., credits: _Optional[_Mapping[str, int]] = ..., chunk: _Optional[_Union[ChunkInfo, _Mapping]] = ..., stream: _Optional[_Union[StreamInput, _Mapping]] = ..., local_streams: _Optional[_Iterable[_Union[LocalStream, _Mapping]]] = ...) -> None: ...
+    routes: _containers.RepeatedCompositeFieldContainer[EdgeRoute]
+    quiet_ports: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ..., credits: _Optional[_Mapping[str, int]] = ..., chunk: _Optional[_Union[ChunkInfo, _Mapping]] = ..., stream: _Optional[_Union[StreamInput, _Mapping]] = ..., routes: _Optional[_Iterable[_Union[EdgeRoute, _Mapping]]] = ..., quiet_ports: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PushChunk(_message.Message):
-    __slots__ = ("request_id", "node", "iteration", "port", "tensors", "end_of_stream", "num_context", "num_pad")
+    __slots__ = ("request_id", "node", "iteration", "port", "tensors", "end_of_stream", "num_context", "num_pad", "route", "start", "produced_us")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
@@ -119,6 +129,9 @@ class PushChunk(_message.Message):
     END_OF_STREAM_FIELD_NUMBER: _ClassVar[int]
     NUM_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     NUM_PAD_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    PRODUCED_US_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     node: str
     iteration: _containers.RepeatedScalarFieldContainer[int]
@@ -127,7 +140,26 @@ class PushChunk(_message.Message):
     end_of_stream: bool
     num_context: int
     num_pad: int
-    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., port: _Optional[str] = ..., tensors: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., end_of_stream: _Optional[bool] = ..., num_context: _Optional[int] = ..., num_pad: _Optional[int] = ...) -> None: ...
+    route: str
+    start: int
+    produced_us: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., port: _Optional[str] = ..., tensors: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., end_of_stream: _Optional[bool] = ..., num_context: _Optional[int] = ..., num_pad: _Optional[int] = ..., route: _Optional[str] = ..., start: _Optional[int] = ..., produced_us: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class AcceptRoute(_message.Message):
+    __slots__ = ("token", "run", "port", "push", "edge", "window")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    EDGE_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    run: OpenNode
+    port: str
+    push: bool
+    edge: str
+    window: int
+    def __init__(self, token: _Optional[str] = ..., run: _Optional[_Union[OpenNode, _Mapping]] = ..., port: _Optional[str] = ..., push: _Optional[bool] = ..., edge: _Optional[str] = ..., window: _Optional[int] = ...) -> None: ...
 
 class Cancel(_message.Message):
     __slots__ = ("request_id", "reason")
@@ -160,24 +192,28 @@ class Credit(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., port: _Optional[str] = ..., amount: _Optional[int] = ...) -> None: ...
 
 class RunItem(_message.Message):
-    __slots__ = ("open", "push", "cancel", "release", "credit")
+    __slots__ = ("open", "push", "cancel", "release", "credit", "accept")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_FIELD_NUMBER: _ClassVar[int]
     open: OpenNode
     push: PushChunk
     cancel: Cancel
     release: Release
     credit: Credit
-    def __init__(self, open: _Optional[_Union[OpenNode, _Mapping]] = ..., push: _Optional[_Union[PushChunk, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ...) -> None: ...
+    accept: AcceptRoute
+    def __init__(self, open: _Optional[_Union[OpenNode, _Mapping]] = ..., push: _Optional[_Union[PushChunk, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., accept: _Optional[_Union[AcceptRoute, _Mapping]] = ...) -> None: ...
 
 class RunRequest(_message.Message):
-    __slots__ = ("items",)
+    __slots__ = ("items", "sender")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[RunItem]
-    def __init__(self, items: _Optional[_Iterable[_Union[RunItem, _Mapping]]] = ...) -> None: ...
+    sender: str
+    def __init__(self, items: _Optional[_Iterable[_Union[RunItem, _Mapping]]] = ..., sender: _Optional[str] = ...) -> None: ...
 
 class ConsumedLease(_message.Message):
     __slots__ = ("arena", "lease_id")
@@ -216,26 +252,42 @@ class NodeError(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class NodeDone(_message.Message):
-    __slots__ = ("request_id", "node", "consumed", "iteration")
+    __slots__ = ("request_id", "node", "consumed", "iteration", "metadata")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     node: str
     consumed: _containers.RepeatedCompositeFieldContainer[ConsumedLease]
     iteration: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., consumed: _Optional[_Iterable[_Union[ConsumedLease, _Mapping]]] = ..., iteration: _Optional[_Iterable[int]] = ...) -> None: ...
+    metadata: _struct_pb2.Struct
+    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., consumed: _Optional[_Iterable[_Union[ConsumedLease, _Mapping]]] = ..., iteration: _Optional[_Iterable[int]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class RouteCredit(_message.Message):
+    __slots__ = ("token", "amount", "lease_ids", "request_id")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    AMOUNT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    amount: int
+    lease_ids: _containers.RepeatedScalarFieldContainer[int]
+    request_id: str
+    def __init__(self, token: _Optional[str] = ..., amount: _Optional[int] = ..., lease_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("output", "error", "done")
+    __slots__ = ("output", "error", "done", "credit")
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
     output: NodeOutput
     error: NodeError
     done: NodeDone
-    def __init__(self, output: _Optional[_Union[NodeOutput, _Mapping]] = ..., error: _Optional[_Union[NodeError, _Mapping]] = ..., done: _Optional[_Union[NodeDone, _Mapping]] = ...) -> None: ...
+    credit: RouteCredit
+    def __init__(self, output: _Optional[_Union[NodeOutput, _Mapping]] = ..., error: _Optional[_Union[NodeError, _Mapping]] = ..., done: _Optional[_Union[NodeDone, _Mapping]] = ..., credit: _Optional[_Union[RouteCredit, _Mapping]] = ...) -> None: ...
 
 class RunResponse(_message.Message):
     __slots__ = ("events",)

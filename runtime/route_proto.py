@@ -1,11 +1,12 @@
-"""ColocatedStream (co-located streaming edges) <-> starmesh.v1 `LocalStream` messages
-(the wire keeps its field name `local_streams`)."""
+"""EdgeRoute and chunk policies <-> their starmesh.v1 messages."""
 from __future__ import annotations
 
 from graph.chunking import ChunkPolicy, FixedChunk, LeftContext, SlidingWindow
 from protos.starmesh.v1 import component_pb2 as pb
-from runtime.items import ColocatedStream
+from runtime.items import EdgeRoute
 from core.errors import InvalidArgument
+
+MAX_WINDOW = 1 << 20  # items a route may hold in flight: far above any edge's bound
 
 
 def policy_to_proto(policy: ChunkPolicy, out: pb.ChunkPolicySpec) -> None:
@@ -33,20 +34,25 @@ def policy_from_proto(m: pb.ChunkPolicySpec, field: str) -> ChunkPolicy:
     raise InvalidArgument(f"{field}.kind {m.kind!r} is not fixed, sliding or left_context")
 
 
-def colocated_streams_to_proto(streams, out) -> None:
-    for s in streams:
+def routes_to_proto(routes, out) -> None:
+    for r in routes:
         m = out.add()
-        m.src_port, m.dst_node, m.dst_port, m.max_buffered = s.src_port, s.dst_node, s.dst_port, s.max_buffered
-        m.dst_iteration.extend(s.dst_iteration)
-        policy_to_proto(s.policy, m.policy)
+        m.src_port, m.dst_node, m.dst_port, m.window = r.src_port, r.dst_node, r.dst_port, r.window
+        m.dst_iteration.extend(r.dst_iteration)
+        m.peer, m.peer_host_id, m.token, m.edge = r.peer, r.peer_host_id, r.token, r.edge
+        policy_to_proto(r.policy, m.policy)
 
 
-def colocated_streams_from_proto(msgs, field: str) -> tuple[ColocatedStream, ...]:
+def routes_from_proto(msgs, field: str) -> tuple[EdgeRoute, ...]:
     out = []
     for i, m in enumerate(msgs):
-        where = f"{field}.local_streams[{i}]"
+        where = f"{field}.routes[{i}]"
         if not (m.src_port and m.dst_node and m.dst_port):
             raise InvalidArgument(f"{where}: src_port, dst_node and dst_port are required")
-        out.append(ColocatedStream(m.src_port, m.dst_node, m.dst_port, policy_from_proto(m.policy, f"{where}.policy"),
-                               tuple(m.dst_iteration), m.max_buffered or 4096))
+        if not 1 <= m.window <= MAX_WINDOW:
+            raise InvalidArgument(f"{where}.window must be in [1, {MAX_WINDOW}], got {m.window}")
+        if m.peer and not m.token:
+            raise InvalidArgument(f"{where}.token is required for a route to a peer")
+        out.append(EdgeRoute(m.src_port, m.dst_node, m.dst_port, policy_from_proto(m.policy, f"{where}.policy"),
+                             tuple(m.dst_iteration), m.window, m.peer, m.peer_host_id, m.token, m.edge))
     return tuple(out)

@@ -1,0 +1,166 @@
+"""Consumer side of routed streaming edges: which pushes a replica accepts, and where
+each route stands.
+
+The conductor grants a route with an AcceptRoute on its own stream (the route's owner:
+outputs, errors and the route's end go there). Pushes carry the route's token; the first
+stream that pushes with it becomes the route's sender, and no other stream may use it.
+A push may arrive before its grant (they travel on different connections): it waits,
+unclaimed, in a bounded holding area, and is applied once the grant arrives (a token
+nobody grants only ever costs that bounded room).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+
+from core.errors import InvalidArgument
+from runtime.edge_stats import EdgeRecorder, now_us
+from runtime.items import AcceptRoute, ChunkInfo, OpenNode, PushChunk
+
+RunKey = tuple[str, str, tuple[int, ...]]
+MAX_UNCLAIMED_TOKENS = 1024
+MAX_UNCLAIMED_PUSHES = 4096  # per token: a producer never has more in flight than its window
+
+
+class RoutePermissionDenied(InvalidArgument):
+    status = "PERMISSION_DENIED"
+
+
+@dataclass
+class InRoute:
+    accept: AcceptRoute
+    owner: str  # the stream that granted it
+    sender: str = ""  # the stream that pushes on it
+    sender_name: str = ""
+    num_opened: int = 0
+    num_running: int = 0
+    is_ended: bool = False  # the producer's end of stream arrived
+    is_finished: bool = False  # ended, every chunk run done, statistics reported
+    waiting: list = field(default_factory=list)  # (push, tensors) not applied yet, in order
+    credits: dict[str, int] = field(default_factory=dict)  # client-bound port -> outputs it may still send
+    recorder: EdgeRecorder = field(default_factory=EdgeRecorder)
+
+    @property
+    def request_id(self) -> str:
+        return self.accept.run.request_id
+
+    @property
+    def is_blocked(self) -> bool:
+        """Its client is behind: no chunk run opens until the conductor grants more."""
+        return any(c <= 0 for c in self.credits.values())
+
+    @property
+    def is_drained(self) -> bool:
+        return self.is_ended and self.num_running == 0
+
+
+class InboundRoutes:
+    def __init__(self) -> None:
+        self.routes: dict[str, InRoute] = {}
+        self.unclaimed: OrderedDict[str, list] = OrderedDict()  # token -> [(stream, name, push, tensors)]
+        self.chunk_runs: dict[RunKey, tuple[InRoute, int]] = {}  # chunk run -> (route, its new items)
+
+    def accept(self, owner: str, item: AcceptRoute) -> list:
+        """Grants the route; returns the pushes that arrived before the grant."""
+        self.routes[item.token] = InRoute(item, owner, credits=dict(item.run.credits))
+        return self.unclaimed.pop(item.token, [])
+
+    def claim(self, stream_id: str, name: str, push: PushChunk, tensors) -> InRoute | None:
+        """The route a push belongs to, or None when it waits for its grant; raises
+        RoutePermissionDenied for a push that does not match its route."""
+        route = self.routes.get(push.route)
+        if route is None:
+            self._hold(stream_id, name, push, tensors)
+            return None
+        run = route.accept.run
+        if (push.request_id, push.node, push.iteration, push.port) != (run.request_id, run.node, run.iteration,
+                                                                         route.accept.port):
+            raise RoutePermissionDenied(f"push.route: the token is not granted for {push.node}{list(push.iteration)}"
+                                        f".{push.port} of request {push.request_id!r}")
+        if route.sender and route.sender != stream_id:
+            raise RoutePermissionDenied("push.route: the token belongs to another stream")
+        route.sender, route.sender_name = stream_id, name
+        return route
+
+    def _hold(self, stream_id: str, name: str, push: PushChunk, tensors) -> None:
+        held = self.unclaimed.setdefault(push.route, [])
+        if len(held) >= MAX_UNCLAIMED_PUSHES:
+            raise RoutePermissionDenied("push.route: too many pushes for a token never granted")
+        held.append((stream_id, name, push, tensors))
+        while len(self.unclaimed) > MAX_UNCLAIMED_TOKENS:
+            self.unclaimed.popitem(last=False)
+
+    def record(self, route: InRoute, push: PushChunk, value) -> None:
+        """Production -> dispatch of the push's new items (the edge's span)."""
+        now, edge = now_us(), route.accept.edge
+        if _per_item(push):
+            for produced in push.produced_us:
+                route.recorder.hop(edge, produced, now, value)
+        elif push.produced_us:
+            stamped = [(value, push.produced_us[0])] * push.num_context + [(value, t) for t in push.produced_us]
+            route.recorder.chunk(edge, stamped, push.num_context, now)
+
+    def chunk_run(self, route: InRoute, push: PushChunk) -> OpenNode:
+        """The run of one chunk: the grant's template at iteration + (k,)."""
+        template = route.accept.run
+        item = replace(template, iteration=template.iteration + (route.num_opened,), inputs={},
+                       chunk=ChunkInfo(push.start, push.num_context, push.end_of_stream, push.num_pad))
+        route.num_opened += 1
+        route.num_running += 1
+        self.chunk_runs[(item.request_id, item.node, item.iteration)] = (route, len(push.produced_us))
+        return item
+
+    def run_ended(self, key: RunKey) -> tuple[InRoute, int] | None:
+        """A chunk run of a route ended: (its route, the new items to credit back)."""
+        found = self.chunk_runs.pop(key, None)
+        if found is not None:
+            found[0].num_running -= 1
+        return found
+
+    def of_chunk_run(self, key: RunKey) -> InRoute | None:
+        found = self.chunk_runs.get(key)
+        return found[0] if found is not None else None
+
+    def granted(self, request_id: str, node: str, iteration: tuple[int, ...]) -> InRoute | None:
+        """The chunk-mode route whose runs are `node` at `iteration` + (k,)."""
+        for route in self.routes.values():
+            run = route.accept.run
+            if not route.accept.push and (run.request_id, run.node, run.iteration) == (request_id, node, iteration):
+                return route
+        return None
+
+    def pushing_into(self, request_id: str, node: str, iteration: tuple[int, ...]) -> InRoute | None:
+        """The push-mode route feeding this open loop run, if any."""
+        for route in self.routes.values():
+            run = route.accept.run
+            if route.accept.push and (run.request_id, run.node, run.iteration) == (request_id, node, iteration):
+                return route
+        return None
+
+    def sent_by(self, stream_id: str) -> list[InRoute]:
+        return [r for r in self.routes.values() if r.sender == stream_id and not r.is_finished]
+
+    def cancel(self, request_id: str) -> None:
+        self.routes = {t: r for t, r in self.routes.items() if r.request_id != request_id}
+        self.chunk_runs = {k: v for k, v in self.chunk_runs.items() if k[0] != request_id}
+        for token in [t for t, held in self.unclaimed.items() if held and held[0][2].request_id == request_id]:
+            del self.unclaimed[token]
+
+
+def _per_item(push: PushChunk) -> bool:
+    """FixedChunk(1) pushes are aggregated into one span per (request, edge)."""
+    return len(push.produced_us) <= 1 and push.num_context == 0
+
+
+def summary(route: InRoute) -> dict:
+    """The edge's statistics as the conductor hears them at its end (metrics)."""
+    stats = route.recorder.edges.get(route.accept.edge)
+    if stats is not None and stats.latencies_us:
+        return {"edge": route.accept.edge, **stats.attributes()}
+    hops = route.recorder.chunks
+    if hops:
+        lat = sorted(max(0.0, h.dispatched_us - h.produced_us) for h in hops)
+        return {"edge": route.accept.edge, "starmesh.items": sum(h.num_new for h in hops),
+                "starmesh.latency_us.p50": lat[len(lat) // 2]}
+    return {}
+

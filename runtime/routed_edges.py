@@ -1,0 +1,276 @@
+"""Routed streaming edges on the engine thread: the one chunk dispatcher of a service.
+
+Producer half (runtime.route_out): outputs of a run with routes are cut into chunks and
+pushed to the consumer: handed over in this process when the route's peer is "" (a
+co-located consumer: tensors stay tensors), else exported and sent on the peer's Run
+stream (runtime.peer_links), one message per peer per engine iteration. Credits and
+lease acknowledgements come back on that stream; a run whose route window is full is
+parked.
+
+Consumer half (runtime.route_in): a granted route's pushes feed the open loop run, or
+open one run per chunk. Those chunk runs answer nobody per run: when the stream has
+ended and every chunk run is done, one NodeDone for the node at the route's base
+iteration (with the edge's statistics) goes to the conductor that granted the route,
+and the edge's span is emitted here, in the request's trace.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from opentelemetry import trace
+
+from runtime.grpc_status import failure
+from runtime.items import AcceptRoute, Credit, NodeDone, NodeError, OpenNode, PushChunk, RouteCredit
+from runtime.parts import resolve_inputs
+from runtime.route_in import InboundRoutes, InRoute, RoutePermissionDenied, summary
+from runtime.route_out import OutboundRoutes, Send
+from runtime.telemetry import extract_context
+
+log = logging.getLogger(__name__)
+LOCAL = "local"  # the sender of this process's own pushes (co-located consumers)
+
+
+class RoutedEdges:
+    def __init__(self, table, component, transport, gate, emit: Callable, fail: Callable, drop: Callable,
+                 peers: Any = None, tracer: trace.Tracer | None = None) -> None:
+        """emit(stream, event), fail(request, node, status, message, iteration) and
+        drop(request) are the step loop's; peers posts batches to peer replicas."""
+        self.table, self.component, self.transport, self.gate = table, component, transport, gate
+        self.emit, self.fail, self.drop = emit, fail, drop
+        self.peers = peers
+        self.tracer = tracer or trace.NoOpTracer()
+        self.out = OutboundRoutes()
+        self.inb = InboundRoutes()
+        self.names: dict[str, str] = {}  # peer stream -> the producer's own name
+        self._pending: dict[str, list] = {}  # peer address -> pushes of this iteration
+
+    # ---- consumer half ----------------------------------------------------------
+
+    def accept(self, stream_id: str, item: AcceptRoute) -> None:
+        run = item.run
+        self.table.adopt(stream_id, run.request_id, run.consumer_host_ids)
+        if not item.push:  # the chunk runs' own routes (two routed edges in a row)
+            self.out.open(run.request_id, run.node, run.iteration, run.routes)
+        for sender, name, push, tensors in self.inb.accept(stream_id, item):
+            self._apply(sender, name, push, tensors)
+
+    def push(self, stream_id: str, field: str, item: PushChunk) -> None:
+        self._apply(stream_id, self.names.get(stream_id, stream_id), item, None, field)
+
+    def _apply(self, sender: str, name: str, push: PushChunk, tensors, field: str = "push") -> None:
+        try:
+            route = self.inb.claim(sender, name, push, tensors)
+        except RoutePermissionDenied as e:
+            self.emit(sender, NodeError(push.request_id, push.node, e.status, f"{field}: {e}", push.iteration))
+            return
+        if route is None or self.table.owner(route.request_id) != route.owner:
+            return  # waits for its grant, or the request was cancelled meanwhile
+        if route.accept.push:
+            self._push_into_run(route, push, tensors, field)
+        else:
+            self._open_chunk(route, push, tensors, field)
+
+    def _values(self, push: PushChunk, tensors, handles: list, field: str) -> dict:
+        if tensors is not None:  # this process's own push: tensors, no transport
+            return tensors
+        return resolve_inputs(self.transport, push.tensors, f"{field}.tensors", handles, push.request_id)
+
+    def _push_into_run(self, route: InRoute, push: PushChunk, tensors, field: str) -> None:
+        key = (push.request_id, push.node, push.iteration)
+        run = self.table.runs.get(key)
+        if run is None:
+            if self.table.has_ended(*key):  # the loop stopped first (a talker at codec EOS)
+                self._credit(route, len(push.produced_us), ())
+            else:  # the conductor opens the loop run when its other inputs are ready
+                route.waiting.append((push, tensors))
+            return
+        try:
+            values = self._values(push, tensors, run.handles, field)
+            self.inb.record(route, push, next(iter(push.tensors.values()), None))
+            self.component.push(push, values)
+        except Exception as e:
+            self.fail(push.request_id, push.node, *failure(e, f"{field} (node {push.node})"), push.iteration)
+            return
+        route.is_ended = route.is_ended or push.end_of_stream
+        self._credit(route, len(push.produced_us), ())
+
+    def _open_chunk(self, route: InRoute, push: PushChunk, tensors, field: str) -> None:
+        """One run per chunk, in stream order; chunks wait while the client is behind
+        (their producer is not credited meanwhile, so it parks at its window)."""
+        route.waiting.append((push, tensors))
+        self._drain(route, field)
+
+    def _drain(self, route: InRoute, field: str = "push") -> None:
+        while route.waiting and not route.is_blocked:
+            push, tensors = route.waiting.pop(0)
+            self._open_chunk_now(route, push, tensors, field)
+
+    def _open_chunk_now(self, route: InRoute, push: PushChunk, tensors, field: str) -> None:
+        route.is_ended = route.is_ended or push.end_of_stream
+        if not push.produced_us and not push.tensors and not tensors:  # the empty end-of-stream marker
+            self._maybe_finish(route)
+            return
+        item = self.inb.chunk_run(route, push)
+        run, span = self.table.open_run(route.owner, item)
+        run.quiet_ports = item.quiet_ports
+        try:
+            values = self._values(push, tensors, run.handles, field)
+            self.inb.record(route, push, next(iter(push.tensors.values()), None))
+            with trace.use_span(span, end_on_exit=False):
+                self.component.open(item, values)
+        except Exception as e:
+            self.fail(item.request_id, item.node, *failure(e, f"{field} (node {item.node})"), item.iteration)
+
+    def grant(self, item: Credit) -> bool:
+        """Client room for a chunk-mode route's outputs; False: not a route's."""
+        route = self.inb.granted(item.request_id, item.node, item.iteration)
+        if route is None:
+            return False
+        if item.port in route.credits:
+            route.credits[item.port] += item.amount
+            self._drain(route)
+        return True
+
+    def opened(self, item: OpenNode) -> None:
+        """A run the conductor opened: its routes, and pushes that waited for it."""
+        self.out.open(item.request_id, item.node, item.iteration, item.routes)
+        route = self.inb.pushing_into(item.request_id, item.node, item.iteration)
+        if route is not None:
+            waiting, route.waiting = route.waiting, []
+            for push, tensors in waiting:
+                self._push_into_run(route, push, tensors, "push")
+
+    def _maybe_finish(self, route: InRoute) -> None:
+        if route.is_finished or not route.is_drained:
+            return
+        route.is_finished = True
+        run = route.accept.run
+        self._send(self.out.end(run.request_id, run.node, run.iteration))
+        self.emit(route.owner, NodeDone(run.request_id, run.node, iteration=run.iteration,
+                                        metadata=self._report(route)))
+
+    def _report(self, route: InRoute) -> dict:
+        """The edge's statistics for the conductor, and its spans in the request's trace."""
+        stats = summary(route)
+        run = route.accept.run
+        route.recorder.emit_spans(self.tracer, extract_context(run.traceparent, run.tracestate), run.request_id)
+        return {"edge": stats} if stats else {}
+
+    def _credit(self, route: InRoute, amount: int, consumed) -> None:
+        ev = RouteCredit(route.request_id, route.accept.token, amount, tuple(c.lease_id for c in consumed))
+        run = route.accept.run
+        if not self.out.defer((run.request_id, run.node, run.iteration), (route, ev)):
+            self._credit_now(route, ev)
+
+    def _credit_now(self, route: InRoute, ev: RouteCredit) -> None:
+        if route.sender == LOCAL:
+            self.on_peer_events("", [ev])
+        elif route.sender:
+            self.emit(route.sender, ev)
+
+    # ---- runs ending, outputs -----------------------------------------------------
+
+    def output_for_owner(self, request_id: str, node: str, iteration: tuple[int, ...], tensors: dict,
+                         run) -> dict:
+        """Feeds the routes of this output; returns what the conductor still needs."""
+        if self.out.feeds(request_id, node, iteration):
+            self._send(self.out.output(request_id, node, iteration, tensors))
+            base = (request_id, node, iteration[:-1])
+            if not self.out.has_room(*base):
+                self.gate.block(base)
+        quiet = run.quiet_ports if run is not None else ()
+        owned = {k: v for k, v in tensors.items() if k not in quiet} if quiet else tensors
+        route = self.inb.of_chunk_run((request_id, node, iteration))
+        for port in owned if route is not None else ():
+            if port in route.credits:
+                route.credits[port] -= 1
+        return owned
+
+    def run_done(self, ev: NodeDone, consumed) -> NodeDone | None:
+        """What the conductor hears of a run's end (None: nothing, a route's chunk run)."""
+        key = (ev.request_id, ev.node, ev.iteration)
+        self._send(self.out.end(*key))
+        found = self.inb.run_ended(key)
+        if found is not None:
+            route, num_new = found
+            self._send(self.out.skip(*key))
+            self._credit(route, num_new, consumed)
+            self._maybe_finish(route)
+            return None
+        route = self.inb.pushing_into(*key)
+        metadata = dict(ev.metadata)
+        if route is not None and not route.is_finished:
+            route.is_finished = True
+            metadata.update(self._report(route))
+        return NodeDone(ev.request_id, ev.node, ev.consumed + consumed, ev.iteration, metadata)
+
+    def run_failed(self, request_id: str, node: str, iteration: tuple[int, ...]) -> None:
+        self.inb.run_ended((request_id, node, iteration))
+
+    # ---- producer half: sending, credits, peers -----------------------------------
+
+    def _send(self, sends: list[Send]) -> None:
+        for s in sends:
+            peer = s.route.route.peer
+            if not peer:
+                self._apply(LOCAL, "this process", s.push, s.tensors)
+                continue
+            host = s.route.route.peer_host_id
+            refs = {name: self.transport.export(t, request_id=s.push.request_id, carrier=f"peer:{peer}",
+                                                consumer_host_ids=(host,) if host else ())
+                    for name, t in s.tensors.items()}
+            self._pending.setdefault(peer, []).append(_with_tensors(s.push, refs))
+
+    def flush(self) -> None:
+        """One message per peer for this engine iteration's pushes."""
+        pending, self._pending = self._pending, {}
+        for peer, items in pending.items():
+            if self.peers is None:
+                self.on_peer_broken(peer, "this process has no peer links")
+            else:
+                self.peers.post(peer, items)
+
+    def on_peer_events(self, peer: str, events: list) -> None:
+        for ev in events:
+            if isinstance(ev, RouteCredit):
+                out = self.out.credit(ev.token, ev.amount)
+                if ev.lease_ids:
+                    self.transport.release(list(ev.lease_ids), request_id=ev.request_id or None)
+                for key in self.out.keys_of(out) if out is not None else ():
+                    if self.out.has_room(*key):
+                        self.gate.unblock(key)
+                    for route, credit in self.out.released(key):
+                        self._credit_now(route, credit)
+            elif isinstance(ev, NodeError):  # the consumer refused a push
+                self._fail_via(ev.request_id, peer, f"{ev.status}: {ev.message}")
+
+    def on_peer_broken(self, peer: str, message: str) -> None:
+        for request_id in sorted(self.out.requests_via(peer)):
+            self._fail_via(request_id, peer, message)
+
+    def _fail_via(self, request_id: str, peer: str, message: str) -> None:
+        for rid, node, base in [k for k in self.out.streams if k[0] == request_id]:
+            self.fail(rid, node, "UNAVAILABLE", f"peer {peer} is unavailable: {message}", base)
+        self.drop(request_id)
+
+    def stream_gone(self, stream_id: str) -> None:
+        """A peer stream ended: routes it fed mid-stream fail their requests."""
+        for route in self.inb.sent_by(stream_id):
+            if route.request_id in self.table.requests:
+                run = route.accept.run
+                self.fail(route.request_id, run.node, "UNAVAILABLE",
+                          f"producer {route.sender_name} is unavailable: its stream to this replica broke",
+                          run.iteration)
+                self.drop(route.request_id)
+        self.names.pop(stream_id, None)
+
+    def cancel(self, request_id: str) -> None:
+        self.out.cancel(request_id)
+        self.inb.cancel(request_id)
+
+
+def _with_tensors(push: PushChunk, refs: dict) -> PushChunk:
+    from dataclasses import replace
+
+    return replace(push, tensors=refs)
