@@ -3,17 +3,25 @@
     python -m bench.conductor --json bench-results/conductor.json
 
 Three toy services (bench.conductor_toys) run as real processes on loopback; the
-conductor (`ConductorService`, spans to an in-memory exporter) runs in this process;
-the client that drives `Conductor.Generate` is one more process
-(bench.conductor_client), so this process's CPU time (time.process_time) is the
-conductor's. Ratios are against baselines measured in the same run.
+conductor (`ConductorService`) runs in this process; the client that drives
+`Conductor.Generate` is one more process (bench.conductor_client), and so is the
+trace store every process exports its spans to (bench.trace_store_proc), so this
+process's CPU time (time.process_time) is the conductor's.
+
+Two paths, measured in alternating rounds over the same processes: the model `pipe`
+(streaming edges routed: each producer's runtime pushes to its consumer replica, the
+conductor hears lifecycle events and the client's items) gives the plain keys; `pipe-base`
+(direct_edges=False: every item through the conductor, as before routing) gives the
+same keys prefixed `baseline_`. Each figure is the median over rounds; each
+`*_vs_baseline` is the median of the rounds' paired ratios.
 
 Pipeline: `src` (a loop inside service A, one item per engine step) ~FixedChunk(1)~>
 `mid` (B, per item) ~FixedChunk(1)~> `sink` (C, per item) -> the client. An *item* is
 one src emission carried end to end: two streaming hops and one client event.
 - hop_us_c1 / hop_us_c16: the median, over requests and both streaming edges, of the
   p50 of each aggregated `edge` span (production of an item -> dispatch of its
-  consumer), at concurrency 1 and 16, with src paced (`--interval-ms` per engine
+  consumer; emitted by the consumer's runtime on a routed edge, by the conductor on
+  the baseline), at concurrency 1 and 16, with src paced (`--interval-ms` per engine
   step) so that a hop is measured, not the queue behind a burst: the default 30 ms
   offers 16 / 0.03 = 533 items/s at c=16, below the conductor's saturation here
   (~750 items/s); at 2 ms the c=16 figure is queueing (~40 ms), not a hop.
@@ -27,6 +35,8 @@ one src emission carried end to end: two streaming hops and one client event.
   fully busy core would route at that cost.
 - mesh_items_per_s (sweep point at `--concurrency`) vs inprocess_items_per_s (the same
   graph and toys in this process through `inprocess_executor`, same concurrency).
+- time_to_unavailable_ms: a request whose sink runs alone on service K; K is killed at
+  its first item; the time until the client sees UNAVAILABLE.
 
 Speculation (bench.conductor_spec): DynamicLoop(step on A -> check on B), the conductor
 driving it one iteration at a time; `step` sleeps `--step-ms` (device compute), `check`
@@ -38,9 +48,7 @@ run on a bare Run stream (open -> done, gRPC hop included):
     T_serial = N (c + g) (speculation off), T_pipe = c + g + (N - 1) max(c, g) (on);
 the prediction is T_serial / T_pipe, printed beside the measured off / on ratio.
 
-Known (see report): a chunk-fed node's own outgoing stream is never ended by the
-executor, so the pipeline's requests do not end by themselves; callers close each
-call after its N items (that closing also emits the request's edge spans).
+The client closes each call after its N items (the requests also end by themselves).
 """
 from __future__ import annotations
 
@@ -56,72 +64,78 @@ from bench.conductor_client import Client
 from bench.output import print_table, write_json
 
 STREAM_EDGES = ("src.x -> mid.x", "mid.y -> sink.y")  # the per-item hops (not input.n -> src.n)
-FACTORIES = {"a": "bench.conductor_toys:make_a", "b": "bench.conductor_toys:make_b", "c": "bench.conductor_toys:make_c"}
+FACTORIES = {"a": "bench.conductor_toys:make_a", "b": "bench.conductor_toys:make_b", "c": "bench.conductor_toys:make_c",
+             "k": "bench.conductor_toys:make_c"}  # k: the sink killed for time_to_unavailable_ms
 
 
-def start_conductor(services: dict, items: int):
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+MODELS = {"": "pipe", "baseline_": "pipe-base"}  # key prefix -> model: routed edges, conductor-routed
 
-    from bench.conductor_toys import PIPELINE_INNER_LOOPS, pipeline_graph
+
+def start_conductor(services: dict, items: int, trace_store: str):
     from conductor.model import ServedModel
     from conductor.placement import Placement
     from conductor.service import ConductorService
     from runtime.background import BackgroundServer
-    from runtime.telemetry import Telemetry
+    from runtime.telemetry import TRACE_STORE_ENV, Telemetry
 
-    exporter = InMemorySpanExporter()
-    telemetry = Telemetry("conductor", span_processors=[SimpleSpanProcessor(exporter)], environ={})
+    from bench.conductor_toys import PIPELINE_INNER_LOOPS, pipeline_graph
+
+    telemetry = Telemetry("conductor", environ={TRACE_STORE_ENV: trace_store})
     placement = Placement.from_dict({"services": {k: {"replicas": [s.address]} for k, s in services.items()},
                                      "placement": {"src": "a", "mid": "b", "sink": "c"}})
-    model = ServedModel("pipe", pipeline_graph(items), placement, PIPELINE_INNER_LOOPS)
-    server = BackgroundServer(ConductorService([model], telemetry), telemetry=telemetry)
+    models = [ServedModel(name, pipeline_graph(items), placement, PIPELINE_INNER_LOOPS, direct_edges=not prefix)
+              for prefix, name in MODELS.items()]
+    kill = Placement.from_dict({"services": {k: {"replicas": [s.address]} for k, s in services.items()},
+                                "placement": {"src": "a", "mid": "b", "sink": "k"}})
+    models.append(ServedModel("pipe-kill", pipeline_graph(100000), kill, PIPELINE_INNER_LOOPS))
+    server = BackgroundServer(ConductorService(models, telemetry), telemetry=telemetry)
     server.start()
-    return server, exporter
+    return server
 
 
-def hop_us(exporter, prefix: str) -> tuple[float, dict]:
-    """Median p50 of the aggregated streaming-edge spans of requests `prefix-*`; per edge too."""
+def hop_us(store, prefix: str, num_requests: int) -> tuple[float, dict]:
+    """Median p50 of the aggregated streaming-edge spans of requests `prefix-*` (emitted
+    by the consumers' runtimes on routed edges, by the conductor otherwise); per edge too."""
     by_edge: dict[str, list[float]] = {}
-    for span in exporter.get_finished_spans():
-        attrs = span.attributes or {}
-        if span.name[5:] in STREAM_EDGES and str(attrs.get("starmesh.request_id", "")).startswith(prefix + "-"):
-            by_edge.setdefault(span.name[5:], []).append(attrs["starmesh.latency_us.p50"])
+    for i in range(num_requests):
+        for span in _edge_spans(store, f"{prefix}-{i}"):
+            by_edge.setdefault(span["name"][5:], []).append(span["attributes"]["starmesh.latency_us.p50"])
     every = [v for values in by_edge.values() for v in values]
     if not every:
         raise RuntimeError(f"no edge spans for {prefix}")
     return statistics.median(every), {edge: statistics.median(v) for edge, v in by_edge.items()}
 
 
-def hop_phases(client: Client, exporter, args) -> dict:
+def _edge_spans(store, request_id: str, timeout_s: float = 20.0) -> list[dict]:
+    """The request's streaming-edge spans, once both have reached the store (batched export)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        spans = [s for s in store.spans(request_id) if s["name"][5:] in STREAM_EDGES]
+        if len(spans) >= len(STREAM_EDGES) or time.monotonic() > deadline:
+            return spans
+        time.sleep(0.2)
+
+
+def hop_phases(client: Client, store, args, model: str, tag: str) -> dict:
     paced = {"interval_s": args.interval_ms / 1e3}
-    common = {"model": "pipe", "items": args.items, "params": paced}
-    client.run(prefix="warm", requests=4, concurrency=2, **common)
+    common = {"model": model, "items": args.items, "params": paced}
+    client.run(prefix=f"warm{tag}", requests=4, concurrency=2, **common)
     results = {}
     for label, conc, requests in (("c1", 1, args.c1_requests), ("c16", 16, 2 * 16)):
-        exporter.clear()
-        client.run(prefix=label, requests=requests, concurrency=conc, **common)
-        time.sleep(0.2)  # the last closes end their requests on the conductor's thread
-        results[f"hop_us_{label}"], results[f"hop_us_{label}_by_edge"] = hop_us(exporter, label)
-        print(f"hop {label}: {results[f'hop_us_{label}']:.1f} us", flush=True)
-    exporter.clear()
+        client.run(prefix=f"{label}{tag}", requests=requests, concurrency=conc, **common)
+        results[f"hop_us_{label}"], results[f"hop_us_{label}_by_edge"] = hop_us(store, f"{label}{tag}", requests)
     return results
 
 
-def saturation_phases(client: Client, exporter, args) -> dict:
+def saturation_phases(client: Client, args, model: str, tag: str) -> dict:
     sweep = []
     for conc in args.sweep:
-        r = client.run(model="pipe", prefix=f"sat{conc}", requests=args.sweep_rounds * conc, concurrency=conc,
+        r = client.run(model=model, prefix=f"sat{conc}{tag}", requests=args.sweep_rounds * conc, concurrency=conc,
                        items=args.items, params={"interval_s": 0.0})
-        exporter.clear()
-        point = {"concurrency": conc, "items_per_s": r["items"] / r["wall_s"],
-                 "cpu_us_per_item": r["conductor_cpu_s"] / r["items"] * 1e6,
-                 "cpu_util": r["conductor_cpu_s"] / r["wall_s"],
-                 "other_cpu_util": {k: v / r["wall_s"] for k, v in r["other_cpu_s"].items()}}
-        sweep.append(point)
-        print(f"sweep c={conc:3d}: {point['items_per_s']:8.0f} items/s, conductor {point['cpu_us_per_item']:6.1f} "
-              f"us/item, {100 * point['cpu_util']:5.1f}% of a core (others: "
-              + ", ".join(f"{k} {100 * v:.0f}%" for k, v in point["other_cpu_util"].items()) + ")", flush=True)
+        sweep.append({"concurrency": conc, "items_per_s": r["items"] / r["wall_s"],
+                      "cpu_us_per_item": r["conductor_cpu_s"] / r["items"] * 1e6,
+                      "cpu_util": r["conductor_cpu_s"] / r["wall_s"],
+                      "other_cpu_util": {k: v / r["wall_s"] for k, v in r["other_cpu_s"].items()}})
     best = max(sweep, key=lambda p: p["items_per_s"])
     at_conc = next((p for p in sweep if p["concurrency"] == args.concurrency), best)
     return {"sweep": sweep, "conductor_saturation_items_per_s": best["items_per_s"],
@@ -152,16 +166,69 @@ async def inprocess_items_per_s(items: int, concurrency: int, rounds: int) -> fl
         return total / (time.perf_counter() - t0)
 
 
-def run_mesh(services: dict, args) -> dict:
+def rounds_of(client: Client, store, args) -> dict:
+    """Both paths per round, their order alternating; every figure is the median over
+    rounds, and each `*_vs_baseline` ratio the median of the rounds' paired ratios."""
+    per_round = []
+    for r in range(args.rounds):
+        order = list(MODELS.items()) if r % 2 == 0 else list(MODELS.items())[::-1]
+        got = {}
+        for prefix, model in order:
+            tag = f"-{model}-r{r}"
+            got[prefix] = {**hop_phases(client, store, args, model, tag), **saturation_phases(client, args, model, tag)}
+            print(f"round {r} {model}: hop c1 {got[prefix]['hop_us_c1']:.0f} us, c16 {got[prefix]['hop_us_c16']:.0f}"
+                  f" us, conductor {got[prefix]['conductor_cpu_us_per_item']:.1f} us/item, "
+                  f"{got[prefix]['conductor_saturation_items_per_s']:.0f} items/s", flush=True)
+        per_round.append(got)
+    results = {}
+    for prefix in MODELS:
+        for key, value in per_round[0][prefix].items():
+            if isinstance(value, (int, float)):
+                results[prefix + key] = statistics.median(g[prefix][key] for g in per_round)
+            else:
+                results[prefix + key] = value
+    for key in ("hop_us_c1", "hop_us_c16", "conductor_cpu_us_per_item", "mesh_items_per_s"):
+        results[f"{key}_vs_baseline"] = statistics.median(g[""][key] / g["baseline_"][key] for g in per_round)
+    return results
+
+
+def time_to_unavailable_ms(conductor_address: str, victim) -> float:
+    """A routed consumer (sink on its own service) is killed mid-stream: how long until
+    the request fails with UNAVAILABLE."""
+    import grpc
+
+    from bench.conductor_client import make_request
+    from protos.starmesh.v1 import conductor_pb2_grpc
+
+    async def main() -> float:
+        async with grpc.aio.insecure_channel(conductor_address) as channel:
+            call = conductor_pb2_grpc.ConductorStub(channel).Generate(
+                make_request("pipe-kill", "kill-0", {"interval_s": 0.002}))
+            killed = None
+            try:
+                async for _ in call:
+                    if killed is None:
+                        victim.kill()
+                        killed = time.perf_counter()
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                return (time.perf_counter() - killed) * 1e3
+            raise RuntimeError("the request finished although its consumer died")
+
+    return asyncio.run(main())
+
+
+def run_mesh(services: dict, store, args) -> dict:
     from bench.transport import grpc_echo_us
 
-    server, exporter = start_conductor(services, args.items)
+    server = start_conductor(services, args.items, store.otlp)
     client = None
     try:
-        client = Client(server.address, {f"svc_{k}": s.pid for k, s in services.items()})
-        results = hop_phases(client, exporter, args)
+        client = Client(server.address, {f"svc_{k}": s.pid for k, s in services.items() if k != "k"})
+        results = rounds_of(client, store, args)
         results["grpc_echo_us"] = asyncio.run(grpc_echo_us(services["b"].address, 200))
-        results.update(saturation_phases(client, exporter, args))
+        results["time_to_unavailable_ms"] = time_to_unavailable_ms(server.address, services["k"])
     finally:
         if client is not None:
             client.close()
@@ -169,10 +236,12 @@ def run_mesh(services: dict, args) -> dict:
     return results
 
 
-def start_services(names=tuple(FACTORIES)) -> dict:
+def start_services(names=tuple(FACTORIES), trace_store: str = "") -> dict:
     from runtime.process import ServiceProcess
+    from runtime.telemetry import TRACE_STORE_ENV
 
-    procs = {k: ServiceProcess(FACTORIES[k], ["--host-id", "bench-host"], name=f"bench-{k}") for k in names}
+    env = {TRACE_STORE_ENV: trace_store} if trace_store else {}
+    procs = {k: ServiceProcess(FACTORIES[k], ["--host-id", "bench-host"], env=env, name=f"bench-{k}") for k in names}
     started = {}
     try:
         for name, proc in procs.items():
@@ -189,14 +258,23 @@ def report(results: dict) -> None:
         ("hop p50, concurrency 1", "hop_us_c1", "us"),
         ("hop p50, concurrency 16", "hop_us_c16", "us"),
         ("bare unary echo", "grpc_echo_us", "us"),
-        ("hop / echo", "hop_over_echo", "x (target <= 2)"),
-        ("conductor CPU per item", "conductor_cpu_us_per_item", f"us (at c={results['saturation_concurrency']})"),
+        ("hop / echo", "hop_over_echo", "x (target <= 1.2)"),
+        ("hop c16 / c1", "hop_c16_over_c1", "x (target <= 1.5)"),
+        ("conductor CPU per item", "conductor_cpu_us_per_item", f"us (at c={results['saturation_concurrency']}, "
+                                                                "target <= 60)"),
         ("conductor CPU there", "conductor_cpu_util", "cores"),
         ("conductor saturation", "conductor_saturation_items_per_s", "items/s"),
         ("one busy core would route", "conductor_items_per_core_s", "items/s (1e6 / CPU us per item)"),
         ("mesh", "mesh_items_per_s", "items/s"),
         ("in-process", "inprocess_items_per_s", "items/s"),
-        ("mesh / in-process", "mesh_over_inprocess", "x"),
+        ("mesh / in-process", "mesh_over_inprocess", "x (target >= 0.8)"),
+        ("conductor-routed: hop c1", "baseline_hop_us_c1", "us"),
+        ("conductor-routed: hop c16", "baseline_hop_us_c16", "us"),
+        ("conductor-routed: CPU per item", "baseline_conductor_cpu_us_per_item", "us"),
+        ("conductor-routed: saturation", "baseline_conductor_saturation_items_per_s", "items/s"),
+        ("conductor-routed: mesh / in-process", "baseline_mesh_over_inprocess", "x"),
+        ("CPU per item vs conductor-routed", "conductor_cpu_us_per_item_vs_baseline", "x (median of paired)"),
+        ("killed consumer -> UNAVAILABLE", "time_to_unavailable_ms", "ms"),
         ("loop, speculation off", "spec_off_ms", f"ms (formula 9: {results['spec_predicted_serial_ms']:.1f})"),
         ("loop, speculation on", "spec_on_ms", f"ms (formula 9: {results['spec_predicted_pipe_ms']:.1f})"),
         ("g (step) / c (check)", "spec_g_ms", f"ms / {results['spec_c_ms']:.2f} ms"),
@@ -216,6 +294,7 @@ def parse_args(argv):
     p.add_argument("--sweep", type=lambda s: [int(x) for x in s.split(",")], default=[4, 16, 64],
                    help="concurrency levels searched for the conductor's saturation")
     p.add_argument("--sweep-rounds", type=int, default=3, help="requests per slot at each sweep level")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of both paths (routed, conductor-routed)")
     p.add_argument("--loop-iters", type=int, default=20, help="iterations per speculation-loop request")
     p.add_argument("--step-ms", type=float, default=4.0, help="step compute (sleep) per iteration")
     p.add_argument("--check-ms", type=float, default=3.0, help="check host work (CPU spin) per iteration")
@@ -234,18 +313,24 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)  # like every service process
     from bench.conductor_spec import run_spec
 
+    from bench.trace_store_proc import TraceStoreProcess
+
     t0 = time.perf_counter()
-    services = start_services()
+    store = TraceStoreProcess()
+    services = start_services(trace_store=store.otlp)
     try:
-        results = run_mesh(services, args)
+        results = run_mesh(services, store, args)
         results.update(asyncio.run(run_spec(services["a"].address, services["b"].address, args.loop_iters,
                                             args.step_ms / 1e3, args.check_ms / 1e3, args.spec_requests)))
     finally:
         for svc in services.values():
             svc.stop()
+        store.close()
     results["inprocess_items_per_s"] = asyncio.run(inprocess_items_per_s(args.items, args.concurrency, 3))
-    results["hop_over_echo"] = results["hop_us_c1"] / results["grpc_echo_us"]
-    results["mesh_over_inprocess"] = results["mesh_items_per_s"] / results["inprocess_items_per_s"]
+    for prefix in MODELS:
+        results[f"{prefix}hop_over_echo"] = results[f"{prefix}hop_us_c1"] / results["grpc_echo_us"]
+        results[f"{prefix}mesh_over_inprocess"] = results[f"{prefix}mesh_items_per_s"] / results["inprocess_items_per_s"]
+        results[f"{prefix}hop_c16_over_c1"] = results[f"{prefix}hop_us_c16"] / results[f"{prefix}hop_us_c1"]
     results["items_per_request"] = args.items
     results["bench_wall_s"] = time.perf_counter() - t0
     report(results)

@@ -98,6 +98,11 @@ class TraceStore:
                 for span in dropped:
                     self._by_request.pop(str(span["attributes"].get(REQUEST_ATTR, "")), None)
 
+    def spans(self) -> list[dict]:
+        """Every span held, oldest trace first."""
+        with self._lock:
+            return [s for spans in self._traces.values() for s in spans]
+
     def request(self, request_id: str) -> dict:
         with self._lock:
             tids = sorted(self._by_request.get(request_id, ()))

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from conductor.walk_state import Tag, WalkState
 
 UNBOUNDED = 1 << 30
+MIN_GRANT = 16
 
 
 class CreditLedger:
@@ -26,6 +27,7 @@ class CreditLedger:
         self.client_room = client_room  # outputs the client's backlog can still take
         self.outstanding: dict[tuple[str, Tag, str], int] = {}  # loop run port -> granted, not produced
         self.reserved = 0  # client-bound items granted or dispatched, not yet queued
+        self.is_waiting_room = False  # a run could not start for want of room (cleared per scan)
 
     def _client_free(self) -> int:
         return self.client_room() - self.reserved
@@ -44,6 +46,7 @@ class CreditLedger:
         """A run producing one item per output may start: room downstream, reserved."""
         needed = self._to_client(node)
         if self._buffer_room(node, tag) < 1 or (needed and self._client_free() < needed):
+            self.is_waiting_room = True
             return False
         self.reserved += needed
         return True
@@ -61,8 +64,9 @@ class CreditLedger:
                 self.outstanding[(node, tag, port)] = grant
         return credits
 
-    def _grant(self, node: str, tag: "Tag", port: str, outstanding: int) -> int | None:
-        """How many more items `port` may produce now; None when it is not bounded."""
+    def _grant(self, node: str, tag: "Tag", port: str, outstanding: int, min_grant: int = 0) -> int | None:
+        """How many more items `port` may produce now (0 below `min_grant`); None when
+        it is not bounded."""
         room = self._buffer_room(node, tag, port)
         bounded = room < UNBOUNDED
         room -= outstanding
@@ -71,6 +75,8 @@ class CreditLedger:
         if not bounded:
             return None
         grant = max(0, room)
+        if grant < min_grant:
+            return 0
         self.reserved += grant * self._to_client(node, port)
         return grant
 
@@ -80,7 +86,9 @@ class CreditLedger:
         for (node, tag, port), outstanding in list(self.outstanding.items()):
             if (node, tag) in self.state.done:
                 continue
-            grant = self._grant(node, tag, port, outstanding)
+            # a run that still has credit is topped up in batches: one Credit per
+            # MIN_GRANT items at most, not one per item the client takes
+            grant = self._grant(node, tag, port, outstanding, 1 if outstanding <= 0 else MIN_GRANT)
             if grant:
                 self.outstanding[(node, tag, port)] += grant
                 grants.append((node, tag, port, grant))

@@ -77,7 +77,9 @@ class Executor:
                 if isinstance(item, Failure):
                     raise RequestFailed(item.status, item.message)
                 yield item
-                self._pump(run)  # the client took one: producers may get credit again
+                if run.state is not None and run.state.credits.is_waiting_room:
+                    run.state.is_dirty = True  # the client took one: a waiting run may start
+                self._pump(run)  # ... and producers may get credit again
                 self._flush()
         finally:
             if not run.is_finished:
@@ -107,6 +109,7 @@ class Executor:
         if missing:
             raise RequestFailed("INVALID_ARGUMENT", f"walk {walk} needs input(s) {missing}; got {sorted(inputs)}")
         run.walk = walk
+        run.traceparent, _ = inject_context(trace.set_span_in_context(run.spans[-1]))  # the walk span's
         run.state = WalkState(self.scopes[walk], inputs, run.client_room, run.params, self.hooks.materialize)
 
     # ---- ready -> dispatch ---------------------------------------------------------
@@ -123,7 +126,7 @@ class Executor:
 
     def _pump(self, run: RequestRun) -> None:
         while not run.is_finished:
-            traceparent, _ = inject_context(trace.set_span_in_context(run.spans[-1]))
+            traceparent = run.traceparent
             opened = []  # (node, target) of the new node runs of this pump
             for d in run.state.ready():
                 target = self._dispatch(run, d, traceparent)

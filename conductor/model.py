@@ -35,6 +35,7 @@ class ServedModel:
     params: type | None = None
     output_kinds: Mapping[str, str] = field(default_factory=dict)
     sample_rate: int = 0
+    direct_edges: bool = True  # streaming edges go producer -> consumer replica (False: via the conductor)
 
     def __post_init__(self) -> None:
         if not self.name:

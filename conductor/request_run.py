@@ -31,6 +31,7 @@ class RequestRun:
     spans: list = field(default_factory=list)  # request span, walk span
     max_backlog: int = 256  # outputs queued for a client that does not read: the bound
     targets: dict = field(default_factory=dict)  # (node, iteration) -> target of that run
+    traceparent: str = ""  # the current walk span's W3C context, sent with every run it opens
 
     def client_room(self) -> int:
         return self.max_backlog - self.queue.qsize()

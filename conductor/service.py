@@ -113,7 +113,8 @@ class ConductorService:
             on_edge = self.metrics.edge_observer(model.name) if self.metrics is not None else None
             executor = await self._stack.enter_async_context(
                 remote_executor(model.graph, model.placement, model.inner_loops, tracer, interceptors,
-                                lockstep_nodes=model.lockstep_nodes, on_edge=on_edge))
+                                lockstep_nodes=model.lockstep_nodes, on_edge=on_edge,
+                                direct_edges=model.direct_edges))
             self.executors[model.name] = executor
 
     def ready(self) -> bool:

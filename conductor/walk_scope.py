@@ -34,6 +34,7 @@ class WalkScope:
         self.routed_in, self.routed_push, self.routed_out = self._routed_edges(can_route)
         self.routed = frozenset(e for edges in self.routed_out.values() for e in edges)
         self.quiet_ports = self._quiet_ports(walk)
+        self.client_only = self._client_only()
         self._depth = {loop.name: len(outer) for loop, outer in walk.loops}
         self._children = _child_loops(walk)
         self._direct = {loop.name: [n for n in self.nodes if self.path[n] and self.path[n][-1] is loop]
@@ -75,6 +76,18 @@ class WalkScope:
             needed = {e.src_port for e in self.out_edges[node] if e not in edges}
             quiet[node] = tuple(sorted(p for p in ports - needed if f"{node}.{p}" not in watched))
         return quiet
+
+    def _client_only(self) -> frozenset[str]:
+        """Nodes whose outputs the conductor only forwards to the client: no node it
+        dispatches reads them, no loop it drives watches or encloses them (their outputs
+        never make another run ready, so they need no readiness scan)."""
+        watched = {loop.stop.watch.split(".")[0] for loop in self.loops if getattr(loop, "stop", None) is not None
+                   and loop not in self.inner.values()}
+        inner = set(self.inner.values())
+        return frozenset(
+            n for n in self.nodes
+            if n not in watched and all(loop in inner for loop in self.path[n])
+            and all(e.dst_node == WALK_OUTPUT or e in self.routed for e in self.out_edges[n]))
 
     def depth(self, node: str) -> int:
         """Tag length of the node's dispatches (an inner loop is dispatched once per entry)."""

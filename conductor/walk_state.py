@@ -49,6 +49,9 @@ class WalkState:
         self.emitted: list[tuple[str, Any]] = []  # walk outputs to stream, drained by the executor
         self.spec_held: dict[tuple[str, Tag], list] = {}  # (loop, iteration) -> outputs not yet shown
         self.num_wasted = 0  # speculative runs past a stop (their outputs never shown)
+        # Whether anything changed that may make a run ready: ready() scans only then (an
+        # output only forwarded to the client, the per-item case, changes nothing).
+        self.is_dirty = True
         self.loops.update()  # enters the top-level loops
 
     # ---- readiness ---------------------------------------------------------------
@@ -89,6 +92,10 @@ class WalkState:
         return inputs
 
     def ready(self) -> list[Dispatch]:
+        if not self.is_dirty:
+            return []
+        self.is_dirty = False
+        self.credits.is_waiting_room = False
         out = []
         for node in self.scope.nodes:
             for tag in self.loops.active_tags(self.scope.depth(node), node):
@@ -207,6 +214,8 @@ class WalkState:
         outputs are applied in chunk order, so streams downstream stay in order."""
         if self.loops.is_discarded(node, iteration):
             return
+        if node not in self.scope.client_only:
+            self.is_dirty = True
         if node in self.scope.routed_in:
             self.credits.produced(node, iteration[:-1], outputs)
         if node in self.scope.inner:
@@ -250,6 +259,7 @@ class WalkState:
     def on_done(self, node: str, iteration: Tag) -> None:
         if self.loops.is_discarded(node, iteration):
             return
+        self.is_dirty = True
         if node in self.scope.routed_in:
             if len(iteration) == self.scope.depth(node):  # the replica's "every chunk run ended"
                 self.done.add((node, iteration))

@@ -144,3 +144,43 @@ def test_a_slow_consumer_stalls_only_its_producers_requests(services):
     finally:
         gate.open.set()
         slow.stop()
+
+
+def test_a_dead_consumer_fails_exactly_its_requests_and_nothing_leaks(services):
+    from runtime.process import ServiceProcess
+    from tests.fixtures import registry
+    from transport.segment import sweep_stale_segments
+
+    doomed = ServiceProcess("bench.conductor_toys:make_c", name="doomed_c").start()
+    registry.register(doomed.address, describe(doomed.address).arena)
+    both = {**services, "doomed": doomed}
+    paced = {"interval_s": 0.005}
+
+    async def doomed_request(ex, rid: str) -> Exception:
+        try:
+            async with contextlib.aclosing(ex.generate(rid, {"n": (torch.tensor([0.0]),)}, paced)) as outputs:
+                async for _ in outputs:
+                    if doomed.proc.poll() is None:
+                        doomed.kill()
+        except Exception as e:  # noqa: BLE001 - the failure is what the test reads
+            return e
+        raise AssertionError(f"{rid} finished although its sink died")
+
+    async def main():
+        async with remote_executor(pipeline_graph(400), placement(both, sink="doomed"), PIPELINE_INNER_LOOPS) as hit, \
+                remote_executor(pipeline_graph(60), placement(services), PIPELINE_INNER_LOOPS) as spared:
+            return await asyncio.gather(doomed_request(hit, "hit-0"), doomed_request(hit, "hit-1"),
+                                        *(drain(spared, f"spared-{i}") for i in range(3)))
+
+    try:
+        hit0, hit1, *spared = asyncio.run(main())
+    finally:
+        registry.unregister(doomed.address)
+        doomed.stop()
+        sweep_stale_segments()  # the killed process's arena, as its restart would
+    for error in (hit0, hit1):
+        assert getattr(error, "status", "") == "UNAVAILABLE" and doomed.address in str(error), error
+    assert all(s == [float(i) for i in range(1, 61)] for s in spared)
+    for name in "abc":  # the survivors hold nothing of the failed requests
+        assert wait_until(lambda: describe(services[name].address).num_open_requests == 0, 30), name
+        assert wait_until(lambda: describe(services[name].address).transport.num_leases == 0, 30), name
