@@ -107,7 +107,7 @@ class RemoteTarget:
     async def start(self) -> "RemoteTarget":
         from runtime.run_client import ComponentClient
 
-        self.client = ComponentClient(*self._client_args)
+        self.client = ComponentClient(*self._client_args, fresh_connection=self.num_reconnects > 0)
         await self.client.__aenter__()
         try:
             self.host_id = (await self.client.describe(timeout_s=5)).host_id

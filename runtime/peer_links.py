@@ -22,7 +22,7 @@ class _Link:
 
         self.links, self.peer = links, peer
         self.queue: asyncio.Queue = asyncio.Queue()
-        self.client = ComponentClient(peer, links.max_message_bytes)
+        self.client = ComponentClient(peer, links.max_message_bytes, fresh_connection=True)
         self.client.call = self.client.stub.Run()
         self.is_broken = False
         self.tasks = [asyncio.create_task(self._write()), asyncio.create_task(self._read())]

@@ -39,6 +39,7 @@ class InRoute:
     waiting: list = field(default_factory=list)  # (push, tensors) not applied yet, in order
     credits: dict[str, int] = field(default_factory=dict)  # client-bound port -> outputs it may still send
     recorder: EdgeRecorder = field(default_factory=EdgeRecorder)
+    arenas: set = field(default_factory=set)  # the producer's arenas its pushes referenced
 
     @property
     def request_id(self) -> str:
@@ -92,6 +93,10 @@ class InboundRoutes:
 
     def record(self, route: InRoute, push: PushChunk, value) -> None:
         """Production -> dispatch of the push's new items (the edge's span)."""
+        for ref in push.tensors.values():
+            arena = getattr(ref.location, "arena", "")
+            if arena:
+                route.arenas.add(arena)
         now, edge = now_us(), route.accept.edge
         if _per_item(push):
             for produced in push.produced_us:

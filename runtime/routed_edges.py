@@ -158,9 +158,11 @@ class RoutedEdges:
         return {"edge": stats} if stats else {}
 
     def _credit(self, route: InRoute, amount: int, consumed) -> None:
-        ev = RouteCredit(route.request_id, route.accept.token, amount, tuple(c.lease_id for c in consumed))
-        run = route.accept.run
-        if not self.out.defer((run.request_id, run.node, run.iteration), (route, ev)):
+        # only the producer's own leases: ids are per arena
+        leases = tuple(c.lease_id for c in consumed if c.arena in route.arenas)
+        ev = RouteCredit(route.request_id, route.accept.token, amount, leases)
+        run = route.accept.run  # a chain's node slows its input while its own routes are full
+        if route.accept.push or not self.out.defer((run.request_id, run.node, run.iteration), (route, ev)):
             self._credit_now(route, ev)
 
     def _credit_now(self, route: InRoute, ev: RouteCredit) -> None:
@@ -203,6 +205,7 @@ class RoutedEdges:
         if route is not None and not route.is_finished:
             route.is_finished = True
             metadata.update(self._report(route))
+            self._credit(route, 0, consumed)  # the pushes' leases, now unreferenced
         return NodeDone(ev.request_id, ev.node, ev.consumed + consumed, ev.iteration, metadata)
 
     def run_failed(self, request_id: str, node: str, iteration: tuple[int, ...]) -> None:

@@ -23,11 +23,17 @@ class StreamClosed(Exception):
 
 
 class ComponentClient:
-    def __init__(self, address: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, interceptors=None) -> None:
+    def __init__(self, address: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, interceptors=None,
+                 fresh_connection: bool = False) -> None:
+        """fresh_connection: a connection of this client's own, so a stream opened right
+        after the replica restarted does not inherit the reconnect backoff (and the last
+        "connection refused") of streams that failed while it was down."""
         options = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
         ]
+        if fresh_connection:
+            options.append(("grpc.use_local_subchannel_pool", 1))
         self.address = address
         self.channel = grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
         self.stub = component_pb2_grpc.ComponentStub(self.channel)
