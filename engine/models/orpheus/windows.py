@@ -42,3 +42,16 @@ def reference_windows(codes: list[int]) -> list[tuple[int, torch.Tensor]]:
     """(end, window [28]) of every window the reference decodes, invalid ones included."""
     stream = torch.tensor(codes, dtype=torch.int64)
     return [(end, stream[end - WINDOW_CODES:end]) for end in window_ends(len(codes))]
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def window_noise_seed(request_seed: int, end: int) -> int:
+    """The SNAC noise seed of the window ending at stream position `end`: one generator per
+    window, so its audio does not depend on what else was decoded in its batch (splitmix64,
+    the same in every process)."""
+    x = (int(request_seed) * 0x9E3779B97F4A7C15 + int(end)) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (x ^ (x >> 31)) & ((1 << 63) - 1)
