@@ -6,8 +6,8 @@ tokenizer whose begin/end-of-text ids are Llama 3's, and a tiny random SNAC 24 k
 Random weights would almost never speak, so the embeddings and the output head are
 shaped into a bigram machine: a token of frame position g (and start-of-speech, for
 g = -1) points the output towards position g + 1 mod 7, a text token towards text.
-`margin` sets how strongly; lower margins emit more tokens of the wrong position
-(skipped, or accepted with an out-of-range code that spoils its windows).
+`margin` sets how strongly, `slip` how often a sampled token belongs to the position
+after the expected one (accepted with an out-of-range code: it spoils its windows).
 """
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ class TinyOrpheusSpec:
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
-    margin: float = 8.0          # logit margin of the expected frame position
+    margin: float = 2.0          # weight of the expected frame position in the head
+    slip: float = 1.2            # weight of the next position (accepted, out of range: a spoiled window)
     noise: float = 0.5           # spread inside a position (which code wins)
     rope: dict = field(default_factory=lambda: dict(LLAMA3_ROPE))
     snac_encoder_dim: int = 4    # latent 64
@@ -67,7 +68,9 @@ def shape_bigram(model, spec: TinyOrpheusSpec, gen: torch.Generator) -> None:
     embed[:, :TEXT_DIRECTION + 1] += torch.randn(VOCAB_SIZE, TEXT_DIRECTION + 1, generator=gen) * 0.05
     own = torch.where(is_text, torch.full_like(pos, TEXT_DIRECTION), pos)
     head = basis[own] * spec.margin + torch.randn(VOCAB_SIZE, hidden, generator=gen) * spec.noise
-    head[is_text, TEXT_DIRECTION] -= spec.margin * 0.25  # text is many ids: keep it from winning by count
+    is_audio = ~is_text
+    head[is_audio] += basis[(pos[is_audio] - 1) % CODES_PER_FRAME] * spec.slip
+    head[is_text, :TEXT_DIRECTION] -= spec.margin  # text is many ids: keep it from winning by count
     head[END_OF_SPEECH] = torch.randn(hidden, generator=gen) * spec.noise
     model.model.embed_tokens.weight.copy_(embed)
     model.lm_head.weight.copy_(head)
