@@ -41,6 +41,7 @@ class TinyOrpheusSpec:
     snac_encoder_dim: int = 4    # latent 64
     snac_decoder_dim: int = 64
     snac_codebook_size: int = CODEBOOK_SIZE
+    snac_depthwise: bool = True
 
     def __post_init__(self) -> None:
         if self.hidden_size < TEXT_DIRECTION + 2:
@@ -119,7 +120,7 @@ def build_snac(directory: Path, spec: TinyOrpheusSpec, seed: int) -> None:
     from engine.models.snac.model import SnacDecoder
 
     config = SnacConfig(encoder_dim=spec.snac_encoder_dim, decoder_dim=spec.snac_decoder_dim,
-                        codebook_size=spec.snac_codebook_size)
+                        codebook_size=spec.snac_codebook_size, depthwise=spec.snac_depthwise)
     torch.manual_seed(seed)
     model = SnacDecoder(config)
     tensors = {}

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from core.errors import InvalidArgument
-from engine.models.orpheus.windows import (EMIT_END, EMIT_START, STRIDE_CODES, WINDOW_CODES, is_valid, snac_levels,
+from engine.models.orpheus.windows import (EMIT_END, EMIT_START, WINDOW_CODES, is_regular, is_valid, snac_levels,
                                            window_noise_seed)
 from engine.stateless_engine import StatelessConfig, WorkResult
 from runtime.items import NodeDone, OpenNode
@@ -43,12 +43,6 @@ class SnacWindow:
 def request_seed(item: OpenNode) -> int:
     seed = item.params.get("seed")
     return int(seed) if seed is not None else zlib.crc32(item.request_id.encode())
-
-
-def is_regular(num_codes: int, num_context: int, start: int) -> bool:
-    """A window the reference decodes (not the end-of-stream residual)."""
-    new = num_codes - num_context
-    return num_codes == WINDOW_CODES and new == (WINDOW_CODES if start == 0 else STRIDE_CODES)
 
 
 class SnacComponent(StatelessComponent):

@@ -32,6 +32,13 @@ def is_valid(window: torch.Tensor) -> bool:
         int(window.min()) >= 0 and int(window.max()) < CODEBOOK_SIZE
 
 
+def is_regular(num_codes: int, num_context: int, start: int) -> bool:
+    """A SlidingWindow chunk the reference decodes: 28 codes, the first window or 7 new after
+    21 of context (not the end-of-stream residual, whose new codes are fewer than 7)."""
+    new = num_codes - num_context
+    return num_codes == WINDOW_CODES and new == (WINDOW_CODES if start == 0 else STRIDE_CODES)
+
+
 def snac_levels(windows: torch.Tensor) -> list[torch.Tensor]:
     """windows [B, 7F] int -> the three SNAC levels [B, F], [B, 2F], [B, 4F] (int64)."""
     frames = windows.reshape(windows.shape[0], -1, CODES_PER_FRAME).to(torch.int64)  # [B, F, 7]
