@@ -35,7 +35,7 @@ class TinyOrpheusSpec:
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     margin: float = 2.0          # weight of the expected frame position in the head
-    slip: float = 1.2            # weight of the next position (accepted, out of range: a spoiled window)
+    slip: float = 0.8            # weight of the next position (accepted, out of range: a spoiled window)
     noise: float = 0.5           # spread inside a position (which code wins)
     rope: dict = field(default_factory=lambda: dict(LLAMA3_ROPE))
     snac_encoder_dim: int = 4    # latent 64
@@ -84,7 +84,7 @@ def build_lm(directory: Path, spec: TinyOrpheusSpec, seed: int) -> None:
         vocab_size=VOCAB_SIZE, hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
         num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
         num_key_value_heads=spec.num_key_value_heads, max_position_embeddings=2048, rms_norm_eps=1e-5,
-        initializer_range=0.02, tie_word_embeddings=False, bos_token_id=BEGIN_OF_TEXT,
+        initializer_range=0.06, tie_word_embeddings=False, bos_token_id=BEGIN_OF_TEXT,
         eos_token_id=END_OF_SPEECH, pad_token_id=None, rope_parameters=dict(spec.rope))
     torch.manual_seed(seed)
     model = tf.LlamaForCausalLM(config).to(torch.float32).eval()
