@@ -6,8 +6,9 @@ concatenated) with its ChunkInfo. A regular window (28 codes: the first one, or 
 after 21 of context) whose codes are all in 0..4095 is queued; each step() decodes one
 batch of them (windows of many requests together) and answers each with NodeOutput
 {"audio": float32 [2048]}, samples 2048..4096 of its decode, then NodeDone. The
-end-of-stream residual window and a window with an out-of-range code emit no audio,
-only NodeDone, as the reference emits nothing for them.
+end-of-stream residual window and a window with an out-of-range code emit no audio (a
+NodeOutput without tensors, then NodeDone), as the reference emits nothing for them: the
+conductor applies chunk runs' outputs in chunk order, so every run answers with one.
 
 Noise: each window's SNAC noise comes from its own generator, seeded from the request's
 `seed` param (or its request id) and the window's end position in the code stream.
@@ -23,8 +24,8 @@ import torch
 from core.errors import InvalidArgument
 from engine.models.orpheus.windows import (EMIT_END, EMIT_START, WINDOW_CODES, is_regular, is_valid, snac_levels,
                                            window_noise_seed)
-from engine.stateless_engine import StatelessConfig, WorkResult
-from runtime.items import NodeDone, OpenNode
+from engine.stateless_engine import StatelessConfig
+from runtime.items import OpenNode
 from runtime.stateless_component import StatelessComponent
 
 if TYPE_CHECKING:
@@ -85,9 +86,3 @@ class SnacComponent(StatelessComponent):
         seeds = None if payloads[0].noise_seed is None else [w.noise_seed for w in payloads]
         audio = self.model.decode(snac_levels(windows), seeds)  # [B, 8192]
         return [{"audio": a[EMIT_START:EMIT_END].to(device="cpu", dtype=torch.float32, copy=True)} for a in audio]
-
-    def events_for(self, result: WorkResult):
-        if result.ok and not result.output:  # a window the reference emits nothing for
-            item: OpenNode = result.item.tag
-            return [NodeDone(item.request_id, item.node, iteration=item.iteration)]
-        return super().events_for(result)
