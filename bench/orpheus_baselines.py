@@ -15,9 +15,8 @@ import time
 import torch
 
 from engine.models.orpheus import (DEFAULT_REPETITION_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_P,
-                                   END_OF_SPEECH)
+                                   END_OF_SPEECH, SAMPLE_RATE)
 from engine.models.orpheus.audio_codes import audio_codes
-from engine.models.orpheus import SAMPLE_RATE as SAMPLE_RATE_AUDIO
 from engine.models.orpheus.windows import EMIT_END, EMIT_START, reference_windows, snac_levels
 
 SAMPLING = {"temperature": DEFAULT_TEMPERATURE, "top_p": DEFAULT_TOP_P, "repetition_penalty": DEFAULT_REPETITION_PENALTY}
@@ -55,5 +54,5 @@ def hf_audio_s_per_s(checkpoint: str, prompts: list[list[int]], num_tokens: int,
         windows = [w for _, w in reference_windows(audio_codes(out[0, len(prompt):].tolist()))]
         if windows:
             audio = snac.decode(snac_levels(torch.stack(windows)), None)[:, EMIT_START:EMIT_END]
-            audio_s += audio.numel() / SAMPLE_RATE_AUDIO
+            audio_s += audio.numel() / SAMPLE_RATE
     return audio_s / (time.perf_counter() - t0)
