@@ -60,7 +60,7 @@ def add_parser(sub) -> None:
 
 
 def is_orpheus(args: argparse.Namespace) -> bool:
-    return args.model == ORPHEUS_MODEL or args.voice is not None
+    return args.model == ORPHEUS_MODEL or getattr(args, "voice", None) is not None
 
 
 def orpheus_prompt_ids(args: argparse.Namespace) -> list[int]:
@@ -125,7 +125,7 @@ def request_params(args: argparse.Namespace) -> dict:
 
         params.update(RECOMMENDED)
     for option, param in names.items():
-        value = getattr(args, option)
+        value = getattr(args, option, None)
         if value is not None:
             if isinstance(value, int) and value < 0:
                 raise ValueError(f"--{option.replace('_', '-')} must be >= 0, got {value}")
