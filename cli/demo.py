@@ -54,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"speaking {args.text!r} ...", flush=True)
         speech = _cli_json(["speak", "--model", "qwen3-omni", "--text", args.text, "-o", str(out / "speech.wav"),
                             "--address", address, "--request-id", rid, "--max-frames", "100"])
+        print(f"speaking {args.text!r} with orpheus (voice tara) ...", flush=True)
+        orpheus = _cli_json(["speak", "--model", "orpheus", "--voice", "tara", "--text", args.text,
+                             "-o", str(out / "orpheus.wav"), "--address", address, "--max-text-tokens", "140"])
         print(f"drawing {args.prompt!r} ...", flush=True)
         image = _cli_json(["imagine", "--model", "sd3", "--prompt", args.prompt, "-o", str(out / "image.png"),
                            "--conductor", address, "--steps", "8", "--size", "128x128"])
@@ -62,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         stack.stop()
     print(f"\n{out / 'speech.wav'}: {speech['audio_s']:.2f} s of audio in {speech['num_chunks']} chunks")
     print(f"  time to first audio {speech['ttfa_ms']:.1f} ms, real-time factor {speech['rtf']:.3f}")
+    print(f"{out / 'orpheus.wav'}: {orpheus['audio_s']:.2f} s of audio in {orpheus['num_chunks']} chunks, "
+          f"time to first audio {orpheus['ttfa_ms']:.1f} ms")
     print(f"{out / 'image.png'}: {image['width']}x{image['height']}, {image['latency_ms']:.0f} ms")
     print(f"\nper-edge latency of speech request {rid} (from the trace store):")
     print_edges(rows)

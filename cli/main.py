@@ -8,7 +8,7 @@ import sys
 
 # Later issues append their subcommand modules here.
 COMMANDS = ("cli.version", "cli.serve", "cli.health", "cli.generate",
-            "cli.make_tiny",
+            "cli.make_tiny", "cli.convert",
             "cli.imagine", "cli.conductor", "cli.up",
             "cli.status", "cli.trace",
             "cli.speak", "cli.demo")

@@ -4,10 +4,13 @@ a mono 16-bit WAV file (at the model's sample rate) as its chunks arrive.
     starmesh speak --model qwen3-omni --text "Hello there" -o out.wav
     starmesh speak --model omni --tokenizer ckpt/qwen3-omni --text "Hello there" -o out.wav
     starmesh speak --model qwen3-omni --input-ids 256,259,10,97,257,10,256,260,10 -o out.wav --json
+    starmesh speak --model orpheus --text "Hello there" --voice tara -o out.wav
 
 --text is tokenized by the checkpoint's own tokenizer (--tokenizer DIR); for the built-in
 model (qwen3-omni, the tiny checkpoint the shipped deployments serve) it defaults to that
-checkpoint's tokenizer.
+checkpoint's tokenizer. An Orpheus model (--model orpheus, or any model given --voice)
+reads --text as "{voice}: {text}" in the Orpheus prompt, and its requests carry Orpheus'
+sampling defaults (temperature 0.6, top-p 0.8, repetition penalty 1.3) unless given.
 
 Prints time to first audio, real-time factor, audio seconds and chunk count; --json
 prints {"text_ids", "codec_codes", "ttfa_ms", "rtf", "audio_s", "num_chunks"} instead.
@@ -25,6 +28,7 @@ DEFAULT_ADDRESS = "127.0.0.1:50050"
 ADDRESS_ENV = "STARMESH_CONDUCTOR"
 BUILTIN_MODEL = "qwen3-omni"  # the name the shipped deployments serve the tiny checkpoint under
 BUILTIN_CHECKPOINT = "qwen3-omni"  # its kind in cluster.checkpoints.tiny
+ORPHEUS_MODEL = "orpheus"  # the default deployment's Orpheus model; its tiny checkpoint kind too
 
 
 def add_parser(sub) -> None:
@@ -43,6 +47,9 @@ def add_parser(sub) -> None:
     p.add_argument("--min-frames", type=int, help="suppress the codec's end before this many steps")
     p.add_argument("--max-text-tokens", type=int, help="at most this many text tokens")
     p.add_argument("--speaker", help="talker voice, e.g. ethan or chelsie")
+    p.add_argument("--voice", help="Orpheus voice (tara, zoe, zac, jess, leo, mia, julia, leah; default tara): "
+                                   "--text becomes the Orpheus prompt")
+    p.add_argument("--temperature", type=float, help="sampling temperature (Orpheus default 0.6)")
     p.add_argument("--seed", type=int)
     p.add_argument("--timeout", type=float, metavar="S", help="deadline of the whole request in seconds")
     p.add_argument("--request-id", default="", help="request id (default: the conductor assigns one); "
@@ -52,8 +59,26 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def is_orpheus(args: argparse.Namespace) -> bool:
+    return args.model == ORPHEUS_MODEL or getattr(args, "voice", None) is not None
+
+
+def orpheus_prompt_ids(args: argparse.Namespace) -> list[int]:
+    from core.errors import InvalidArgument
+    from engine.models.orpheus.prompt import speech_prompt_ids
+
+    try:
+        return speech_prompt_ids(tokenizer_dir(args), args.text, args.voice or "tara")
+    except InvalidArgument as e:
+        raise ValueError(f"--text/--voice/--tokenizer: {e}") from None
+
+
 def prompt_ids(args: argparse.Namespace) -> list[int]:
     """The request's prompt ids; ValueError naming the bad id or option."""
+    if args.text is not None and is_orpheus(args):
+        if not args.text:
+            raise ValueError("--text is empty")
+        return orpheus_prompt_ids(args)
     if args.text is not None:
         from core.errors import InvalidArgument
         from pipelines.qwen3_omni.chat_prompt import chat_prompt_ids
@@ -81,21 +106,26 @@ def tokenizer_dir(args: argparse.Namespace) -> str:
     """--tokenizer, or for the built-in model its tiny checkpoint (built on first use)."""
     if args.tokenizer:
         return args.tokenizer
-    if args.model != BUILTIN_MODEL:
+    builtin = {BUILTIN_MODEL: BUILTIN_CHECKPOINT, ORPHEUS_MODEL: ORPHEUS_MODEL}
+    if args.model not in builtin:
         raise ValueError(f"--text needs --tokenizer DIR (the checkpoint of model {args.model!r}) to tokenize it; "
                          "or give --input-ids")
     from cluster.checkpoints import tiny
 
-    return str(tiny(BUILTIN_CHECKPOINT, log=lambda msg: print(msg, file=sys.stderr, flush=True)))
+    return str(tiny(builtin[args.model], log=lambda msg: print(msg, file=sys.stderr, flush=True)))
 
 
 def request_params(args: argparse.Namespace) -> dict:
     """CLI options -> the conductor's request params (only those given)."""
     names = {"max_frames": "max_frames", "min_frames": "min_frames", "max_text_tokens": "max_new_tokens",
-             "speaker": "speaker", "seed": "seed"}
+             "speaker": "speaker", "seed": "seed", "temperature": "temperature"}
     params = {}
+    if is_orpheus(args):
+        from pipelines.orpheus.params import RECOMMENDED
+
+        params.update(RECOMMENDED)
     for option, param in names.items():
-        value = getattr(args, option)
+        value = getattr(args, option, None)
         if value is not None:
             if isinstance(value, int) and value < 0:
                 raise ValueError(f"--{option.replace('_', '-')} must be >= 0, got {value}")

@@ -19,7 +19,8 @@ _FACTORIES: dict[str, str] = {
     "vae": "services.dit.vae:VaeComponent.from_checkpoint",
     "text_encoder": "services.dit.text:TextEncoderComponent.from_checkpoint",
     "sd3": "services.dit.colocated:make_sd3",
-    "codec": "services.codec.component:CodecComponent.from_checkpoint",
+    "codec": "services.codec.factory:codec_from_checkpoint",
+    "orpheus_lm": "services.orpheus.component:make_orpheus_lm",
 }
 
 

@@ -80,8 +80,11 @@ def consumer():
     transport.close()
 
 
-def test_registered_as_codec():
-    assert resolve_factory("codec") == CodecComponent.from_checkpoint
+def test_registered_as_codec(tiny_omni):
+    from services.codec.factory import codec_from_checkpoint
+
+    assert resolve_factory("codec") == codec_from_checkpoint
+    assert isinstance(codec_from_checkpoint(str(tiny_omni)), CodecComponent)  # a Qwen3-Omni checkpoint: code2wav
 
 
 def test_a_window_decodes_to_decode_window_audio(codec, model, consumer):

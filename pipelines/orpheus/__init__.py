@@ -1,0 +1,1 @@
+"""Orpheus TTS: a Llama that speaks through SNAC, streamed with a sliding window."""

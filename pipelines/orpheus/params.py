@@ -1,0 +1,21 @@
+"""An Orpheus request's params: the LM's (TextParams: max_new_tokens, temperature, top_p,
+repetition_penalty, seed, ...). `seed` also seeds each SNAC window's noise.
+
+RECOMMENDED holds the released model's sampling defaults and its stop id; clients send
+them (the services apply TextParams' own defaults to keys a request leaves out)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.params import RequestParams, group
+from engine.models.orpheus import DEFAULT_REPETITION_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, END_OF_SPEECH
+from engine.sampling_params import TextParams
+
+RECOMMENDED = {"temperature": DEFAULT_TEMPERATURE, "top_p": DEFAULT_TOP_P,
+               "repetition_penalty": DEFAULT_REPETITION_PENALTY, "stop_token_ids": [END_OF_SPEECH],
+               "max_new_tokens": 1200}
+
+
+@dataclass(frozen=True)
+class OrpheusParams(RequestParams):
+    text: TextParams = group(TextParams)

@@ -1,0 +1,1 @@
+"""The Orpheus LM service: the thinker (prefill, decode) plus the token -> code node."""
