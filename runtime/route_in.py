@@ -60,10 +60,12 @@ class InboundRoutes:
         self.routes: dict[str, InRoute] = {}
         self.unclaimed: OrderedDict[str, list] = OrderedDict()  # token -> [(stream, name, push, tensors)]
         self.chunk_runs: dict[RunKey, tuple[InRoute, int]] = {}  # chunk run -> (route, its new items)
+        self.by_run: dict[RunKey, InRoute] = {}  # (request, node, base iteration) -> its route
 
     def accept(self, owner: str, item: AcceptRoute) -> list:
         """Grants the route; returns the pushes that arrived before the grant."""
-        self.routes[item.token] = InRoute(item, owner, credits=dict(item.run.credits))
+        route = self.routes[item.token] = InRoute(item, owner, credits=dict(item.run.credits))
+        self.by_run[(item.run.request_id, item.run.node, item.run.iteration)] = route
         return self.unclaimed.pop(item.token, [])
 
     def claim(self, stream_id: str, name: str, push: PushChunk, tensors) -> InRoute | None:
@@ -128,28 +130,32 @@ class InboundRoutes:
 
     def granted(self, request_id: str, node: str, iteration: tuple[int, ...]) -> InRoute | None:
         """The chunk-mode route whose runs are `node` at `iteration` + (k,)."""
-        for route in self.routes.values():
-            run = route.accept.run
-            if not route.accept.push and (run.request_id, run.node, run.iteration) == (request_id, node, iteration):
-                return route
-        return None
+        route = self.by_run.get((request_id, node, iteration))
+        return route if route is not None and not route.accept.push else None
 
     def pushing_into(self, request_id: str, node: str, iteration: tuple[int, ...]) -> InRoute | None:
         """The push-mode route feeding this open loop run, if any."""
-        for route in self.routes.values():
-            run = route.accept.run
-            if route.accept.push and (run.request_id, run.node, run.iteration) == (request_id, node, iteration):
-                return route
-        return None
+        route = self.by_run.get((request_id, node, iteration))
+        return route if route is not None and route.accept.push else None
 
     def sent_by(self, stream_id: str) -> list[InRoute]:
         return [r for r in self.routes.values() if r.sender == stream_id and not r.is_finished]
 
     def cancel(self, request_id: str) -> None:
         self.routes = {t: r for t, r in self.routes.items() if r.request_id != request_id}
+        self.by_run = {k: r for k, r in self.by_run.items() if k[0] != request_id}
         self.chunk_runs = {k: v for k, v in self.chunk_runs.items() if k[0] != request_id}
         for token in [t for t, held in self.unclaimed.items() if held and held[0][2].request_id == request_id]:
             del self.unclaimed[token]
+
+
+    def check_integrity(self) -> None:
+        """Each route's running count is its open chunk runs; every index entry is live."""
+        for route in self.routes.values():
+            running = sum(1 for r, _ in self.chunk_runs.values() if r is route)
+            assert route.num_running == running, (route.accept.token, route.num_running, running)
+        assert all(r in self.routes.values() for r in self.by_run.values())
+        assert len(self.unclaimed) <= MAX_UNCLAIMED_TOKENS
 
 
 def _per_item(push: PushChunk) -> bool:
@@ -168,4 +174,3 @@ def summary(route: InRoute) -> dict:
         return {"edge": route.accept.edge, "starmesh.items": sum(h.num_new for h in hops),
                 "starmesh.latency_us.p50": lat[len(lat) // 2]}
     return {}
-

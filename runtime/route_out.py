@@ -28,9 +28,13 @@ StreamKey = tuple[str, str, tuple[int, ...]]  # (request, producing node, base i
 @dataclass
 class OutRoute:
     route: EdgeRoute
-    request_id: str
+    key: StreamKey  # the producing stream it belongs to
     buffer: StreamBuffer
     in_flight: int = 0  # new items pushed and not yet credited back
+
+    @property
+    def request_id(self) -> str:
+        return self.key[0]
 
     @property
     def room(self) -> int:
@@ -65,7 +69,7 @@ class OutboundRoutes:
     def open(self, request_id: str, node: str, base: tuple[int, ...], routes) -> None:
         if not routes or (request_id, node, base) in self.streams:
             return
-        outs = [OutRoute(r, request_id, StreamBuffer(r.policy, max(r.window, r.policy.min_buffer),
+        outs = [OutRoute(r, (request_id, node, base), StreamBuffer(r.policy, max(r.window, r.policy.min_buffer),
                                                      name=f"edge {r.edge or r.dst_node} of {request_id}"))
                 for r in routes]
         self.streams[(request_id, node, base)] = _Stream(outs)
@@ -154,10 +158,7 @@ class OutboundRoutes:
         return deferred
 
     def keys_of(self, out: OutRoute) -> list[StreamKey]:
-        return [k for k, s in self.streams.items() if out in s.routes]
-
-    def peers_of(self, request_id: str) -> set[str]:
-        return {o.route.peer for k, s in self.streams.items() if k[0] == request_id for o in s.routes if o.route.peer}
+        return [out.key] if out.key in self.streams else []
 
     def requests_via(self, peer: str) -> set[str]:
         return {k[0] for k, s in self.streams.items() if any(o.route.peer == peer for o in s.routes)}

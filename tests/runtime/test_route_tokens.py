@@ -56,6 +56,7 @@ def test_a_granted_route_opens_chunk_runs_and_reports_to_the_granter(server):
         assert credits and all(c.token == TOKEN for c in credits)
         conductor.send(Cancel("r1"))
         assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
+    server.hosted.step_loop.routed.inb.check_integrity()  # read between messages: a momentary view
 
 
 def test_a_push_that_does_not_match_its_grant_is_refused(server):
