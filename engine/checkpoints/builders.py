@@ -15,6 +15,7 @@ BUILDERS = {
     "qwen3-moe": "engine.checkpoints.tiny_text:make_tiny_text",
     "llama": "engine.checkpoints.tiny_text:make_tiny_text",
     "sd3": "engine.checkpoints.tiny_sd3:make_tiny_sd3",
+    "vjepa2-ac": "engine.checkpoints.tiny_vjepa2:make_tiny_vjepa2",
 }
 
 
