@@ -2,7 +2,8 @@
 
 `encoder/` is a transformers VJEPA2Model (random, fixed seed) saved with save_pretrained,
 so transformers itself loads it as the reference; `predictor/` is an ACPredictor with
-random weights (std 0.1: large enough that every input visibly moves the output).
+random weights (std 0.03: every input visibly moves the output, yet a 15-step
+rollout does not amplify fp32 rounding past 1e-6).
 
 Presets: "tiny" (tests: 64 px frames, a 4 x 4 patch grid, width 32/48) and "bench"
 (the real model's 16 x 16 grid per timestep, predictor depth 6, width 256).
@@ -25,7 +26,7 @@ PRESETS = {
 }
 
 
-def tiny_predictor(embed_dim: int, grid: int, seed: int = 0, std: float = 0.1, **shape):
+def tiny_predictor(embed_dim: int, grid: int, seed: int = 0, std: float = 0.03, **shape):
     from engine.models.vjepa2.config import PredictorConfig
     from engine.models.vjepa2.predictor import ACPredictor
 
