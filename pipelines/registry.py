@@ -13,6 +13,7 @@ BUILDERS = {
     "qwen3_omni": "pipelines.qwen3_omni.model:speech_model",
     "text_to_image": "pipelines.registry:text_to_image_model",
     "text": "pipelines.text_generation:text_model",
+    "world_model": "pipelines.world_model.model:world_model",
 }
 
 

@@ -20,6 +20,7 @@ _FACTORIES: dict[str, str] = {
     "text_encoder": "services.dit.text:TextEncoderComponent.from_checkpoint",
     "sd3": "services.dit.colocated:make_sd3",
     "codec": "services.codec.component:CodecComponent.from_checkpoint",
+    "world": "services.world.component:WorldComponent.from_checkpoint",
 }
 
 
