@@ -149,3 +149,37 @@ def test_bad_input_is_invalid_argument_naming_the_field(mesh, name):
                                                                            timeout=30))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and field in err.details(), err.details()
     _idle(mesh)
+
+
+def _cli(mesh: WorldMesh, tmp_path, command: str, **arrays) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from tests.fixtures.services import REPO
+
+    files = []
+    for name, value in arrays.items():
+        np.save(tmp_path / f"{name}.npy", value.numpy())
+        files += [f"--{name}", str(tmp_path / f"{name}.npy")]
+    cmd = [sys.executable, "-m", "cli", command, "--conductor", mesh.address, "--model", "vjepa2_ac", *files,
+           "--horizon", "3", "--json"]
+    if command == "plan":
+        cmd += ["--num-candidates", "4", "--num-iterations", "2", "--num-elites", "2"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_starmesh_rollout_and_plan_cli(mesh, tmp_path):
+    frames, actions, states = _rollout_case(4, 3, seed=8)
+    report = _cli(mesh, tmp_path, "rollout", frames=frames, actions=actions, states=states)
+    assert report["horizon"] == 3 and report["prediction_shape"] == [tv.NUM_PATCHES, 32]
+    ref = _reference(frames, actions, states, 3)
+    assert report["mean_abs"] == pytest.approx([float(p.abs().mean()) for p in ref], abs=1e-5)
+    plan = _cli(mesh, tmp_path, "plan", frames=frames, actions=actions[:1], states=states[:2], goal=tv.frames(2, 9))
+    assert len(plan["actions"]) == 3 and len(plan["actions"][0]) == 7
+    assert plan["score"] == min(plan["iteration_scores"]) and len(plan["iteration_scores"]) == 2
+    _idle(mesh)
