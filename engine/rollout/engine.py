@@ -147,6 +147,7 @@ class RolloutEngine:
         """Writes n new timesteps per track; returns their output tokens [B, n, S, D]."""
         p, s = self.predictor, self.pool.block_size
         b, n = feats.shape[:2]
+        feats, actions, states = (x.to(self.kv.k.device, self.kv.k.dtype) for x in (feats, actions, states))
         need = sum(self.pool.blocks_needed(t.seq, n * s) for t in tracks)
         if need > self.pool.num_free_blocks:
             raise ResourceExhausted(f"KV pool has {self.pool.num_free_blocks} free blocks, a step of "

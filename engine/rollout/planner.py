@@ -107,7 +107,7 @@ class CemPlan:
         """Scores the finished iteration, refits, and starts the next; True once done."""
         cfg = self.config
         finals = torch.stack([self.finals[i] for i in range(cfg.num_candidates)])   # [N, HW, D]
-        scores = (finals - self.goal).abs().mean(dim=(1, 2))                          # [N]
+        scores = (finals.float() - self.goal.to(finals.device).float()).abs().mean(dim=(1, 2)).cpu()  # [N]
         order = torch.argsort(scores)
         self._scores.append(float(scores[order[0]]))
         if float(scores[order[0]]) < self._best[0]:

@@ -54,10 +54,12 @@ class WorldComponent:
     @classmethod
     def from_checkpoint(cls, checkpoint: str, dtype: str = "float32", device: str = "cpu",
                         num_blocks: int = 1024, max_batch: int = 64) -> "WorldComponent":
-        if device != "cpu":
-            raise InvalidArgument(f"engine.device {device!r}: the world service runs on cpu")
         encoder, predictor = load_world(checkpoint, dtype)
-        return cls(encoder, predictor, RolloutConfig(num_blocks=num_blocks, max_batch=max_batch))
+        target = torch.device(device)
+        if target.type == "cuda" and not torch.cuda.is_available():
+            raise InvalidArgument(f"engine.device {device!r}: CUDA is not available here")
+        return cls(encoder.to(target), predictor.to(target), RolloutConfig(num_blocks=num_blocks,
+                                                                           max_batch=max_batch))
 
     # ---- opening runs ------------------------------------------------------------------
 
@@ -129,9 +131,10 @@ class WorldComponent:
     @torch.inference_mode()
     def _run_encodes(self) -> None:
         for item, frames in self._encodes:
-            feats = self.encoder(frames[None].to(self.encoder.layernorm.weight.dtype))[0]  # [T*HW, D]
+            weight = self.encoder.layernorm.weight
+            feats = self.encoder(frames[None].to(weight.device, weight.dtype))[0]  # [T*HW, D]
             port = ENCODE_NODES[item.node][1]
-            self._events += [NodeOutput(item.request_id, item.node, {port: feats.float()}, item.iteration),
+            self._events += [NodeOutput(item.request_id, item.node, {port: feats.float().cpu()}, item.iteration),
                              NodeDone(item.request_id, item.node, iteration=item.iteration)]
         self._encodes = []
 
@@ -142,7 +145,7 @@ class WorldComponent:
                                           node.iteration))
             self.runs.pop(node.request_id, None)
             return
-        pred = {"prediction": out.prediction.float()}
+        pred = {"prediction": out.prediction.float().cpu()}
         if out.index == 0:
             p = run.prefill
             self._events += [NodeOutput(p.request_id, p.node, pred, p.iteration),
