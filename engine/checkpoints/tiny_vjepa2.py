@@ -5,8 +5,8 @@ so transformers itself loads it as the reference; `predictor/` is an ACPredictor
 random weights (std 0.03: every input visibly moves the output, yet a 15-step
 rollout does not amplify fp32 rounding past 1e-6).
 
-Presets: "tiny" (tests: 64 px frames, a 4 x 4 patch grid, width 32/48) and "bench"
-(the real model's 16 x 16 grid per timestep, predictor depth 6, width 256).
+Preset "tiny" (tests): 64 px frames, a 4 x 4 patch grid, encoder width 32, predictor
+width 48. bench/rollout.py builds its predictor alone with tiny_predictor.
 """
 from __future__ import annotations
 
@@ -19,10 +19,6 @@ PRESETS = {
                               frames_per_clip=4, pred_hidden_size=16, pred_num_hidden_layers=1,
                               pred_num_attention_heads=2, num_pooler_layers=1),
                  predictor=dict(predictor_embed_dim=48, depth=2, num_heads=3, max_timesteps=16)),
-    "bench": dict(encoder=dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, crop_size=256,
-                               frames_per_clip=4, pred_hidden_size=16, pred_num_hidden_layers=1,
-                               pred_num_attention_heads=2, num_pooler_layers=1),
-                  predictor=dict(predictor_embed_dim=256, depth=6, num_heads=4, max_timesteps=32)),
 }
 
 

@@ -50,6 +50,8 @@ class _Track:
 class RolloutEngine:
     def __init__(self, predictor: ACPredictor, config: RolloutConfig = RolloutConfig()) -> None:
         cfg = predictor.config
+        if cfg.use_extrinsics:
+            raise InvalidArgument("predictor.use_extrinsics: rollouts with extrinsics tokens are not supported")
         self.predictor, self.config = predictor, config
         self.pool = KVPool(config.num_blocks, cfg.tokens_per_step)
         dtype, device = predictor.predictor_proj.weight.dtype, predictor.predictor_proj.weight.device
@@ -203,6 +205,13 @@ class RolloutEngine:
             if r.prefix is not None:
                 readers[r.prefix] = readers.get(r.prefix, 0) + 1
         self.prefixes.check(readers)
+
+    @staticmethod
+    def blocks_fitting(predictor: ACPredictor, num_bytes: int) -> int:
+        """How many KV blocks (timesteps) of `predictor` fit in num_bytes."""
+        cfg = predictor.config
+        per_block = 2 * cfg.depth * cfg.tokens_per_step * cfg.predictor_embed_dim
+        return max(1, num_bytes // (per_block * predictor.predictor_proj.weight.element_size()))
 
     def load(self) -> dict:
         return {"kv_blocks_used": self.pool.num_used_blocks, "kv_blocks_total": self.pool.total,

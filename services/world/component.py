@@ -52,9 +52,11 @@ class WorldComponent:
         self._events: list = []
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str, dtype: str = "float32", device: str = "cpu",
-                        num_blocks: int = 1024, max_batch: int = 64) -> "WorldComponent":
+    def from_checkpoint(cls, checkpoint: str, dtype: str = "float32", device: str = "cpu", num_blocks: int = 0,
+                        kv_cache_bytes: int = 1 << 30, max_batch: int = 64) -> "WorldComponent":
+        """num_blocks: KV blocks (one timestep each); 0: as many as kv_cache_bytes hold."""
         encoder, predictor = load_world(checkpoint, dtype)
+        num_blocks = num_blocks or RolloutEngine.blocks_fitting(predictor, kv_cache_bytes)
         target = torch.device(device)
         if target.type == "cuda" and not torch.cuda.is_available():
             raise InvalidArgument(f"engine.device {device!r}: CUDA is not available here")
