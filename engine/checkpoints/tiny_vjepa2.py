@@ -40,7 +40,7 @@ def tiny_predictor(embed_dim: int, grid: int, seed: int = 0, std: float = 0.03, 
 def make_tiny_vjepa2(directory: str | Path, seed: int = 0, preset: str = "tiny") -> Path:
     from transformers import VJEPA2Config, VJEPA2Model
 
-    from engine.models.vjepa2.checkpoint import save_predictor
+    from engine.models.vjepa2.checkpoint import save_predictor, write_manifest
 
     path = Path(directory)
     spec = PRESETS[preset]
@@ -49,4 +49,5 @@ def make_tiny_vjepa2(directory: str | Path, seed: int = 0, preset: str = "tiny")
     VJEPA2Model(cfg).eval().save_pretrained(str(path / "encoder"))
     grid = cfg.crop_size // cfg.patch_size
     save_predictor(tiny_predictor(cfg.hidden_size, grid, seed=seed + 1, **spec["predictor"]), path / "predictor")
+    write_manifest(path)
     return path

@@ -1,4 +1,5 @@
-"""V-JEPA 2-AC checkpoints: a directory with `encoder/` (a transformers VJEPA2Model
+"""V-JEPA 2-AC checkpoints: a directory with `config.json` (`{"model_type": "vjepa2_ac"}`,
+what deployment tools look for in a checkpoint), `encoder/` (a transformers VJEPA2Model
 saved with save_pretrained: config.json + model.safetensors, tensors `encoder.*`; its
 masked-prediction `predictor.*` is not used) and `predictor/` (config.json holding
 PredictorConfig's fields + model.safetensors in the upstream key layout).
@@ -25,6 +26,7 @@ from engine.models.vjepa2.predictor import ACPredictor
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 UPSTREAM_PREFIXES = ("module.", "predictor.", "_orig_mod.")
+WORLD_MODEL_TYPE = "vjepa2_ac"
 
 
 def _read_json(path: Path) -> dict:
@@ -96,6 +98,13 @@ def save_predictor(model: ACPredictor, directory: str | Path) -> Path:
     cfg = model.config
     (path / "config.json").write_text(json.dumps({"model_type": "vjepa2_ac_predictor", **cfg.__dict__}, indent=2))
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path / "model.safetensors"))
+    return path
+
+
+def write_manifest(directory: str | Path) -> Path:
+    """The top-level config.json of a checkpoint directory."""
+    path = Path(directory) / "config.json"
+    path.write_text(json.dumps({"model_type": WORLD_MODEL_TYPE, "encoder": "encoder", "predictor": "predictor"}))
     return path
 
 
