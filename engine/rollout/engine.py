@@ -7,6 +7,11 @@ attends to the cached keys/values of every earlier timestep: O(one timestep) of
 projections per step instead of the whole growing prefix. Rollouts feeding the same
 number of timesteps run as one batch, whatever their lengths (a key-timestep mask pads
 them). A shared prefix (engine.rollout.prefix) is computed once and read by many.
+
+Admission: a rollout starts only once every block it will ever need (its context and
+horizon) fits beside what the running rollouts still need, so a started rollout always
+finishes; the others wait in arrival order. One that could never fit the pool is refused
+when added.
 """
 from __future__ import annotations
 
@@ -67,6 +72,10 @@ class RolloutEngine:
         """Computes timesteps [0, P) shared by rollouts added with prefix=prefix_id:
         feats [P, HW, D], actions/states [P, A]. The caller holds one reference
         (release_prefix); the blocks are freed once no rollout reads them either."""
+        committed = sum(self._blocks_to_go(r) for r in self.rollouts.values() if r.is_admitted)
+        if feats.shape[0] > self.pool.num_free_blocks - committed:
+            raise ResourceExhausted(f"prefix {prefix_id!r} needs {feats.shape[0]} KV blocks, "
+                                    f"{self.pool.num_free_blocks - committed} are free")
         prefix = self.prefixes.add(prefix_id, group, feats.shape[0])
         try:
             self._forward([_Track(prefix.seq, [], 0)], feats[None], actions[None], states[None])
@@ -80,6 +89,11 @@ class RolloutEngine:
     def add(self, rollout: Rollout) -> None:
         if rollout.rollout_id in self.rollouts:
             raise InvalidArgument(f"rollout {rollout.rollout_id!r} is already running")
+        num_prefix = self.prefixes.prefixes[rollout.prefix].num_steps if rollout.prefix is not None else 0
+        need = rollout.num_context - num_prefix + rollout.horizon - 1
+        if need > self.pool.total:
+            raise ResourceExhausted(f"rollout {rollout.rollout_id!r} needs {need} KV blocks (one per timestep), "
+                                    f"the pool has {self.pool.total}")
         if rollout.prefix is not None:
             rollout.num_prefix_steps = self.prefixes.acquire(rollout.prefix).num_steps
         self.rollouts[rollout.rollout_id] = rollout
@@ -97,14 +111,31 @@ class RolloutEngine:
         self.rollouts[rollout_id].is_parked = False
 
     def has_work(self) -> bool:
+        """True while a step would advance a rollout (a waiting one is admitted by a step
+        once blocks free up, which only a running one can do)."""
         return any(not r.is_parked for r in self.rollouts.values())
 
     # ---- stepping ---------------------------------------------------------------------
 
+    def _blocks_to_go(self, r: Rollout) -> int:
+        return r.num_context - r.num_prefix_steps + r.horizon - 1 - len(r.seq.block_table)
+
+    def _admit(self) -> None:
+        """Starts waiting rollouts, oldest first, while their blocks fit."""
+        room = self.pool.num_free_blocks - sum(self._blocks_to_go(r) for r in self.rollouts.values()
+                                               if r.is_admitted)
+        for r in self.rollouts.values():
+            if not r.is_admitted:
+                if self._blocks_to_go(r) > room:
+                    return
+                r.is_admitted = True
+                room -= self._blocks_to_go(r)
+
     @torch.no_grad()
     def step(self) -> list[StepOutput | RolloutFailed]:
         """One forward per group of rollouts feeding the same number of timesteps."""
-        ready = [r for r in self.rollouts.values() if not r.is_parked][: self.config.max_batch]
+        self._admit()
+        ready = [r for r in self.rollouts.values() if r.is_admitted and not r.is_parked][: self.config.max_batch]
         outputs: list[StepOutput | RolloutFailed] = []
         for _, group in groupby(sorted(ready, key=self._num_new), key=self._num_new):
             rows = list(group)
@@ -215,5 +246,6 @@ class RolloutEngine:
 
     def load(self) -> dict:
         return {"kv_blocks_used": self.pool.num_used_blocks, "kv_blocks_total": self.pool.total,
-                "rollouts_running": sum(not r.is_parked for r in self.rollouts.values()),
+                "rollouts_running": sum(r.is_admitted and not r.is_parked for r in self.rollouts.values()),
+                "rollouts_waiting": sum(not r.is_admitted for r in self.rollouts.values()),
                 "rollouts_parked": sum(r.is_parked for r in self.rollouts.values())}

@@ -35,6 +35,7 @@ class Rollout:
     num_emitted: int = 0
     last_prediction: torch.Tensor | None = None   # [HW, D], the next timestep's patch features
     is_parked: bool = False
+    is_admitted: bool = False                     # its blocks are reserved (engine admission)
 
     def __post_init__(self) -> None:
         self.group = self.group or self.rollout_id

@@ -101,7 +101,11 @@ class WorldComponent:
         x = plan_inputs(inputs, item.node, WorldParams.from_params(item.params), self.encoder.config,
                         self.predictor.config)
         plan = CemPlan(self.engine, item.request_id, x.feats, x.actions, x.states, x.goal, x.config)
-        plan.start()
+        try:
+            plan.start()
+        except BaseException:  # e.g. candidates that cannot fit the pool: drop its prefix too
+            self.engine.abort(item.request_id)
+            raise
         self.plans[item.request_id] = (item, plan)
 
     def push(self, item, tensors) -> None:

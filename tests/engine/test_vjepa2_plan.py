@@ -73,6 +73,17 @@ def test_prefix_is_stored_once(predictor):
         assert p.engine.pool.num_used_blocks == 0
 
 
+def test_plan_in_a_small_pool_runs_its_candidates_in_waves(predictor):
+    from engine.rollout.engine import RolloutConfig
+
+    small = _plan(predictor, True, RolloutEngine(predictor, RolloutConfig(num_blocks=2 + 3 * 3)))  # 3 at a time
+    a, b = run_plan(small), run_plan(_plan(predictor, True))
+    torch.testing.assert_close(a.actions, b.actions, atol=0, rtol=0)
+    assert a.score == pytest.approx(b.score, abs=1e-6)
+    small.engine.check_integrity()
+    assert small.engine.pool.num_used_blocks == 0
+
+
 def test_cancelled_plan_frees_its_prefix_and_candidates(predictor):
     engine = RolloutEngine(predictor)
     plan = _plan(predictor, True, engine)

@@ -9,6 +9,7 @@ import torch
 
 from engine.rollout.engine import RolloutConfig, RolloutEngine
 from engine.rollout.recompute import recompute_rollout
+from core.errors import ResourceExhausted
 from engine.rollout.requests import Rollout, RolloutFailed
 from tests.fixtures import tiny_vjepa2 as tv
 from tests.fixtures.tiny_sd3 import one_thread
@@ -118,13 +119,32 @@ def test_cancel_mid_rollout_frees_every_block(predictor):
     assert engine.pool.num_used_blocks == 0 and not engine.has_work()
 
 
-def test_pool_exhaustion_fails_the_rollout_and_frees_it(predictor):
+def test_a_rollout_bigger_than_the_pool_is_refused(predictor):
     engine = RolloutEngine(predictor, RolloutConfig(num_blocks=4))
-    engine.add(Rollout("big", *_case(2, 6, seed=2), 6))   # needs 7 timesteps
-    failed = [o for _ in range(8) for o in engine.step() if isinstance(o, RolloutFailed)]
-    assert [f.rollout_id for f in failed] == ["big"] and failed[0].error.status == "RESOURCE_EXHAUSTED"
+    with pytest.raises(ResourceExhausted, match="needs 7 KV blocks"):
+        engine.add(Rollout("big", *_case(2, 6, seed=2), 6))   # 2 + 6 - 1 timesteps
     engine.check_integrity()
     assert engine.pool.num_used_blocks == 0 and not engine.has_work()
+
+
+def test_rollouts_wait_for_blocks_then_equal_recompute(predictor):
+    """A pool of 8 blocks and rollouts needing 7, 4 and 5: each starts once all of its
+    blocks fit beside the running ones' remaining needs, so none fails midway."""
+    engine = RolloutEngine(predictor, RolloutConfig(num_blocks=8))
+    cases = {rid: (*_case(t_c, h, seed=i), h) for i, (rid, t_c, h) in enumerate([("a", 2, 6), ("b", 1, 4),
+                                                                                 ("c", 3, 3)])}
+    for rid, (feats, actions, states, h) in cases.items():
+        engine.add(Rollout(rid, feats, actions, states, h))
+    first = engine.step()
+    assert [o.rollout_id for o in first] == ["a"]
+    assert engine.load()["rollouts_waiting"] == 2  # "b" (4) does not fit beside "a"'s 7
+    got = _run(engine)
+    got["a"].insert(0, first[0].prediction)
+    for rid, (feats, actions, states, h) in cases.items():
+        torch.testing.assert_close(torch.stack(got[rid]), _reference(predictor, feats, actions, states, h),
+                                   atol=ATOL, rtol=0)
+    engine.check_integrity()
+    assert engine.pool.num_used_blocks == 0
 
 
 def test_parked_rollout_waits(predictor):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.errors import InvalidArgument
-from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode
+from core.errors import InvalidArgument, ResourceExhausted
+from runtime.items import NodeDone, NodeOutput, OpenNode
 from services.world.component import WorldComponent
 from tests.fixtures import tiny_vjepa2 as tv
 from tests.fixtures.tiny_sd3 import one_thread
@@ -71,15 +71,14 @@ def test_cancel_while_parked_frees_the_blocks(world):
     assert world.engine.pool.num_used_blocks == 0 and not world.runs
 
 
-def test_pool_exhaustion_fails_only_that_request(world):
+def test_a_rollout_bigger_than_the_pool_fails_at_open(world):
     feats = _features(world, tv.frames(4)).repeat(8, 1)   # 16 context timesteps, 8 blocks in the pool
     small = WorldComponent(world.encoder, world.predictor, type(world.engine.config)(num_blocks=8))
-    small.open(OpenNode("big", "prefill", params={"horizon": 1}), {"features": feats, "actions": tv.actions(16),
-                                                                   "states": tv.actions(16)})
-    events = _drain(small)
-    assert [type(e) for e in events] == [NodeError] and events[0].status == "RESOURCE_EXHAUSTED"
+    with pytest.raises(ResourceExhausted, match="needs 16 KV blocks"):
+        small.open(OpenNode("big", "prefill", params={"horizon": 1}), {"features": feats, "actions": tv.actions(16),
+                                                                       "states": tv.actions(16)})
     small.engine.check_integrity()
-    assert small.engine.pool.num_used_blocks == 0 and not small.runs
+    assert small.engine.pool.num_used_blocks == 0 and not small.runs and not small.has_work()
 
 
 @pytest.mark.parametrize("node, inputs, field", [
