@@ -11,7 +11,8 @@ COMMANDS = ("cli.version", "cli.serve", "cli.health", "cli.generate",
             "cli.make_tiny", "cli.convert",
             "cli.imagine", "cli.conductor", "cli.up",
             "cli.status", "cli.trace",
-            "cli.speak", "cli.demo")
+            "cli.speak", "cli.demo",
+            "cli.rollout", "cli.plan")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,6 +14,7 @@ BUILDERS = {
     "text_to_image": "pipelines.registry:text_to_image_model",
     "text": "pipelines.text_generation:text_model",
     "orpheus": "pipelines.orpheus.model:orpheus_model",
+    "world_model": "pipelines.world_model.model:world_model",
 }
 
 

@@ -58,5 +58,8 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   fi
 fi
 "${PIP[@]}" -e ".[test,mooncake,reference]"
+# The upstream V-JEPA 2-AC predictor the world model's fidelity test compares against; its
+# torchvision/timm requirements would replace torch, and only its model modules are used.
+"${PIP[@]}" --no-deps "cc-vjepa2==0.0.3" || echo "setup: cc-vjepa2 unavailable; its fidelity test will skip" >&2
 "$VENV/bin/python" -m engine.attention.cpu_kernels || echo "setup: continuing without the CPU kernel" >&2
 echo "setup: ready ($("$VENV/bin/python" -c 'import torch, grpc; print("torch", torch.__version__, "grpcio", grpc.__version__)'))"

@@ -21,6 +21,7 @@ _FACTORIES: dict[str, str] = {
     "sd3": "services.dit.colocated:make_sd3",
     "codec": "services.codec.factory:codec_from_checkpoint",
     "orpheus_lm": "services.orpheus.component:make_orpheus_lm",
+    "world": "services.world.component:WorldComponent.from_checkpoint",
 }
 
 

@@ -16,6 +16,7 @@ BUILDERS = {
     "llama": "engine.checkpoints.tiny_text:make_tiny_text",
     "sd3": "engine.checkpoints.tiny_sd3:make_tiny_sd3",
     "orpheus": "engine.checkpoints.tiny_orpheus:make_tiny_orpheus",
+    "vjepa2-ac": "engine.checkpoints.tiny_vjepa2:make_tiny_vjepa2",
 }
 
 

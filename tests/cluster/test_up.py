@@ -15,7 +15,7 @@ import pytest
 from client.speech import speak
 from engine.checkpoints.tiny_omni import chat_prompt
 from cluster.shipped_deployments import rewrite_shipped
-from tests.fixtures import tiny_sd3
+from tests.fixtures import tiny_sd3, tiny_vjepa2
 from tests.fixtures.services import describe
 
 pytestmark = pytest.mark.timeout(400)
@@ -54,7 +54,8 @@ def _wait_for_line(proc, text: str, timeout_s: float) -> list[str]:
 
 
 def test_up_serves_speech_and_image_then_stops_clean(tiny_omni, tmp_path):
-    path = rewrite_shipped("local", {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint()}, directory=str(tmp_path))
+    checkpoints = {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint(), "vjepa2": tiny_vjepa2.checkpoint()}
+    path = rewrite_shipped("local", checkpoints, directory=str(tmp_path))
     env = {**os.environ, "STARMESH_CACHE": str(tmp_path / "cache")}
     up = subprocess.Popen([sys.executable, "-m", "cli", "up", "--deployment", str(path)], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -72,6 +73,7 @@ def test_up_serves_speech_and_image_then_stops_clean(tiny_omni, tmp_path):
                                 "--json"], capture_output=True, text=True, timeout=120)
         assert image.returncode == 0, image.stderr
         assert (tmp_path / "fox.png").stat().st_size > 0
+        _rollout(conductor, tmp_path)
     finally:
         up.send_signal(signal.SIGTERM)
         rest = up.communicate(timeout=120)[0]
@@ -80,3 +82,20 @@ def test_up_serves_speech_and_image_then_stops_clean(tiny_omni, tmp_path):
     assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")]
     assert not [a for a in [conductor, *endpoints.values()] if _port_open(a)]
     assert not [a for a in arenas if os.path.exists(f"/dev/shm/{a}")]
+
+
+def _rollout(conductor: str, tmp_path) -> None:
+    """`starmesh rollout` against the default deployment's world model."""
+    import json
+
+    import numpy as np
+
+    arrays = {"frames": tiny_vjepa2.frames(4), "actions": tiny_vjepa2.actions(3), "states": tiny_vjepa2.actions(3)}
+    args = []
+    for name, value in arrays.items():
+        np.save(tmp_path / f"{name}.npy", value.numpy())
+        args += [f"--{name}", str(tmp_path / f"{name}.npy")]
+    done = subprocess.run([sys.executable, "-m", "cli", "rollout", "--conductor", conductor, *args, "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["horizon"] == 2
