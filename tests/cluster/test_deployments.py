@@ -54,4 +54,5 @@ def test_colocated_gives_the_default_audio_in_one_trace_across_every_process(col
     assert len(found["trace_ids"]) == 1
     rows = {r["edge"]: r for r in edge_table(found["spans"])}
     assert rows["decode.embeds -> talker.embeds"]["items"] > 0 and rows["decode.embeds -> talker.embeds"]["p50_us"] > 0
-    assert "talker.codes -> code2wav.codes" not in rows  # co-located: handed over in the talker's process
+    # co-located: handed over in the talker's process, and still traced there
+    assert rows["talker.codes -> code2wav.codes"]["transport"] == "inproc"

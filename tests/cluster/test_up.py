@@ -15,7 +15,7 @@ import pytest
 from client.speech import speak
 from engine.checkpoints.tiny_omni import chat_prompt
 from cluster.shipped_deployments import rewrite_shipped
-from tests.fixtures import tiny_sd3, tiny_vjepa2
+from tests.fixtures import tiny_orpheus, tiny_sd3, tiny_vjepa2
 from tests.fixtures.services import describe
 
 pytestmark = pytest.mark.timeout(400)
@@ -54,7 +54,8 @@ def _wait_for_line(proc, text: str, timeout_s: float) -> list[str]:
 
 
 def test_up_serves_speech_and_image_then_stops_clean(tiny_omni, tmp_path):
-    checkpoints = {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint(), "vjepa2": tiny_vjepa2.checkpoint()}
+    checkpoints = {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint(), "vjepa2": tiny_vjepa2.checkpoint(),
+                   "orpheus": tiny_orpheus.checkpoint()}
     path = rewrite_shipped("local", checkpoints, directory=str(tmp_path))
     env = {**os.environ, "STARMESH_CACHE": str(tmp_path / "cache")}
     up = subprocess.Popen([sys.executable, "-m", "cli", "up", "--deployment", str(path)], env=env,
