@@ -183,7 +183,7 @@ def rounds_of(client: Client, store, args) -> dict:
     results = {}
     for prefix in MODELS:
         for key, value in per_round[0][prefix].items():
-            if isinstance(value, (int, float)):
+            if isinstance(value, (int, float)) and key != "saturation_concurrency":
                 results[prefix + key] = statistics.median(g[prefix][key] for g in per_round)
             else:
                 results[prefix + key] = value
