@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import time
 from abc import ABC, abstractmethod
+from dataclasses import replace
 
 import torch
 
@@ -51,6 +52,14 @@ class EngineCore(ABC):
                        self.model.config.vocab_size, prompt_embeds)
         self.scheduler.add(seq)
         return seq
+
+    def add_stop_tokens(self, request_id: str, token_ids) -> None:
+        """More ids that end the request from its next token on (a decode loop's stop rule,
+        known only once the loop opens after prefill); NotFound for an unknown request."""
+        seq = self.scheduler.get(request_id)
+        new = tuple(int(t) for t in token_ids if int(t) not in seq.params.stop_token_ids)
+        if new:
+            seq.params = replace(seq.params, stop_token_ids=seq.params.stop_token_ids + new)
 
     def abort(self, request_id: str) -> None:
         """Frees the request's blocks; an unknown or finished request is a no-op."""

@@ -87,6 +87,8 @@ class ThinkerComponent:
         if run.is_finished:  # the first token already ended it
             self._finish(run)
         else:
+            if item.stop_rule.stop_token_ids:  # the decode loop's own stop ids (Orpheus: end of speech)
+                self.engine.add_stop_tokens(item.request_id, item.stop_rule.stop_token_ids)
             self.engine.unpark(item.request_id)
 
     def push(self, item, tensors) -> None:
