@@ -126,10 +126,9 @@ class Executor:
 
     def _pump(self, run: RequestRun) -> None:
         while not run.is_finished:
-            traceparent = run.traceparent
             opened = []  # (node, target) of the new node runs of this pump
             for d in run.state.ready():
-                target = self._dispatch(run, d, traceparent)
+                target = self._dispatch(run, d)
                 if not d.push:
                     opened.append((d.node, target))
             self._pad_lockstep(run, opened)
@@ -139,7 +138,7 @@ class Executor:
                 return
             self._next_walk(run)
 
-    def _dispatch(self, run: RequestRun, d, traceparent: str):
+    def _dispatch(self, run: RequestRun, d):
         """Sends one dispatch (and the route grants of a run feeding routed edges)."""
         scope = run.state.scope
         target = run.targets.get((d.node, d.iteration)) if d.node in scope.routed_push else None
@@ -149,11 +148,11 @@ class Executor:
             run.targets[(d.node, d.iteration)] = target
         routes = ()
         if not d.push and scope.routed_out.get(d.node):
-            routes, grants = plan_routes(run, scope, d.node, d.iteration, target, self.hooks, traceparent)
+            routes, grants = plan_routes(run, scope, d.node, d.iteration, target, self.hooks, run.traceparent)
             for consumer, grant in grants:
                 self._send(consumer, grant)
         self.num_dispatched[d.node] = self.num_dispatched.get(d.node, 0) + 1
-        self._send(target, run_item(run.request_id, run.walk, d, run.params, target.convert, traceparent, scope,
+        self._send(target, run_item(run.request_id, run.walk, d, run.params, target.convert, run.traceparent, scope,
                                     self.hooks.consumer_hosts(d.node, run.walk), routes))
         return target
 

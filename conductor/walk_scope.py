@@ -33,7 +33,7 @@ class WalkScope:
         self.stream_in, self.pushed = _streaming_inputs(self.in_edges, self.inner)
         self.routed_in, self.routed_push, self.routed_out = self._routed_edges(can_route)
         self.routed = frozenset(e for edges in self.routed_out.values() for e in edges)
-        self.quiet_ports = self._quiet_ports(walk)
+        self.quiet_ports = self._quiet_ports()
         self.client_only = self._client_only()
         self._depth = {loop.name: len(outer) for loop, outer in walk.loops}
         self._children = _child_loops(walk)
@@ -67,9 +67,13 @@ class WalkScope:
                 changed = True
         return routed_in, routed_push, routed_out
 
-    def _quiet_ports(self, walk: Walk) -> dict[str, tuple[str, ...]]:
+    def _stop_watches(self, loops) -> set[str]:
+        """The "node.port" values the stop rules of these loops read."""
+        return {loop.stop.watch for loop in loops if getattr(loop, "stop", None) is not None}
+
+    def _quiet_ports(self) -> dict[str, tuple[str, ...]]:
         """node -> output ports that only routed edges read: never sent to the conductor."""
-        watched = {loop.stop.watch for loop in self.loops if getattr(loop, "stop", None) is not None}
+        watched = self._stop_watches(self.loops)
         quiet = {}
         for node, edges in self.routed_out.items():
             ports = {e.src_port for e in edges}
@@ -81,9 +85,8 @@ class WalkScope:
         """Nodes whose outputs the conductor only forwards to the client: no node it
         dispatches reads them, no loop it drives watches or encloses them (their outputs
         never make another run ready, so they need no readiness scan)."""
-        watched = {loop.stop.watch.split(".")[0] for loop in self.loops if getattr(loop, "stop", None) is not None
-                   and loop not in self.inner.values()}
         inner = set(self.inner.values())
+        watched = {w.split(".")[0] for w in self._stop_watches(loop for loop in self.loops if loop not in inner)}
         return frozenset(
             n for n in self.nodes
             if n not in watched and all(loop in inner for loop in self.path[n])

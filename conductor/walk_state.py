@@ -216,12 +216,10 @@ class WalkState:
             return
         if node not in self.scope.client_only:
             self.is_dirty = True
-        if node in self.scope.routed_in:
+        if node in self.scope.inner or node in self.scope.routed_in:
             self.credits.produced(node, iteration[:-1], outputs)
-        if node in self.scope.inner:
-            self.credits.produced(node, iteration[:-1], outputs)
-            if iteration[-1] >= 1:  # a loop inside a component: only the last iteration can exit
-                self.forget(self.scope.inner[node], iteration[:-1] + (iteration[-1] - 1,))
+        if node in self.scope.inner and iteration[-1] >= 1:  # a loop inside a component: only the last can exit
+            self.forget(self.scope.inner[node], iteration[:-1] + (iteration[-1] - 1,))
         self.timer.stamp(outputs, produced_us)
         if node not in self.scope.stream_in:
             return self._apply_output(node, iteration, outputs)

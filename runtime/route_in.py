@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 from core.errors import InvalidArgument
-from runtime.edge_stats import EdgeRecorder, now_us
+from runtime.edge_stats import EdgeRecorder, now_us, percentile
 from runtime.items import AcceptRoute, ChunkInfo, OpenNode, PushChunk
 
 RunKey = tuple[str, str, tuple[int, ...]]
@@ -148,7 +148,6 @@ class InboundRoutes:
         for token in [t for t, held in self.unclaimed.items() if held and held[0][2].request_id == request_id]:
             del self.unclaimed[token]
 
-
     def check_integrity(self) -> None:
         """Each route's running count is its open chunk runs; every index entry is live."""
         for route in self.routes.values():
@@ -172,5 +171,5 @@ def summary(route: InRoute) -> dict:
     if hops:
         lat = sorted(max(0.0, h.dispatched_us - h.produced_us) for h in hops)
         return {"edge": route.accept.edge, "starmesh.items": sum(h.num_new for h in hops),
-                "starmesh.latency_us.p50": lat[len(lat) // 2]}
+                "starmesh.latency_us.p50": percentile(lat, 0.5)}
     return {}

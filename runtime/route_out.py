@@ -78,18 +78,9 @@ class OutboundRoutes:
     def feeds(self, request_id: str, node: str, iteration: tuple[int, ...]) -> bool:
         return bool(iteration) and (request_id, node, iteration[:-1]) in self.streams
 
-    def output(self, request_id: str, node: str, iteration: tuple[int, ...], tensors: dict) -> list[Send]:
-        """An output at base + (k,): the pushes it (and held later items) complete."""
-        return self._advance(request_id, node, iteration, tensors)
-
-    def skip(self, request_id: str, node: str, iteration: tuple[int, ...]) -> list[Send]:
-        """Run k ended: if it produced nothing, item k is empty and later items may go."""
-        stream = self.streams.get((request_id, node, iteration[:-1])) if iteration else None
-        if stream is None or iteration[-1] < stream.next_k or iteration[-1] in stream.held:
-            return []
-        return self._advance(request_id, node, iteration, None)
-
-    def _advance(self, request_id, node, iteration, tensors) -> list[Send]:
+    def output(self, request_id: str, node: str, iteration: tuple[int, ...], tensors: dict | None) -> list[Send]:
+        """An output at base + (k,) (None: run k had none): the pushes it, and the held
+        later items it releases, complete."""
         stream = self.streams.get((request_id, node, iteration[:-1])) if iteration else None
         if stream is None or stream.is_ended:
             return []
@@ -105,6 +96,13 @@ class OutboundRoutes:
                     key = (out.route.edge, out.route.window)
                     self.peak_fill[key] = max(self.peak_fill.get(key, 0), out.buffer.num_buffered + out.in_flight)
         return sends
+
+    def skip(self, request_id: str, node: str, iteration: tuple[int, ...]) -> list[Send]:
+        """Run k ended: if it produced nothing, item k is empty and later items may go."""
+        stream = self.streams.get((request_id, node, iteration[:-1])) if iteration else None
+        if stream is None or iteration[-1] < stream.next_k or iteration[-1] in stream.held:
+            return []
+        return self.output(request_id, node, iteration, None)
 
     def end(self, request_id: str, node: str, base: tuple[int, ...]) -> list[Send]:
         """The producer is done: final chunks (an empty one ends an aligned stream)."""

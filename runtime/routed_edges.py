@@ -15,7 +15,7 @@ and the edge's span is emitted here, in the request's trace.
 """
 from __future__ import annotations
 
-import logging
+from dataclasses import replace
 from typing import Any, Callable
 
 from opentelemetry import trace
@@ -27,7 +27,6 @@ from runtime.route_in import InboundRoutes, InRoute, RoutePermissionDenied, summ
 from runtime.route_out import OutboundRoutes, Send
 from runtime.telemetry import extract_context
 
-log = logging.getLogger(__name__)
 LOCAL = "local"  # the sender of this process's own pushes (co-located consumers)
 
 
@@ -223,7 +222,7 @@ class RoutedEdges:
             refs = {name: self.transport.export(t, request_id=s.push.request_id, carrier=f"peer:{peer}",
                                                 consumer_host_ids=(host,) if host else ())
                     for name, t in s.tensors.items()}
-            self._pending.setdefault(peer, []).append(_with_tensors(s.push, refs))
+            self._pending.setdefault(peer, []).append(replace(s.push, tensors=refs))
 
     def flush(self) -> None:
         """One message per peer for this engine iteration's pushes."""
@@ -271,9 +270,3 @@ class RoutedEdges:
     def cancel(self, request_id: str) -> None:
         self.out.cancel(request_id)
         self.inb.cancel(request_id)
-
-
-def _with_tensors(push: PushChunk, refs: dict) -> PushChunk:
-    from dataclasses import replace
-
-    return replace(push, tensors=refs)

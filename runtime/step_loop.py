@@ -222,7 +222,7 @@ class StepLoop:
             self._fail(item.request_id, item.node, *failure(e, f"{field}.push (node {item.node})"), item.iteration)
 
     def _drop_in_component(self, request_id: str) -> None:
-        """The component (and the co-located streams) forget the request; never raises."""
+        """The component (and its routed edges) forget the request; never raises."""
         self.routed.cancel(request_id)
         try:
             self.component.cancel(request_id)
