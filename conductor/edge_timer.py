@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from runtime.edge_stats import EdgeRecorder, now_us
-from graph.chunking import Chunk, FixedChunk
+from graph.chunking import Chunk
 from graph.edge import GraphEdge
 
 
@@ -39,7 +39,7 @@ class EdgeTimer:
     def chunk(self, edge: GraphEdge, chunk: Chunk) -> None:
         """A chunk of a streaming edge was dispatched now."""
         now = now_us()
-        if edge.chunk_policy == FixedChunk(1):  # per-item edge: aggregated, one span per request
+        if edge.is_per_item:  # aggregated, one span per request
             for item in chunk.new_items:
                 self.recorder.hop(str(edge), self.stamps.get(id(item), self.started_us), now, item)
         else:

@@ -46,5 +46,6 @@ def plan_routes(run, scope, node: str, tag: tuple[int, ...], producer, hooks,
                                 consumer_host_ids=hooks.consumer_hosts(dst, run.walk), routes=sub_routes,
                                 quiet_ports=scope.quiet_ports.get(dst, ()),
                                 credits=run.state.credits.initial(dst, dst_tag))  # client room
-        grants.append((target, AcceptRoute(token, template, edge.dst_port, is_push, str(edge), edge.max_buffered)))
+        grants.append((target, AcceptRoute(token, template, edge.dst_port, is_push, str(edge), edge.max_buffered,
+                                           edge.is_per_item)))
     return tuple(routes), grants

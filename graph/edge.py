@@ -80,3 +80,9 @@ class StreamingGraphEdge(GraphEdge):
     @property
     def is_streaming(self) -> bool:
         return True
+
+    @property
+    def is_per_item(self) -> bool:
+        """One item per chunk: traced as one span per (request, edge) with percentiles,
+        not a span per chunk (tracing must stay cheap on per-token edges)."""
+        return self.chunk_policy == FixedChunk(1)

@@ -138,7 +138,8 @@ def _push_from_proto(m: pb.PushChunk, field: str) -> PushChunk:
 def _accept_from_proto(m: pb.AcceptRoute, field: str) -> AcceptRoute:
     if not 1 <= m.window <= MAX_WINDOW:
         raise InvalidArgument(f"{field}.window must be in [1, {MAX_WINDOW}], got {m.window}")
-    return AcceptRoute(m.token, _open_from_proto(m.run, f"{field}.run"), m.port, m.push, m.edge, m.window)
+    return AcceptRoute(m.token, _open_from_proto(m.run, f"{field}.run"), m.port, m.push, m.edge, m.window,
+                       m.per_item)
 
 
 def item_from_proto(msg: pb.RunItem, field: str) -> InboundItem:
@@ -215,6 +216,7 @@ def items_to_proto(items: Iterable[InboundItem], sender: str = "") -> pb.RunRequ
         elif isinstance(item, AcceptRoute):
             a = it.accept
             a.token, a.port, a.push, a.edge, a.window = item.token, item.port, item.push, item.edge, item.window
+            a.per_item = item.per_item
             _open_to_proto(item.run, a.run)
         elif isinstance(item, PushChunk):
             p = it.push

@@ -123,6 +123,7 @@ class AcceptRoute:
     push: bool = False
     edge: str = ""
     window: int = 4096
+    per_item: bool = False  # the edge is traced as one span per request, not per chunk
 
     def __post_init__(self) -> None:
         if not self.token or not self.port:

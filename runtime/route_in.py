@@ -100,7 +100,7 @@ class InboundRoutes:
             if arena:
                 route.arenas.add(arena)
         now, edge = now_us(), route.accept.edge
-        if _per_item(push):
+        if route.accept.per_item:
             for produced in push.produced_us:
                 route.recorder.hop(edge, produced, now, value)
         elif push.produced_us:
@@ -155,11 +155,6 @@ class InboundRoutes:
             assert route.num_running == running, (route.accept.token, route.num_running, running)
         assert all(r in self.routes.values() for r in self.by_run.values())
         assert len(self.unclaimed) <= MAX_UNCLAIMED_TOKENS
-
-
-def _per_item(push: PushChunk) -> bool:
-    """FixedChunk(1) pushes are aggregated into one span per (request, edge)."""
-    return len(push.produced_us) <= 1 and push.num_context == 0
 
 
 def summary(route: InRoute) -> dict:

@@ -24,7 +24,8 @@ def server():
 
 
 def grant(rid: str, token: str = TOKEN) -> AcceptRoute:
-    return AcceptRoute(token, OpenNode(rid, "mid", "stream"), "x", push=False, edge="src.x -> mid.x", window=4)
+    return AcceptRoute(token, OpenNode(rid, "mid", "stream"), "x", push=False, edge="src.x -> mid.x", window=4,
+                       per_item=True)
 
 
 def push(rid: str, value: float, k: int, last: bool = False, token: str = TOKEN, node: str = "mid") -> PushChunk:

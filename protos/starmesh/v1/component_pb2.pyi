@@ -146,20 +146,22 @@ class PushChunk(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., port: _Optional[str] = ..., tensors: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., end_of_stream: _Optional[bool] = ..., num_context: _Optional[int] = ..., num_pad: _Optional[int] = ..., route: _Optional[str] = ..., start: _Optional[int] = ..., produced_us: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class AcceptRoute(_message.Message):
-    __slots__ = ("token", "run", "port", "push", "edge", "window")
+    __slots__ = ("token", "run", "port", "push", "edge", "window", "per_item")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
     EDGE_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
+    PER_ITEM_FIELD_NUMBER: _ClassVar[int]
     token: str
     run: OpenNode
     port: str
     push: bool
     edge: str
     window: int
-    def __init__(self, token: _Optional[str] = ..., run: _Optional[_Union[OpenNode, _Mapping]] = ..., port: _Optional[str] = ..., push: _Optional[bool] = ..., edge: _Optional[str] = ..., window: _Optional[int] = ...) -> None: ...
+    per_item: bool
+    def __init__(self, token: _Optional[str] = ..., run: _Optional[_Union[OpenNode, _Mapping]] = ..., port: _Optional[str] = ..., push: _Optional[bool] = ..., edge: _Optional[str] = ..., window: _Optional[int] = ..., per_item: _Optional[bool] = ...) -> None: ...
 
 class Cancel(_message.Message):
     __slots__ = ("request_id", "reason")
