@@ -9,6 +9,7 @@ reached, which frees its component state, buffers and leases there.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, AsyncIterator
 
 from opentelemetry import trace
@@ -23,7 +24,7 @@ from conductor.walk_state import WalkState
 from core.errors import InvalidArgument, StarmeshError
 from graph.validate import validate_inner_loops
 from graph.walk import WalkGraph
-from runtime.items import LOCKSTEP_PAD, Cancel, Credit, NodeDone, NodeError, NodeOutput, OutboundEvent
+from runtime.items import LOCKSTEP_PAD, Alive, Cancel, Credit, NodeDone, NodeError, NodeOutput, OutboundEvent
 from runtime.telemetry import inject_context
 
 log = logging.getLogger(__name__)
@@ -37,12 +38,17 @@ class RequestFailed(StarmeshError):
 
 class Executor:
     def __init__(self, graph: WalkGraph, connect: Connect, inner_loops=frozenset(),
-                 tracer: trace.Tracer | None = None, speculate: bool = True, max_backlog: int = 256) -> None:
+                 tracer: trace.Tracer | None = None, speculate: bool = True, max_backlog: int = 256,
+                 run_timeout_s: float = 10.0) -> None:
         """connect(self.on_events) builds the targets and returns the hooks over them;
         inner_loops: names of the loops that run inside their component; max_backlog:
-        outputs held for a client that does not read."""
+        outputs held for a client that does not read; run_timeout_s: a request that a
+        replica's heartbeats stop listing for this long fails (check_liveness)."""
         if isinstance(max_backlog, bool) or not isinstance(max_backlog, int) or max_backlog < 1:
             raise InvalidArgument(f"executor max_backlog must be an integer >= 1, got {max_backlog!r}")
+        if not run_timeout_s > 0:
+            raise InvalidArgument(f"executor run_timeout_s must be > 0, got {run_timeout_s!r}")
+        self.run_timeout_s = run_timeout_s
         validate_inner_loops(graph, inner_loops)
         self.graph = graph
         self.num_dispatched: dict[str, int] = {}  # node -> node runs and pushes sent, over all requests
@@ -143,7 +149,7 @@ class Executor:
         scope = run.state.scope
         target = run.targets.get((d.node, d.iteration)) if d.node in scope.routed_push else None
         target = target or self.hooks.route(d.node, run.walk, run.request_id)
-        run.reached[target.name] = target
+        run.reach(target, time.monotonic())
         if d.credits or d.node in scope.inner:
             run.targets[(d.node, d.iteration)] = target
         routes = ()
@@ -163,7 +169,7 @@ class Executor:
         if lockstep is None:
             return
         for target, num_pads in lockstep.pads(opened):
-            run.reached[target.name] = target  # its Cancel at the end frees the pads' state there
+            run.reach(target, time.monotonic())  # its Cancel at the end frees the pads' state there
             for _ in range(num_pads):
                 self._send(target, lockstep.pad_item(run.request_id, run.walk))
 
@@ -192,6 +198,9 @@ class Executor:
             return
         touched = {}
         for ev in events:
+            if isinstance(ev, Alive):
+                self._alive(ev, target)
+                continue
             run = self.requests.get(ev.request_id)
             if run is None or run.is_finished:
                 continue  # cancelled meanwhile: late events are dropped
@@ -204,8 +213,33 @@ class Executor:
                 log.exception("collecting %s", ev)
                 self._fail(run, getattr(e, "status", "INTERNAL"), f"node {ev.node}: {e}")
         for run in touched.values():
-            self._pump(run)
+            try:
+                self._pump(run)
+            except StarmeshError as e:  # e.g. no serving replica for its next node
+                self._fail(run, e.status, str(e))
         self._flush()
+
+    def _alive(self, ev: Alive, target) -> None:
+        now = time.monotonic()
+        for request_id in ev.request_ids:
+            run = self.requests.get(request_id)
+            if run is not None and target is not None and target.name in run.seen:
+                run.seen[target.name] = now
+
+    def check_liveness(self, now: float | None = None) -> int:
+        """Fails every request that a replica it was sent to has not listed in its
+        heartbeats for run_timeout_s (dropped there, or the replica hangs); returns how
+        many. The conductor calls it periodically."""
+        now = time.monotonic() if now is None else now
+        failed = 0
+        for run in list(self.requests.values()):
+            stale = [name for name, t in run.seen.items() if now - t > self.run_timeout_s]
+            if stale and not run.is_finished:
+                failed += 1
+                self._fail(run, "UNAVAILABLE", f"service {stale[0]} stopped reporting request {run.request_id} "
+                                               f"(no heartbeat listed it for {self.run_timeout_s:g} s)")
+        self._flush()
+        return failed
 
     def _collect(self, run: RequestRun, ev: OutboundEvent) -> None:
         if ev.node == LOCKSTEP_PAD:  # not a graph node: only its failure matters (the group is down)

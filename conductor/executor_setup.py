@@ -66,14 +66,17 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
                           tracer=None, interceptors=None, speculate: bool = True,
                           lockstep_nodes=frozenset(),
                           on_edge: Callable[[str, float], None] | None = None,
-                          direct_edges: bool = True) -> AsyncIterator[Executor]:
+                          direct_edges: bool = True, run_timeout_s: float = 10.0,
+                          selector: ReplicaSelector | None = None) -> AsyncIterator[Executor]:
     """Nodes run on the replicas the placement names; one Run stream per replica.
     lockstep_nodes: runs padded across the placement's lockstep groups (conductor.lockstep);
     on_edge(edge, seconds): every hop's and chunk's latency (the metrics histogram);
     direct_edges: streaming edges go producer -> consumer replica (False: through the
-    conductor, item by item, except co-located ones; a baseline for benchmarks)."""
+    conductor, item by item, except co-located ones; a baseline for benchmarks);
+    run_timeout_s: a request a replica's heartbeats stop listing fails after this long;
+    selector: the replica choice (shared with a health watcher that marks replicas down)."""
     placement.validate(graph)
-    selector = ReplicaSelector(placement)
+    selector = selector or ReplicaSelector(placement)
     targets: dict[str, RemoteTarget] = {}
 
     def route(node: str, walk: str, request_id: str) -> RemoteTarget:
@@ -89,14 +92,25 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
         return ExecutorHooks(route, placement.is_colocated, hosts, _materialize, on_edge or ignore_edge,
                              _lockstep(placement, targets, lockstep_nodes), peer_routes=direct_edges)
 
+    liveness = None
     try:
-        executor = Executor(graph, connect, inner_loops, tracer, speculate=speculate)
+        executor = Executor(graph, connect, inner_loops, tracer, speculate=speculate, run_timeout_s=run_timeout_s)
         for target in targets.values():
             await target.start()
+        liveness = asyncio.create_task(_check_liveness(executor))
         yield executor
     finally:
+        if liveness is not None:
+            liveness.cancel()
         for target in targets.values():
             await target.close()
+
+
+async def _check_liveness(executor: Executor) -> None:
+    """A dropped request fails within run_timeout_s plus a quarter of it."""
+    while True:
+        await asyncio.sleep(executor.run_timeout_s / 4)
+        executor.check_liveness()
 
 
 def _lockstep(placement: Placement, targets: dict[str, RemoteTarget], nodes) -> LockstepPadder | None:

@@ -13,6 +13,10 @@ request's KV context; load balancing happens at admission and for stateless node
    service.
 3. Otherwise the least-loaded replica, ties broken round-robin per service.
    Admission of a stateful node pins the request there until `release`.
+4. Replicas marked down (`set_serving`, from the conductor's health watcher) are never
+   chosen by rules 2 and 3; a service with no serving replica fails the choice with
+   UNAVAILABLE naming it. A pinned request stays where its state is (if that replica
+   died, its stream's failure fails the request).
 
 Load is the number of open requests pinned to a replica (the selector's own
 count; stateless runs are short and have no completion signal here, so they
@@ -27,6 +31,7 @@ import threading
 from dataclasses import dataclass
 
 from conductor.placement import Placement
+from core.errors import Unavailable
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class ReplicaSelector:
         self._services_of: dict[str, set[str]] = {}  # request_id -> services it is pinned on
         self._load = {name: dict.fromkeys(spec.replicas, 0) for name, spec in placement.services.items()}
         self._cursor = dict.fromkeys(placement.services, 0)  # round-robin start per service
+        self._down: set[str] = set()  # endpoints not serving (health watcher)
 
     # --- check / act -------------------------------------------------------------
 
@@ -81,12 +87,15 @@ class ReplicaSelector:
         if pinned is not None:
             return pinned, None
         load = self._load[service]
-        if prefer is not None and prefer in load:
+        if prefer is not None and prefer in load and prefer not in self._down:
             return prefer, None
         replicas = self.placement.services[service].replicas
+        up = [i for i, r in enumerate(replicas) if r not in self._down]
+        if not up:
+            raise Unavailable(f"service {service} has no serving replica (down: {', '.join(replicas)})")
         start = self._cursor[service]
         # Least load first; among equals, the first at or after the cursor (round-robin).
-        index = min(range(len(replicas)), key=lambda i: (load[replicas[i]], (i - start) % len(replicas)))
+        index = min(up, key=lambda i: (load[replicas[i]], (i - start) % len(replicas)))
         return replicas[index], index
 
     def release(self, request_id: str) -> int:
@@ -99,6 +108,20 @@ class ReplicaSelector:
                 endpoint = self._pins.pop((service, request_id))
                 self._load[service][endpoint] -= 1
         return len(services)
+
+    def set_serving(self, endpoint: str, is_serving: bool) -> None:
+        """The health watcher's news about a replica (an endpoint of no service here is ignored)."""
+        with self._lock:
+            if is_serving:
+                self._down.discard(endpoint)
+            elif any(endpoint in load for load in self._load.values()):
+                self._down.add(endpoint)
+
+    def unserved(self) -> list[str]:
+        """Services with no serving replica (the model is NOT_SERVING while any is)."""
+        with self._lock:
+            return sorted(name for name, spec in self.placement.services.items()
+                          if all(r in self._down for r in spec.replicas))
 
     # --- introspection -------------------------------------------------------------
 

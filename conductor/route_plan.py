@@ -11,6 +11,7 @@ consumer is reached in-process (peer ""), on the producer's own replica.
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any
 
 from conductor.chunk_override import request_policy
@@ -32,7 +33,7 @@ def plan_routes(run, scope, node: str, tag: tuple[int, ...], producer, hooks,
             target = run.targets.get((dst, dst_tag)) or hooks.route(dst, run.walk, run.request_id)
             peer, host = target.name, getattr(target, "host_id", "")
         run.targets[(dst, dst_tag)] = target
-        run.reached[target.name] = target  # its Cancel frees the request there too
+        run.reach(target, time.monotonic())  # its Cancel frees the request there too
         token = secrets.token_hex(16)
         routes.append(EdgeRoute(edge.src_port, dst, edge.dst_port, request_policy(edge, run.params), dst_tag,
                                 edge.max_buffered, peer, host, token, str(edge)))

@@ -14,16 +14,19 @@ import uuid
 
 import grpc
 
+from conductor.admission import Admission
 from conductor.client_outputs import ClientOutputs
 from conductor.executor import Executor
 from conductor.metrics import ConductorMetrics, RequestMeter
 from conductor.model import ServedModel
 from conductor.executor_setup import remote_executor
+from conductor.replica_health import ReplicaHealth
+from conductor.replicas import ReplicaSelector
 from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc
 from runtime.grpc_status import map_errors
 from runtime.item_proto import params_from_struct
-from core.errors import InvalidArgument
+from core.errors import InvalidArgument, Unavailable
 from transport.ref_proto import ref_from_proto
 
 log = logging.getLogger(__name__)
@@ -58,21 +61,24 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
         model = next(m for m in self.service.models if m.name == request.model)
         params = params_from_struct(request.params)
         request_id = request.request_id or uuid.uuid4().hex
+        model.parse_params(params)  # a bad param fails before any work, naming its key
+        inputs = request_inputs(request)
+        self.service.check_serving(model.name)
         num_outputs = 0
-        meter = RequestMeter(self.service.metrics, model, time.perf_counter())
-        outcome = "failed"
-        try:
-            model.parse_params(params)  # a bad param fails before any work, naming its key
-            async for name, value in executor.generate(request_id, request_inputs(request), params):
-                num_outputs += 1
-                meter.output(name, value, time.perf_counter())
-                yield self.service.outputs.event(request_id, name, value)
-            outcome = "ok"
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            raise
-        finally:
-            meter.end(outcome, time.perf_counter())
+        async with self.service.admission.admit(model.name):  # waits for a slot, or Overloaded
+            meter = RequestMeter(self.service.metrics, model, time.perf_counter())
+            outcome = "failed"
+            try:
+                async for name, value in executor.generate(request_id, inputs, params):
+                    num_outputs += 1
+                    meter.output(name, value, time.perf_counter())
+                    yield self.service.outputs.event(request_id, name, value)
+                outcome = "ok"
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+                raise
+            finally:
+                meter.end(outcome, time.perf_counter())
         usage = pb.Usage()
         usage.metrics.update({"num_outputs": num_outputs})
         yield pb.GenerateEvent(request_id=request_id, usage=usage)
@@ -85,28 +91,63 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
 
 class ConductorService:
     """runtime.server.HostedService for the conductor: one executor per model,
-    each holding one Run stream per replica, opened when the server starts."""
+    each holding one Run stream per replica, opened when the server starts.
+
+    Health: besides the server's own, one health name per model (the model's name),
+    SERVING while every service the model needs has a serving replica (one gRPC health
+    watch per replica, conductor.replica_health)."""
 
     service_names = (CONDUCTOR_SERVICE,)
 
-    def __init__(self, models: list[ServedModel], telemetry=None, metrics: ConductorMetrics | None = None) -> None:
+    def __init__(self, models: list[ServedModel], telemetry=None, metrics: ConductorMetrics | None = None,
+                 admission: Admission | None = None, run_timeout_s: float = 10.0) -> None:
+        """admission: every request limit (default limits per model when None);
+        run_timeout_s: a request a replica stopped listing in its heartbeats fails then."""
         self.models = models
         self.telemetry = telemetry
         self.metrics = metrics
+        self.admission = admission or Admission()
+        self.run_timeout_s = run_timeout_s
         self.executors: dict[str, Executor] = {}
+        self.selectors = {m.name: ReplicaSelector(m.placement) for m in models}
+        endpoints = {r for m in models for spec in m.placement.services.values() for r in spec.replicas}
+        self.replica_health = ReplicaHealth(endpoints, self._replica_changed)
         self.outputs = ClientOutputs()
         self._stack = contextlib.AsyncExitStack()
         self._task = None
+        self._set_health = None
 
     def register(self, server: grpc.aio.Server) -> None:
         conductor_pb2_grpc.add_ConductorServicer_to_server(ConductorServicer(self), server)
 
-    def start(self) -> None:
-        import asyncio
+    def bind_health(self, set_status) -> None:
+        """set_status(name, is_serving): the server's health service, for the per-model names."""
+        self._set_health = set_status
+        for model in self.models:
+            set_status(model.name, False)  # until its executor is open
 
+    def _replica_changed(self, endpoint: str, is_serving: bool) -> None:
+        for selector in self.selectors.values():
+            selector.set_serving(endpoint, is_serving)
+        self._publish_health()
+
+    def _publish_health(self) -> None:
+        if self._set_health is None:
+            return
+        for model in self.models:
+            self._set_health(model.name, model.name in self.executors and not self.selectors[model.name].unserved())
+
+    def check_serving(self, model: str) -> None:
+        """Unavailable naming the services without a serving replica, if any."""
+        unserved = self.selectors[model].unserved()
+        if unserved:
+            raise Unavailable(f"model {model!r} is not serving: no serving replica of {', '.join(unserved)}")
+
+    def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._open())
 
     async def _open(self) -> None:
+        self.replica_health.start()
         for model in self.models:
             tracer = self.telemetry.tracer if self.telemetry else None
             interceptors = self.telemetry.client_interceptors() if self.telemetry else None
@@ -114,20 +155,21 @@ class ConductorService:
             executor = await self._stack.enter_async_context(
                 remote_executor(model.graph, model.placement, model.inner_loops, tracer, interceptors,
                                 lockstep_nodes=model.lockstep_nodes, on_edge=on_edge,
-                                direct_edges=model.direct_edges))
+                                direct_edges=model.direct_edges, run_timeout_s=self.run_timeout_s,
+                                selector=self.selectors[model.name]))
             self.executors[model.name] = executor
+        self._publish_health()
 
     def ready(self) -> bool:
         return len(self.executors) == len(self.models)
 
     async def drain(self, timeout_s: float) -> None:
-        import asyncio
-
         deadline = asyncio.get_running_loop().time() + timeout_s
         while any(ex.requests for ex in self.executors.values()):
             if asyncio.get_running_loop().time() > deadline:
                 break
             await asyncio.sleep(0.05)
+        await self.replica_health.close()
         await self._stack.aclose()
 
     def close(self) -> None:

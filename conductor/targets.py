@@ -69,6 +69,7 @@ class InProcessTarget:
         from runtime.step_loop import StepLoop
 
         self.name = f"inproc:{component.name}"
+        self.heartbeats = False  # an engine thread of this process: nothing to lose it
         self.step_loop = StepLoop(component, LocalTransport())
         self.stream_id = f"inproc-{next(_stream_ids)}"
 
@@ -95,6 +96,7 @@ class RemoteTarget:
 
     def __init__(self, address: str, sink, max_message_bytes: int = 64 << 20, interceptors=None) -> None:
         self.name = address
+        self.heartbeats = True  # the replica lists its requests on the stream (runtime.heartbeat)
         self._client_args = (address, max_message_bytes, interceptors)
         self.client = None
         self.sink = sink

@@ -27,6 +27,15 @@ class ResourceExhausted(StarmeshError):
     status = "RESOURCE_EXHAUSTED"
 
 
+class Overloaded(ResourceExhausted):
+    """Refused for capacity, not for what it asked: the client should retry after
+    `retry_after_ms` (the gRPC edge sends it as RetryInfo and a retry-after-ms trailer)."""
+
+    def __init__(self, message: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.retry_after_ms = int(retry_after_ms)
+
+
 class FieldError(StarmeshError):
     """A StarmeshError re-raised with the wire field prefixed to its message."""
 

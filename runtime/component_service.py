@@ -19,6 +19,7 @@ import grpc
 
 from protos.starmesh.v1 import component_pb2, component_pb2_grpc
 from runtime.component import Component
+from runtime.heartbeat import DEFAULT_INTERVAL_S
 from runtime.peer_links import PeerLinks
 from runtime.servicer import ComponentServicer
 from runtime.step_loop import StepLoop
@@ -36,7 +37,12 @@ class ComponentService:
 
     service_names = (COMPONENT_SERVICE,)
 
-    def __init__(self, component: Component, transport: Any, telemetry: Telemetry | None = None) -> None:
+    def __init__(self, component: Component, transport: Any, telemetry: Telemetry | None = None,
+                 heartbeat_s: float = DEFAULT_INTERVAL_S) -> None:
+        """heartbeat_s: how often each Run stream lists the requests it knows (the
+        conductor fails a request a replica stopped listing)."""
+        if not heartbeat_s > 0:
+            raise ValueError(f"heartbeat_s must be > 0, got {heartbeat_s!r}")
         if not isinstance(component, Component):
             missing = [m for m in _MEMBERS if not hasattr(component, m)]
             raise TypeError(f"{type(component).__name__} is not a component: it lacks {missing}")
@@ -47,7 +53,7 @@ class ComponentService:
         self.peers = PeerLinks(f"{component.name} (pid {os.getpid()})", lambda peer, evs: self.step_loop.peer_events(
             peer, evs), lambda peer, why: self.step_loop.peer_broken(peer, why))
         self.step_loop = StepLoop(component, transport, tracer, self.peers)
-        self.servicer = ComponentServicer(component, transport, self.step_loop, starmesh_version())
+        self.servicer = ComponentServicer(component, transport, self.step_loop, starmesh_version(), heartbeat_s)
         self._closed = False
 
     def register(self, server: grpc.aio.Server) -> None:

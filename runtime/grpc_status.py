@@ -43,9 +43,27 @@ def _passes_through(exc: BaseException) -> bool:
     return isinstance(exc, (asyncio.CancelledError, grpc.aio.AbortError, grpc.RpcError))
 
 
+def retry_trailers(code: grpc.StatusCode, message: str, retry_after_ms: int) -> tuple[tuple[str, Any], ...]:
+    """A retry hint as gRPC clients read it: google.rpc.RetryInfo in the status details
+    (`grpc-status-details-bin`), and a plain `retry-after-ms` trailer for the rest."""
+    from google.protobuf import any_pb2, duration_pb2
+    from google.rpc import error_details_pb2, status_pb2
+
+    delay = duration_pb2.Duration()
+    delay.FromMilliseconds(retry_after_ms)
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+    status = status_pb2.Status(code=code.value[0], message=message, details=[detail])
+    return (("retry-after-ms", str(retry_after_ms)), ("grpc-status-details-bin", status.SerializeToString()))
+
+
 async def _abort(context: grpc.aio.ServicerContext, exc: Exception, method: str) -> None:
     if isinstance(exc, StarmeshError):
-        await context.abort(status_code(exc.status), str(exc))
+        code = status_code(exc.status)
+        retry_ms = getattr(exc, "retry_after_ms", None)
+        if retry_ms is not None:
+            await context.abort(code, str(exc), trailing_metadata=retry_trailers(code, str(exc), retry_ms))
+        await context.abort(code, str(exc))
     log.exception("%s failed", method, exc_info=exc)
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
 

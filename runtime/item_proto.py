@@ -30,6 +30,7 @@ from runtime.items import (
     PushChunk,
     Release,
     RouteCredit,
+    Alive,
     StopRule,
 )
 from runtime.route_proto import MAX_WINDOW, routes_from_proto, routes_to_proto
@@ -266,6 +267,8 @@ def events_to_proto(events: Iterable[OutboundEvent]) -> pb.RunResponse:
                 e.done.consumed.add(arena=c.arena, lease_id=c.lease_id)
             if ev.metadata:
                 params_to_struct(ev.metadata, e.done.metadata, "done.metadata")
+        elif isinstance(ev, Alive):
+            e.alive.request_ids.extend(ev.request_ids)
         elif isinstance(ev, RouteCredit):
             c = e.credit
             c.request_id, c.token, c.amount = ev.request_id, ev.token, ev.amount
@@ -294,6 +297,8 @@ def events_from_proto(msg: pb.RunResponse) -> list[OutboundEvent]:
         elif kind == "credit":
             c = e.credit
             out.append(RouteCredit(c.request_id, c.token, c.amount, tuple(c.lease_ids)))
+        elif kind == "alive":
+            out.append(Alive(tuple(e.alive.request_ids)))
         else:
-            raise InvalidArgument(f"events[{i}]: none of output, error, done, credit is set")
+            raise InvalidArgument(f"events[{i}]: none of output, error, done, credit, alive is set")
     return out

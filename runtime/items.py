@@ -2,7 +2,8 @@
 
 `runtime.item_proto` converts them to and from `starmesh.v1` messages at the gRPC edge.
 Inbound: OpenNode, PushChunk, Cancel, Release, Credit, AcceptRoute. Outbound: NodeOutput,
-NodeError, NodeDone, and RouteCredit (to a producer's runtime on its peer stream).
+NodeError, NodeDone, RouteCredit (to a producer's runtime on its peer stream) and Alive
+(the heartbeat).
 """
 from __future__ import annotations
 
@@ -198,4 +199,13 @@ class RouteCredit:
     lease_ids: tuple[int, ...] = ()
 
 
-OutboundEvent = Union[NodeOutput, NodeError, NodeDone, RouteCredit]
+@dataclass(frozen=True)
+class Alive:
+    """A replica's heartbeat on one stream: the requests it knows there (open, or queued
+    to open). Not about one request: request_id is empty."""
+
+    request_ids: tuple[str, ...]
+    request_id: str = ""
+
+
+OutboundEvent = Union[NodeOutput, NodeError, NodeDone, RouteCredit, Alive]

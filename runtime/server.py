@@ -93,6 +93,10 @@ class HostedService(Protocol):
     def close(self) -> None:
         """Releases everything (engine, arena); called after the server stopped."""
 
+    # Optional: bind_health(set_status) -- called once before start() with a function
+    # set_status(name, is_serving) that sets a health name of its own (the conductor's
+    # per-model health); ignored once a graceful stop began.
+
 
 class GrpcServer:
     """One grpc.aio server hosting one service. Create and use it inside one event loop."""
@@ -107,6 +111,7 @@ class GrpcServer:
         self._watcher: asyncio.Task | None = None
         self._serving = asyncio.Event()
         self._stopped = False
+        self._health_sets: set[asyncio.Task] = set()
 
     async def start(self) -> int:
         """Binds, starts serving (NOT_SERVING until ready) and returns the bound port."""
@@ -124,10 +129,19 @@ class GrpcServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await server.start()
         self._server = server
+        bind = getattr(self.hosted, "bind_health", None)
+        if bind is not None:
+            bind(self._set_health)
         self.hosted.start()
         self._watcher = asyncio.create_task(self._watch_ready())
         log.info("listening on %s:%d", self.config.host, self.port)
         return self.port
+
+    def _set_health(self, name: str, is_serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if is_serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        task = asyncio.get_running_loop().create_task(self.health.set(name, status))
+        self._health_sets.add(task)  # held until done: a bare task may be collected early
+        task.add_done_callback(self._health_sets.discard)
 
     async def _watch_ready(self) -> None:
         # Readiness is a plain bool (weights loading on another thread); polling it

@@ -19,6 +19,7 @@ from protos.starmesh.v1 import component_pb2, component_pb2_grpc
 from runtime import item_proto as wire
 from runtime.component import Component
 from runtime.grpc_status import map_errors
+from runtime.heartbeat import DEFAULT_INTERVAL_S, beat
 from runtime.items import NodeError, NodeOutput, OutboundEvent
 from runtime.step_loop import StepLoop
 
@@ -47,7 +48,10 @@ def _events_to_proto(events: list[OutboundEvent]) -> component_pb2.RunResponse:
 
 
 class ComponentServicer(component_pb2_grpc.ComponentServicer):
-    def __init__(self, component: Component, transport: Any, step_loop: StepLoop, version: str) -> None:
+    def __init__(self, component: Component, transport: Any, step_loop: StepLoop, version: str,
+                 heartbeat_s: float = DEFAULT_INTERVAL_S) -> None:
+        """heartbeat_s: how often each Run stream lists the requests known on it."""
+        self._heartbeat_s = heartbeat_s
         self._component = component
         self._transport = transport
         self._step_loop = step_loop
@@ -90,6 +94,9 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
 
         self._step_loop.attach(stream_id, sink)
         reader = asyncio.create_task(self._read(request_iterator, stream_id, outbox))
+        heartbeat = asyncio.create_task(beat(lambda: self._step_loop.known_requests(stream_id),
+                                             lambda alive: outbox.put_nowait(wire.events_to_proto([alive])),
+                                             self._heartbeat_s))
         try:
             while True:
                 msg = await outbox.get()
@@ -98,6 +105,7 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
                 yield msg
         finally:
             reader.cancel()
+            heartbeat.cancel()
             self._step_loop.detach(stream_id)
 
     async def _read(self, request_iterator, stream_id: str, outbox: asyncio.Queue) -> None:

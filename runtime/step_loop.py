@@ -25,6 +25,7 @@ from core.errors import StarmeshError
 from runtime.backpressure import CreditGate
 from runtime.component import Component
 from runtime.grpc_status import failure
+from runtime.heartbeat import QueuedOpens, known_requests
 from runtime.inbox import Inbox
 from runtime.item_proto import Rejected
 from runtime.items import (AcceptRoute, Cancel, Credit, NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent,
@@ -55,6 +56,7 @@ class StepLoop:
                                   self._cancel, peers, tracer)
         self._inbox = Inbox()
         self._outbox = Outbox()
+        self._queued = QueuedOpens()
         self._is_draining = False
         self._thread = threading.Thread(target=self._run, name=f"step-loop-{component.name}", daemon=True)
 
@@ -68,6 +70,7 @@ class StepLoop:
 
     def submit(self, stream_id: str, entries: list[Entry]) -> None:
         if entries:
+            self._queued.queued(stream_id, entries)
             self._put(("items", stream_id, entries))
 
     def finish(self, stream_id: str) -> None:
@@ -92,6 +95,10 @@ class StepLoop:
     def drain(self) -> None:
         """Graceful shutdown began: new OpenNodes get UNAVAILABLE, open work finishes."""
         self._is_draining = True
+
+    def known_requests(self, stream_id: str) -> tuple[str, ...]:
+        """The requests a stream's heartbeat lists (runtime.heartbeat); event loop."""
+        return known_requests(self._queued, stream_id, self._table.streams)
 
     @property
     def num_open_requests(self) -> int:
@@ -146,8 +153,11 @@ class StepLoop:
             elif kind == "peer_broken":
                 self.routed.on_peer_broken(stream_id, payload)
             else:
-                for field, item in payload:
-                    self._handle_item(stream_id, field, item)
+                try:
+                    for field, item in payload:
+                        self._handle_item(stream_id, field, item)
+                finally:
+                    self._queued.handled(stream_id, payload)
         finally:
             self._inbox.handled()
 
@@ -242,6 +252,7 @@ class StepLoop:
             log.warning("%s.release: %s", field, e)
 
     def _detach(self, stream_id: str) -> None:
+        self._queued.forget(stream_id)
         self.routed.stream_gone(stream_id)
         self._outbox.detach(stream_id)
         for rid in self._table.drop_stream(stream_id):

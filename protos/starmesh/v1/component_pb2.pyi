@@ -280,16 +280,24 @@ class RouteCredit(_message.Message):
     def __init__(self, token: _Optional[str] = ..., amount: _Optional[int] = ..., lease_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("output", "error", "done", "credit")
+    __slots__ = ("output", "error", "done", "credit", "alive")
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
     output: NodeOutput
     error: NodeError
     done: NodeDone
     credit: RouteCredit
-    def __init__(self, output: _Optional[_Union[NodeOutput, _Mapping]] = ..., error: _Optional[_Union[NodeError, _Mapping]] = ..., done: _Optional[_Union[NodeDone, _Mapping]] = ..., credit: _Optional[_Union[RouteCredit, _Mapping]] = ...) -> None: ...
+    alive: Alive
+    def __init__(self, output: _Optional[_Union[NodeOutput, _Mapping]] = ..., error: _Optional[_Union[NodeError, _Mapping]] = ..., done: _Optional[_Union[NodeDone, _Mapping]] = ..., credit: _Optional[_Union[RouteCredit, _Mapping]] = ..., alive: _Optional[_Union[Alive, _Mapping]] = ...) -> None: ...
+
+class Alive(_message.Message):
+    __slots__ = ("request_ids",)
+    REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
+    request_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunResponse(_message.Message):
     __slots__ = ("events",)

@@ -1,0 +1,79 @@
+"""The conductor's view of its replicas' health: one gRPC `Health.Watch` per replica.
+
+A replica is serving while its watch says SERVING; NOT_SERVING (a draining replica),
+a broken watch (a dead process) or a refused connection mark it down at once, and it
+is watched again with a capped backoff until it answers (a restarted replica rejoins
+without anything else restarting). Each change goes to `on_change(endpoint,
+is_serving)`: the replica selectors stop choosing a replica that is down, and the
+conductor's per-model health follows.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable, Iterable
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+OnChange = Callable[[str, bool], None]
+ChannelFactory = Callable[[str], grpc.aio.Channel]
+
+
+def plain_channel(endpoint: str) -> grpc.aio.Channel:
+    # A connection of its own: a replica that just restarted is reached without the
+    # reconnect backoff the failed attempts left on a shared subchannel.
+    return grpc.aio.insecure_channel(endpoint, options=[("grpc.use_local_subchannel_pool", 1)])
+
+
+class ReplicaHealth:
+    """Watches every endpoint until close(); `serving` is the latest view."""
+
+    def __init__(self, endpoints: Iterable[str], on_change: OnChange, channel: ChannelFactory = plain_channel,
+                 retry_s: float = 0.2, max_retry_s: float = 2.0) -> None:
+        if not 0 < retry_s <= max_retry_s:
+            raise ValueError(f"health watch retry_s must be in (0, max_retry_s], got {retry_s!r}, {max_retry_s!r}")
+        self.serving = dict.fromkeys(sorted(set(endpoints)), True)  # the launcher starts services first
+        self._on_change = on_change
+        self._channel = channel
+        self._retry_s, self._max_retry_s = retry_s, max_retry_s
+        self._tasks: list[asyncio.Task] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._watch(e), name=f"health-{e}") for e in self.serving]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    def _set(self, endpoint: str, is_serving: bool, why: str) -> None:
+        if self.serving.get(endpoint) == is_serving:
+            return
+        self.serving[endpoint] = is_serving
+        (log.info if is_serving else log.warning)("replica %s is %s%s", endpoint,
+                                                  "serving" if is_serving else "down", f": {why}" if why else "")
+        self._on_change(endpoint, is_serving)
+
+    async def _watch(self, endpoint: str) -> None:
+        delay = self._retry_s
+        while True:
+            try:
+                async with self._channel(endpoint) as channel:
+                    stub = health_pb2_grpc.HealthStub(channel)
+                    async for reply in stub.Watch(health_pb2.HealthCheckRequest(service="")):
+                        is_serving = reply.status == health_pb2.HealthCheckResponse.SERVING
+                        self._set(endpoint, is_serving, health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+                        delay = self._retry_s
+                self._set(endpoint, False, "health watch ended")
+            except asyncio.CancelledError:
+                raise
+            except grpc.aio.AioRpcError as e:
+                self._set(endpoint, False, e.code().name)
+            except Exception as e:  # noqa: BLE001 - a watch that fails is a replica we cannot vouch for
+                self._set(endpoint, False, f"{type(e).__name__}: {e}")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._max_retry_s)
