@@ -15,13 +15,15 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, default=None, help="port (default: the deployment's; 0 picks one)")
     p.add_argument("--port-file", metavar="PATH", help="write the bound port here once SERVING")
     p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus /metrics on this port")
+    p.add_argument("--run-timeout-s", type=float, default=10.0, metavar="S",
+                   help="fail a request a service stopped listing in its heartbeats after S seconds (default 10)")
     p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"))
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from cluster.conductor_process import serve_conductor, served_models
+    from cluster.conductor_process import admission_of, serve_conductor, served_models
     from cluster.launchable import read_launchable
     from core.errors import GraphError
     from runtime.server import ServerConfig
@@ -33,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"starmesh conductor: {e}", file=sys.stderr)
         return 2
     host, _, port = spec.conductor.rpartition(":")
+    if not args.run_timeout_s > 0:
+        print(f"starmesh conductor: --run-timeout-s must be > 0, got {args.run_timeout_s}", file=sys.stderr)
+        return 2
     config = ServerConfig(host=args.host or host, port=int(port) if args.port is None else args.port)
-    serve_conductor(models, config, args.metrics_port, args.port_file)
+    serve_conductor(models, config, args.metrics_port, args.port_file, admission_of(spec), args.run_timeout_s)
     return 0

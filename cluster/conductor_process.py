@@ -6,6 +6,7 @@ model of the deployment built from its pipeline and placement, served until SIGT
 """
 from __future__ import annotations
 
+from conductor.admission import Admission
 from conductor.service import ConductorService
 from pipelines.registry import build_model
 from runtime.server import ServerConfig, serve_blocking
@@ -17,11 +18,18 @@ def served_models(spec) -> list:
     return [build_model(m.pipeline, name, spec.placement(name), dict(m.options)) for name, m in spec.models.items()]
 
 
+def admission_of(spec) -> Admission:
+    """The deployment's per-model request limits."""
+    return Admission({name: m.admission for name, m in spec.models.items()})
+
+
 def serve_conductor(models: list, server_config: ServerConfig, metrics_port: int | None = None,
-                    port_file: str | None = None) -> None:
+                    port_file: str | None = None, admission: Admission | None = None,
+                    run_timeout_s: float = 10.0) -> None:
     """Blocks until SIGTERM or SIGINT, then stops gracefully. `metrics_port` serves the
     conductor's Prometheus /metrics on the server's host; `port_file` receives the bound
-    port once SERVING."""
+    port once SERVING; admission: the request limits (admission_of(spec)); run_timeout_s:
+    a request a replica stops listing in its heartbeats fails after this long."""
     telemetry = Telemetry("conductor")
     telemetry.install_global()
     metrics = None
@@ -31,4 +39,5 @@ def serve_conductor(models: list, server_config: ServerConfig, metrics_port: int
 
         metrics = ConductorMetrics()
         serve_metrics(metrics_port, metrics.registry, server_config.host)
-    serve_blocking(ConductorService(models, telemetry, metrics), server_config, telemetry, port_file)
+    service = ConductorService(models, telemetry, metrics, admission, run_timeout_s)
+    serve_blocking(service, server_config, telemetry, port_file)

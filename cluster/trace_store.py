@@ -4,7 +4,12 @@ that keeps the spans of recent traces in memory, and a JSON query endpoint over 
     store = TraceStore(); store.start()          # OTLP on store.otlp_address
     GET http://<store.http_address>/v1/requests/<request id>  -> {"trace_ids", "spans"}
 
-Bounded: the oldest traces are dropped past `max_traces`. `starmesh up` runs one and
+Bounded, whoever sends spans (any local process can): the oldest traces are dropped
+past `max_traces` or `max_spans` spans in all; a trace keeps at most
+`max_spans_per_trace` spans and a request id at most `max_traces_per_request` traces
+(later ones are counted in `num_dropped`, not kept); span names and string attributes
+are cut to `MAX_TEXT` characters, and a span keeps at most `MAX_ATTRIBUTES`
+attributes. So memory and the size of one query's answer are bounded. `starmesh up` runs one and
 points every process at it (STARMESH_TRACE_STORE); `starmesh trace` reads it over HTTP
 (fetch_request).
 """
@@ -23,11 +28,14 @@ import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 REQUEST_ATTR = "starmesh.request_id"
+MAX_TEXT = 1024
+MAX_ATTRIBUTES = 64
 
 
 def _value(v):
     kind = v.WhichOneof("value")
-    return getattr(v, kind) if kind in ("string_value", "bool_value", "int_value", "double_value") else str(v)
+    value = getattr(v, kind) if kind in ("string_value", "bool_value", "int_value", "double_value") else str(v)
+    return value[:MAX_TEXT] if isinstance(value, str) else value
 
 
 def span_dicts(request: trace_service_pb2.ExportTraceServiceRequest) -> list[dict]:
@@ -36,10 +44,11 @@ def span_dicts(request: trace_service_pb2.ExportTraceServiceRequest) -> list[dic
         service = next((_value(a.value) for a in rs.resource.attributes if a.key == "service.name"), "")
         for ss in rs.scope_spans:
             for s in ss.spans:
-                out.append({"trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(),
-                            "parent_id": s.parent_span_id.hex(), "name": s.name, "service": service,
-                            "start_ns": s.start_time_unix_nano, "end_ns": s.end_time_unix_nano,
-                            "attributes": {a.key: _value(a.value) for a in s.attributes}})
+                out.append({"trace_id": s.trace_id.hex()[:32], "span_id": s.span_id.hex()[:16],
+                            "parent_id": s.parent_span_id.hex()[:16], "name": s.name[:MAX_TEXT],
+                            "service": service, "start_ns": s.start_time_unix_nano, "end_ns": s.end_time_unix_nano,
+                            "attributes": {a.key[:MAX_TEXT]: _value(a.value)
+                                           for a in s.attributes[:MAX_ATTRIBUTES]}})
     return out
 
 
@@ -54,8 +63,12 @@ class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):
 
 class TraceStore:
     def __init__(self, host: str = "127.0.0.1", otlp_port: int = 0, http_port: int = 0,
-                 max_traces: int = 2000) -> None:
-        self.host, self.max_traces = host, max_traces
+                 max_traces: int = 2000, max_spans: int = 100_000, max_spans_per_trace: int = 2000,
+                 max_traces_per_request: int = 16) -> None:
+        self.host, self.max_traces, self.max_spans = host, max_traces, max_spans
+        self.max_spans_per_trace, self.max_traces_per_request = max_spans_per_trace, max_traces_per_request
+        self.num_spans = 0
+        self.num_dropped = 0  # spans refused by the per-trace or per-request bound
         self._traces: OrderedDict[str, list[dict]] = OrderedDict()
         self._by_request: dict[str, set[str]] = {}
         self._lock = threading.Lock()
@@ -87,16 +100,35 @@ class TraceStore:
     def add(self, spans: list[dict]) -> None:
         with self._lock:
             for span in spans:
-                tid = span["trace_id"]
-                self._traces.setdefault(tid, []).append(span)
-                self._traces.move_to_end(tid)
-                rid = span["attributes"].get(REQUEST_ATTR)
-                if rid:
-                    self._by_request.setdefault(str(rid), set()).add(tid)
-            while len(self._traces) > self.max_traces:
-                tid, dropped = self._traces.popitem(last=False)
-                for span in dropped:
-                    self._by_request.pop(str(span["attributes"].get(REQUEST_ATTR, "")), None)
+                self._add(span)
+            while len(self._traces) > self.max_traces or self.num_spans > self.max_spans:
+                self._drop_oldest()
+
+    def _add(self, span: dict) -> None:
+        tid = span["trace_id"]
+        rid = str(span["attributes"].get(REQUEST_ATTR, ""))
+        known = self._by_request.get(rid, set()) if rid else set()
+        kept = self._traces.get(tid)
+        if (kept is not None and len(kept) >= self.max_spans_per_trace) or (
+                rid and tid not in known and len(known) >= self.max_traces_per_request):
+            self.num_dropped += 1
+            return
+        self._traces.setdefault(tid, []).append(span)
+        self._traces.move_to_end(tid)
+        self.num_spans += 1
+        if rid:
+            self._by_request.setdefault(rid, set()).add(tid)
+
+    def _drop_oldest(self) -> None:
+        tid, dropped = self._traces.popitem(last=False)
+        self.num_spans -= len(dropped)
+        for span in dropped:
+            rid = str(span["attributes"].get(REQUEST_ATTR, ""))
+            tids = self._by_request.get(rid)
+            if tids is not None:
+                tids.discard(tid)
+                if not tids:
+                    del self._by_request[rid]
 
     def spans(self) -> list[dict]:
         """Every span held, oldest trace first."""

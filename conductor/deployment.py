@@ -34,6 +34,8 @@ A file has one of two shapes. Served models, what `starmesh up` launches and
         options: {chunk_size: 25}  # optional: the pipeline builder's keyword options
         placement: {prefill: thinker, decode: thinker, talker: talker, code2wav: codec}
         kv_contexts: {thinker: [prefill, decode]}   # optional
+        admission: {max_in_flight: 64, max_waiting: 128}   # optional (conductor/admission.py):
+                                   #   running + waiting requests; past both, RESOURCE_EXHAUSTED
 
 One model placed on services started by other means (tests, benchmarks,
 `Placement.from_yaml`; compose/deployments/toy-local.yaml): `services` as above and,
@@ -60,6 +62,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from conductor.admission import AdmissionConfig
 from conductor.dlo_group_spec import DloGroupSpec
 from conductor.placement import Placement
 from conductor.service_spec import ServiceSpec, check_endpoint
@@ -84,6 +87,7 @@ class ModelSpec:
     services: the services its Placement holds (module docstring), in order.
     lockstep_groups: group -> member services, in rank order.
     options: the pipeline builder's keyword options.
+    admission: its request limits (conductor.admission; defaults when the file has none).
     """
 
     name: str
@@ -94,11 +98,14 @@ class ModelSpec:
     kv_contexts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     lockstep_groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
 
     __hash__ = None  # mappings inside: compare by value, never hash
 
     def __post_init__(self) -> None:
         where = f"models.{self.name}"
+        if not isinstance(self.admission, AdmissionConfig):
+            raise GraphError(f"{where}: admission must be an AdmissionConfig, got {self.admission!r}")
         for key in ("name", "pipeline"):
             if not isinstance(getattr(self, key), str):
                 raise GraphError(f"{where}: {key} must be a string, got {getattr(self, key)!r}")

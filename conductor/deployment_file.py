@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from conductor.admission import AdmissionConfig
 from conductor.deployment import DEFAULT_CONDUCTOR, Deployment, ModelSpec
 from conductor.dlo_group_spec import DloGroupSpec
 from conductor.service_spec import ServiceSpec
@@ -22,7 +23,8 @@ SINGLE_KEYS = ("model", "placement", "kv_contexts", "lockstep_groups")  # one mo
 TOP_KEYS = {"name", "checkpoints", "conductor", "services", *SERVED_KEYS, *SINGLE_KEYS}
 SERVICE_KEYS = {"replicas", "device", "options", "components", "component", "checkpoint", "host_id", "mooncake",
                 "transport_mode"}
-MODEL_KEYS = {"pipeline", "options", "placement", "kv_contexts"}
+MODEL_KEYS = {"pipeline", "options", "placement", "kv_contexts", "admission"}
+ADMISSION_KEYS = {"max_in_flight", "max_waiting", "min_retry_ms", "max_retry_ms"}
 NODE_KEYS = {"default", "walks"}
 GROUP_KEYS = {"address", "world_size", "members", "timeout_s"}
 CHECKPOINT_KEYS = {"tiny", "path"}
@@ -156,7 +158,20 @@ def _model(name: str, data: Any, groups: Mapping[str, DloGroupSpec]) -> ModelSpe
     services = sorted(named | {s for members in lockstep.values() for s in members})
     return ModelSpec(name, str(data["pipeline"]), defaults, tuple(services), overrides,
                      _kv_contexts(data.get("kv_contexts"), f"{where}: "), lockstep,
-                     _mapping(data.get("options") or {}, f"{where}.options"))
+                     _mapping(data.get("options") or {}, f"{where}.options"),
+                     _admission(data.get("admission"), where))
+
+
+def _admission(data: Any, where: str) -> AdmissionConfig:
+    """A model's `admission:` limits; absent: the defaults."""
+    if data is None:
+        return AdmissionConfig()
+    data = _mapping(data, f"{where}.admission")
+    _no_unknown(data, ADMISSION_KEYS, f"{where}.admission")
+    try:
+        return AdmissionConfig(**{str(k): v for k, v in data.items()})
+    except ValueError as exc:
+        raise GraphError(f"{where}: {exc}") from exc
 
 
 def _single_model(data: Mapping, services: Mapping[str, ServiceSpec]) -> dict[str, ModelSpec]:

@@ -26,6 +26,10 @@ class Inbox:
             self._idle.clear()
         self._queue.put(msg)
 
+    @property
+    def num_pending(self) -> int:
+        return self._pending  # one int read: a momentary view without the lock
+
     def get(self) -> Any:
         return self._queue.get()
 

@@ -15,7 +15,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from runtime.items import ConsumedLease, OpenNode
+from runtime.items import AcceptRoute, Cancel, ConsumedLease, Credit, NodeError, OpenNode, Release
 from runtime.telemetry import extract_context
 
 log = logging.getLogger(__name__)
@@ -66,8 +66,11 @@ class NodeRun:
 
 
 class RequestTable:
-    def __init__(self, tracer: trace.Tracer) -> None:
+    def __init__(self, tracer: trace.Tracer, max_requests: int = 1024) -> None:
+        if isinstance(max_requests, bool) or not isinstance(max_requests, int) or max_requests < 1:
+            raise ValueError(f"max_requests must be an integer >= 1, got {max_requests!r}")
         self._tracer = tracer
+        self.max_requests = max_requests
         self.requests: dict[str, RequestState] = {}
         self.runs: dict[RunKey, NodeRun] = {}  # (request_id, node, iteration)
         self.streams: dict[str, set[str]] = {}  # stream id -> request ids it carries
@@ -78,6 +81,38 @@ class RequestTable:
     def owner(self, request_id: str) -> str | None:
         state = self.requests.get(request_id)
         return state.stream_id if state else None
+
+    def is_foreign(self, stream_id: str, request_id: str) -> bool:
+        """The request is open here, on another stream: items on `stream_id` must not
+        touch it (a stream acts only on what it opened or was granted)."""
+        owner = self.owner(request_id)
+        return owner is not None and owner != stream_id
+
+    def refusal(self, stream_id: str, field: str, item: Any, is_draining: bool = False) -> NodeError | None:
+        """Why an item on `stream_id` must not be applied, or None. Ownership: a stream
+        acts only on requests it opened or was granted (an OpenNode, Cancel, Release,
+        Credit or grant for another stream's request is PERMISSION_DENIED); a Release
+        names its request; a new request past max_requests, or any OpenNode while the
+        service drains, is refused."""
+        if not isinstance(item, (OpenNode, Cancel, Release, Credit, AcceptRoute)):
+            return None
+        run = item.run if isinstance(item, AcceptRoute) else item
+        rid, node = run.request_id, getattr(run, "node", "")
+        kind = type(item).__name__.lower()
+        iteration = tuple(getattr(run, "iteration", ()))
+        if isinstance(item, Release) and not rid:
+            return NodeError("", "", "INVALID_ARGUMENT", f"{field}.release.request_id is empty: a release names "
+                                                         "the request whose leases it acknowledges")
+        if self.is_foreign(stream_id, rid):
+            return NodeError(rid, node, "PERMISSION_DENIED", f"{field}.{kind}: request {rid!r} is not open on "
+                                                            "this stream", iteration)
+        if isinstance(item, OpenNode) and is_draining:
+            return NodeError(rid, node, "UNAVAILABLE", f"{field}.open: the service is shutting down", iteration)
+        if isinstance(item, (OpenNode, AcceptRoute)) and rid not in self.requests and \
+                len(self.requests) >= self.max_requests:
+            return NodeError(rid, node, "RESOURCE_EXHAUSTED", f"{field}.{kind}: this replica holds "
+                                                             f"{len(self.requests)} requests (max_requests)", iteration)
+        return None
 
     def open_run(self, stream_id: str, item: OpenNode) -> tuple[NodeRun, trace.Span]:
         """Registers the request on its stream and starts a `node <name>` span whose

@@ -26,6 +26,10 @@ from runtime.step_loop import StepLoop
 log = logging.getLogger(__name__)
 
 _END = object()  # end the response stream
+# Messages queued for the engine thread past which a stream's reader stops reading: the
+# sender then waits on gRPC flow control instead of filling this process's memory.
+MAX_QUEUED = 1024
+_QUEUE_POLL_S = 0.002
 
 
 def _events_to_proto(events: list[OutboundEvent]) -> component_pb2.RunResponse:
@@ -116,6 +120,8 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
                     self._step_loop.name_stream(stream_id, request.sender[:200])
                     named = True
                 self._step_loop.submit(stream_id, wire.request_from_proto(request))
+                while self._step_loop.num_queued > MAX_QUEUED:
+                    await asyncio.sleep(_QUEUE_POLL_S)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -45,12 +45,13 @@ class StepLoop:
     """Runs `component` on a dedicated thread; streams feed it through an inbox."""
 
     def __init__(self, component: Component, transport: Any, tracer: trace.Tracer | None = None,
-                 peers: Any = None) -> None:
+                 peers: Any = None, max_requests: int = 1024) -> None:
         """peers: the Run streams to peer replicas that routed edges push on
-        (runtime.peer_links); None in a process that has none."""
+        (runtime.peer_links); None in a process that has none. max_requests: requests
+        this replica holds at once; an OpenNode for one more is RESOURCE_EXHAUSTED."""
         self.component = component
         self.transport = transport
-        self._table = RequestTable(tracer or trace.NoOpTracer())
+        self._table = RequestTable(tracer or trace.NoOpTracer(), max_requests)
         self._credits = CreditGate(self._table, component)
         self.routed = RoutedEdges(self._table, component, transport, self._credits, self._emit, self._fail,
                                   self._cancel, peers, tracer)
@@ -99,6 +100,11 @@ class StepLoop:
     def known_requests(self, stream_id: str) -> tuple[str, ...]:
         """The requests a stream's heartbeat lists (runtime.heartbeat); event loop."""
         return known_requests(self._queued, stream_id, self._table.streams)
+
+    @property
+    def num_queued(self) -> int:
+        """Messages waiting for the engine thread (the servicer stops reading past a bound)."""
+        return self._inbox.num_pending
 
     @property
     def num_open_requests(self) -> int:
@@ -162,6 +168,12 @@ class StepLoop:
             self._inbox.handled()
 
     def _handle_item(self, stream_id: str, field: str, item: Any) -> None:
+        refusal = self._table.refusal(stream_id, field, item, self._is_draining)
+        if refusal is not None:
+            if isinstance(item, OpenNode):
+                self._refused(item)
+            self._emit(stream_id, refusal)
+            return
         if isinstance(item, Rejected):
             self._emit(stream_id, NodeError(item.request_id, item.node, item.status, item.message))
         elif isinstance(item, OpenNode):
@@ -180,14 +192,6 @@ class StepLoop:
             self._credits.grant(item)
 
     def _open(self, stream_id: str, field: str, item: OpenNode) -> None:
-        owner = self._table.owner(item.request_id)
-        if self._is_draining or (owner is not None and owner != stream_id):
-            status = "UNAVAILABLE" if self._is_draining else "FAILED_PRECONDITION"
-            why = "the service is shutting down" if self._is_draining else "the request is open on another stream"
-            msg = f"{field}.open: {why}"
-            self._refused(item)
-            self._emit(stream_id, NodeError(item.request_id, item.node, status, msg, item.iteration))
-            return
         run, span = self._table.open_run(stream_id, item)
         reached = False  # whether component.open saw the item
         try:
@@ -246,7 +250,7 @@ class StepLoop:
 
     def _release(self, field: str, item: Release) -> None:
         try:
-            self.transport.release(list(item.lease_ids), request_id=item.request_id or None)
+            self.transport.release(list(item.lease_ids), request_id=item.request_id)
         except StarmeshError as e:
             # An ack for a lease already freed (e.g. after its carrier broke) is harmless.
             log.warning("%s.release: %s", field, e)
