@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from conductor.dispatch import Dispatch
 from runtime.items import AcceptRoute, InboundItem, OpenNode
+from runtime.message_split import oversized_error
 from runtime.parts import part_name
 from transport.codec import inline_ref
 from transport.refs import TensorRef
@@ -153,7 +154,9 @@ class RemoteTarget:
     async def _write(self) -> None:
         try:
             while True:
-                await self.client.send(await self.outbox.get())
+                too_big = await self.client.send(await self.outbox.get())
+                if too_big:  # those requests fail; the stream and its other requests go on
+                    self.sink([oversized_error(i, self.client.max_message_bytes) for i in too_big], self)
         except Exception as e:
             self._break(e)
 

@@ -38,9 +38,10 @@ class ComponentService:
     service_names = (COMPONENT_SERVICE,)
 
     def __init__(self, component: Component, transport: Any, telemetry: Telemetry | None = None,
-                 heartbeat_s: float = DEFAULT_INTERVAL_S) -> None:
+                 heartbeat_s: float = DEFAULT_INTERVAL_S, max_message_bytes: int = 64 << 20) -> None:
         """heartbeat_s: how often each Run stream lists the requests it knows (the
-        conductor fails a request a replica stopped listing)."""
+        conductor fails a request a replica stopped listing); max_message_bytes: the
+        server's message limit (ServerConfig's), which no frame it sends passes."""
         if not heartbeat_s > 0:
             raise ValueError(f"heartbeat_s must be > 0, got {heartbeat_s!r}")
         if not isinstance(component, Component):
@@ -51,9 +52,10 @@ class ComponentService:
         tracer = telemetry.tracer if telemetry else None
         # Routed edges push straight to peer replicas; the links report back to the engine thread.
         self.peers = PeerLinks(f"{component.name} (pid {os.getpid()})", lambda peer, evs: self.step_loop.peer_events(
-            peer, evs), lambda peer, why: self.step_loop.peer_broken(peer, why))
+            peer, evs), lambda peer, why: self.step_loop.peer_broken(peer, why), max_message_bytes)
         self.step_loop = StepLoop(component, transport, tracer, self.peers)
-        self.servicer = ComponentServicer(component, transport, self.step_loop, starmesh_version(), heartbeat_s)
+        self.servicer = ComponentServicer(component, transport, self.step_loop, starmesh_version(), heartbeat_s,
+                                          max_message_bytes)
         self._closed = False
 
     def register(self, server: grpc.aio.Server) -> None:

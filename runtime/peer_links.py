@@ -28,12 +28,14 @@ class _Link:
         self.tasks = [asyncio.create_task(self._write()), asyncio.create_task(self._read())]
 
     async def _write(self) -> None:
-        from runtime.item_proto import items_to_proto
+        from runtime.message_split import oversized_error
 
         try:
             while True:
-                items = await self.queue.get()
-                await self.client.call.write(items_to_proto(items, sender=self.links.name))
+                too_big = await self.client.send(await self.queue.get(), sender=self.links.name)
+                if too_big:  # fails those requests, as a refusal from the peer would
+                    self.links.on_events(self.peer, [oversized_error(i, self.client.max_message_bytes)
+                                                     for i in too_big])
         except Exception as e:  # noqa: BLE001 - any failure breaks the link
             self._break(e)
 

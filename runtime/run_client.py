@@ -14,6 +14,7 @@ import grpc
 from protos.starmesh.v1 import component_pb2, component_pb2_grpc
 from runtime.items import InboundItem, NodeDone, NodeError, OutboundEvent
 from runtime.item_proto import events_from_proto, items_to_proto
+from runtime.message_split import split
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
 
@@ -35,6 +36,7 @@ class ComponentClient:
         if fresh_connection:
             options.append(("grpc.use_local_subchannel_pool", 1))
         self.address = address
+        self.max_message_bytes = max_message_bytes
         self.channel = grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
         self.stub = component_pb2_grpc.ComponentStub(self.channel)
         self.call = None
@@ -49,9 +51,14 @@ class ComponentClient:
     async def describe(self, timeout_s: float = 10.0) -> component_pb2.ComponentInfo:
         return await self.stub.Describe(component_pb2.DescribeRequest(), timeout=timeout_s)
 
-    async def send(self, items: list[InboundItem]) -> None:
-        """Sends every item in one RunRequest."""
-        await self.call.write(items_to_proto(items))
+    async def send(self, items: list[InboundItem], sender: str = "") -> list[InboundItem]:
+        """Sends every item in one RunRequest, or in several when one would pass the
+        message limit; returns the items too large to send at all (their requests
+        must fail, the stream stays up)."""
+        parts, oversized = split(items_to_proto(items, sender), "items", self.max_message_bytes)
+        for part in parts:
+            await self.call.write(part)
+        return [items[i] for i in oversized]
 
     async def recv(self) -> list[OutboundEvent]:
         msg = await self.call.read()

@@ -20,6 +20,7 @@ from runtime import item_proto as wire
 from runtime.component import Component
 from runtime.grpc_status import map_errors
 from runtime.heartbeat import DEFAULT_INTERVAL_S, beat
+from runtime.message_split import split
 from runtime.items import NodeError, NodeOutput, OutboundEvent
 from runtime.step_loop import StepLoop
 
@@ -53,9 +54,11 @@ def _events_to_proto(events: list[OutboundEvent]) -> component_pb2.RunResponse:
 
 class ComponentServicer(component_pb2_grpc.ComponentServicer):
     def __init__(self, component: Component, transport: Any, step_loop: StepLoop, version: str,
-                 heartbeat_s: float = DEFAULT_INTERVAL_S) -> None:
-        """heartbeat_s: how often each Run stream lists the requests known on it."""
+                 heartbeat_s: float = DEFAULT_INTERVAL_S, max_message_bytes: int = 64 << 20) -> None:
+        """heartbeat_s: how often each Run stream lists the requests known on it;
+        max_message_bytes: the server's send limit (no RunResponse passes it)."""
         self._heartbeat_s = heartbeat_s
+        self._max_message_bytes = max_message_bytes
         self._component = component
         self._transport = transport
         self._step_loop = step_loop
@@ -93,8 +96,8 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
         outbox: asyncio.Queue = asyncio.Queue()
 
         def sink(events: list[OutboundEvent] | None) -> None:  # engine thread
-            msg = _END if events is None else _events_to_proto(events)
-            loop.call_soon_threadsafe(outbox.put_nowait, msg)
+            for msg in [_END] if events is None else self._frames(events):
+                loop.call_soon_threadsafe(outbox.put_nowait, msg)
 
         self._step_loop.attach(stream_id, sink)
         reader = asyncio.create_task(self._read(request_iterator, stream_id, outbox))
@@ -111,6 +114,18 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
             reader.cancel()
             heartbeat.cancel()
             self._step_loop.detach(stream_id)
+
+    def _frames(self, events: list[OutboundEvent]) -> list[component_pb2.RunResponse]:
+        """One step's events as RunResponses within the message limit; an event too
+        large alone (an inline output) fails its request instead."""
+        parts, oversized = split(_events_to_proto(events), "events", self._max_message_bytes)
+        if oversized:
+            errors = [NodeError(events[i].request_id, getattr(events[i], "node", ""), "RESOURCE_EXHAUSTED",
+                                f"an output of node {getattr(events[i], 'node', '')} passes the "
+                                f"{self._max_message_bytes}-byte message limit inline; it must go by reference",
+                                tuple(getattr(events[i], "iteration", ()))) for i in oversized]
+            parts.append(wire.events_to_proto(errors))
+        return parts
 
     async def _read(self, request_iterator, stream_id: str, outbox: asyncio.Queue) -> None:
         named = False
