@@ -149,3 +149,54 @@ def test_list_models_and_unknown_model(mesh):
         with pytest.raises(grpc.RpcError) as err:
             list(stub.Generate(pb.GenerateRequest(model="nope")))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "nope" in err.value.details()
+
+
+def test_overload_past_the_limits_is_refused_quickly_and_the_admitted_finish(mesh):
+    """4x the limits at once: the excess is RESOURCE_EXHAUSTED with a retry hint before
+    any of them ran, every admitted request finishes, and the conductor never held more
+    than its limits."""
+    from conductor.admission import Admission, AdmissionConfig
+
+    _, procs = mesh
+    limits = AdmissionConfig(max_in_flight=2, max_waiting=2)
+    placement = Placement.from_dict({
+        "services": {name: {"replicas": [p.address]} for name, p in procs.items()},
+        "placement": {"embed": "svc_embed", "lm": "svc_lm", "codec": "svc_codec"},
+    })
+    admission = Admission({"toy": limits})
+    conductor = BackgroundServer(ConductorService([ServedModel("toy", toys.toy_pipeline(), placement, {"gen"})],
+                                                  admission=admission))
+    conductor.start()
+    num = 4 * (limits.max_in_flight + limits.max_waiting)
+    peak = {"held": 0}
+
+    async def main():
+        async with grpc.aio.insecure_channel(conductor.address) as channel:
+            stub = conductor_pb2_grpc.ConductorStub(channel)
+
+            async def one(i):
+                try:
+                    return collect([ev async for ev in stub.Generate(request(3.0, f"over-{i}"))])
+                except grpc.aio.AioRpcError as e:
+                    return e
+                finally:
+                    stats = admission.stats("toy")
+                    peak["held"] = max(peak["held"], stats["in_flight"] + stats["waiting"])
+
+            return await asyncio.gather(*(one(i) for i in range(num)))
+
+    try:
+        results = asyncio.run(main())
+    finally:
+        conductor.stop()
+    refused = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
+    admitted = [r for r in results if not isinstance(r, grpc.aio.AioRpcError)]
+    assert all(r.code() == grpc.StatusCode.RESOURCE_EXHAUSTED for r in refused), [r.details() for r in refused]
+    assert all(int(dict(r.trailing_metadata())["retry-after-ms"]) > 0 for r in refused)
+    assert len(admitted) >= limits.max_in_flight + limits.max_waiting and len(refused) >= num // 2
+    expected = inprocess(3.0)
+    assert all(got == expected for got in admitted)
+    assert peak["held"] <= limits.max_in_flight + limits.max_waiting
+    admission.check_integrity()
+    for proc in procs.values():
+        assert wait_until(lambda: describe(proc.address).num_open_requests == 0, 10.0), proc.name
