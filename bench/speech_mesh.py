@@ -29,8 +29,10 @@ SERVICES = ("thinker", "talker", "codec", "talker+codec")
 class SpeechMesh:
     """Context manager: the service processes and the conductor; all stopped on exit."""
 
-    def __init__(self, checkpoint: str, threads: int = 1, first_chunk: int = FIRST) -> None:
+    def __init__(self, checkpoint: str, threads: int = 1, first_chunk: int = FIRST, admission=None) -> None:
+        """admission: the conductor's request limits (conductor.admission.Admission; default limits if None)."""
         self.checkpoint, self.threads, self.first_chunk = checkpoint, threads, first_chunk
+        self.admission = admission
         self.procs: dict = {}
         self.arenas: list[str] = []  # the services' /dev/shm segments, gone once they stop
         self.conductor = None
@@ -64,7 +66,7 @@ class SpeechMesh:
         first = self.first_chunk
         models = [speech_model("omni", split, CHUNK, LEFT, first), speech_model("omni-colo", colo, CHUNK, LEFT, first),
                   stage_model("omni-stage", split)]
-        self.conductor = BackgroundServer(ConductorService(models))
+        self.conductor = BackgroundServer(ConductorService(models, admission=self.admission))
         self.conductor.start()
 
     def __exit__(self, *exc) -> None:
