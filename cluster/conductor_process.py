@@ -18,10 +18,11 @@ def served_models(spec) -> list:
 
 
 def serve_conductor(models: list, server_config: ServerConfig, metrics_port: int | None = None,
-                    port_file: str | None = None) -> None:
+                    port_file: str | None = None, api_key: str = "") -> None:
     """Blocks until SIGTERM or SIGINT, then stops gracefully. `metrics_port` serves the
     conductor's Prometheus /metrics on the server's host; `port_file` receives the bound
-    port once SERVING."""
+    port once SERVING. The server's TLS config is also the one of the streams to the
+    services; `api_key` ("" for none) is the token Conductor calls must carry."""
     telemetry = Telemetry("conductor")
     telemetry.install_global()
     metrics = None
@@ -31,4 +32,5 @@ def serve_conductor(models: list, server_config: ServerConfig, metrics_port: int
 
         metrics = ConductorMetrics()
         serve_metrics(metrics_port, metrics.registry, server_config.host)
-    serve_blocking(ConductorService(models, telemetry, metrics), server_config, telemetry, port_file)
+    service = ConductorService(models, telemetry, metrics, tls=server_config.tls, api_key=api_key)
+    serve_blocking(service, server_config, telemetry, port_file)

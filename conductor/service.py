@@ -14,6 +14,7 @@ import uuid
 
 import grpc
 
+from conductor.auth import ApiKeyInterceptor
 from conductor.client_outputs import ClientOutputs
 from conductor.executor import Executor
 from conductor.metrics import ConductorMetrics, RequestMeter
@@ -85,12 +86,18 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
 
 class ConductorService:
     """runtime.server.HostedService for the conductor: one executor per model,
-    each holding one Run stream per replica, opened when the server starts."""
+    each holding one Run stream per replica, opened when the server starts.
+
+    tls: the runtime.tls.TlsConfig of the Run streams to replicas (None: plaintext);
+    api_key: the token every Conductor call must carry (conductor/auth.py); "" for none."""
 
     service_names = (CONDUCTOR_SERVICE,)
 
-    def __init__(self, models: list[ServedModel], telemetry=None, metrics: ConductorMetrics | None = None) -> None:
+    def __init__(self, models: list[ServedModel], telemetry=None, metrics: ConductorMetrics | None = None,
+                 tls=None, api_key: str = "") -> None:
         self.models = models
+        self.tls = tls
+        self.server_interceptors = (ApiKeyInterceptor(api_key, self.service_names),) if api_key else ()
         self.telemetry = telemetry
         self.metrics = metrics
         self.executors: dict[str, Executor] = {}
@@ -114,7 +121,7 @@ class ConductorService:
             executor = await self._stack.enter_async_context(
                 remote_executor(model.graph, model.placement, model.inner_loops, tracer, interceptors,
                                 lockstep_nodes=model.lockstep_nodes, on_edge=on_edge,
-                                direct_edges=model.direct_edges))
+                                direct_edges=model.direct_edges, tls=self.tls))
             self.executors[model.name] = executor
 
     def ready(self) -> bool:

@@ -27,6 +27,10 @@ class ResourceExhausted(StarmeshError):
     status = "RESOURCE_EXHAUSTED"
 
 
+class Unauthenticated(StarmeshError):
+    status = "UNAUTHENTICATED"
+
+
 class FieldError(StarmeshError):
     """A StarmeshError re-raised with the wire field prefixed to its message."""
 

@@ -23,6 +23,7 @@ from runtime.peer_links import PeerLinks
 from runtime.servicer import ComponentServicer
 from runtime.step_loop import StepLoop
 from runtime.telemetry import Telemetry
+from runtime.tls import TlsConfig
 from core.version import starmesh_version
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,9 @@ class ComponentService:
 
     service_names = (COMPONENT_SERVICE,)
 
-    def __init__(self, component: Component, transport: Any, telemetry: Telemetry | None = None) -> None:
+    def __init__(self, component: Component, transport: Any, telemetry: Telemetry | None = None,
+                 tls: TlsConfig | None = None) -> None:
+        """tls: how this process's peer streams (routed edges) connect: its server's config."""
         if not isinstance(component, Component):
             missing = [m for m in _MEMBERS if not hasattr(component, m)]
             raise TypeError(f"{type(component).__name__} is not a component: it lacks {missing}")
@@ -45,7 +48,7 @@ class ComponentService:
         tracer = telemetry.tracer if telemetry else None
         # Routed edges push straight to peer replicas; the links report back to the engine thread.
         self.peers = PeerLinks(f"{component.name} (pid {os.getpid()})", lambda peer, evs: self.step_loop.peer_events(
-            peer, evs), lambda peer, why: self.step_loop.peer_broken(peer, why))
+            peer, evs), lambda peer, why: self.step_loop.peer_broken(peer, why), tls=tls)
         self.step_loop = StepLoop(component, transport, tracer, self.peers)
         self.servicer = ComponentServicer(component, transport, self.step_loop, starmesh_version())
         self._closed = False
