@@ -81,7 +81,7 @@ def test_the_launcher_passes_tls_to_every_child_and_the_key_to_none_of_the_servi
 
 def test_the_bearer_check():
     check_bearer("Bearer s3cret", "s3cret")
-    check_bearer("bearer s3cret", "s3cret")  # the scheme is case-insensitive (RFC 6750)
+    check_bearer("bearer s3cret", "s3cret")  # the scheme is case-insensitive
     for value, message in ((None, "missing authorization"), ("", "missing authorization"),
                            ("Basic s3cret", "Bearer scheme"), ("Bearer s3cre", "wrong api key"),
                            ("Bearer s3cretx", "wrong api key")):
