@@ -236,21 +236,24 @@ def run_mesh(services: dict, store, args) -> dict:
     return results
 
 
-def start_services(names=tuple(FACTORIES), trace_store: str = "") -> dict:
+def start_services(names=tuple(FACTORIES), trace_store: str = "", args=()) -> dict:
+    """The toy services `names` as processes, SERVING; `args`: more `starmesh serve` flags."""
     from runtime.process import ServiceProcess
     from runtime.telemetry import TRACE_STORE_ENV
 
     env = {TRACE_STORE_ENV: trace_store} if trace_store else {}
-    procs = {k: ServiceProcess(FACTORIES[k], ["--host-id", "bench-host"], env=env, name=f"bench-{k}") for k in names}
-    started = {}
+    procs = {k: ServiceProcess(FACTORIES[k], ["--host-id", "bench-host", *args], env=env, name=f"bench-{k}")
+             for k in names}
     try:
-        for name, proc in procs.items():
-            started[name] = proc.start()
+        for proc in procs.values():  # in parallel: each child imports torch on its own
+            proc.launch()
+        for proc in procs.values():
+            proc.wait_serving()
     except BaseException:
-        for proc in started.values():
+        for proc in procs.values():
             proc.stop()
         raise
-    return started
+    return procs
 
 
 def report(results: dict) -> None:

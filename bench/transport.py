@@ -90,12 +90,14 @@ def fit_alpha_beta(points: list[tuple[int, float]]) -> tuple[float, float]:
     return intercept * 1e6, (1.0 / slope / 1e9 if slope > 0 else float("inf"))
 
 
-async def grpc_echo_us(address: str, repeats: int) -> float:
-    """Bare unary round trip (health Check): the floor for any hand-off."""
-    import grpc
+async def grpc_echo_us(address: str, repeats: int, tls=None) -> float:
+    """Bare unary round trip (health Check): the floor for any hand-off; `tls`: a
+    runtime.tls.TlsConfig for a TLS service."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    async with grpc.aio.insecure_channel(address) as channel:
+    from runtime.tls import aio_channel
+
+    async with aio_channel(address, tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         times = []
         for _ in range(repeats + 10):

@@ -6,6 +6,8 @@ import logging
 import os
 import sys
 
+from cli.connection_args import add_api_key_arg, add_tls_args, api_key_from_args, tls_from_args
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("conductor", help="run the conductor for a deployment's models",
@@ -18,6 +20,9 @@ def add_parser(sub) -> None:
     p.add_argument("--run-timeout-s", type=float, default=10.0, metavar="S",
                    help="fail a request a service stopped listing in its heartbeats after S seconds (default 10)")
     p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"))
+    add_tls_args(p, "the front door and the streams to the services (default: the deployment's tls)")
+    add_api_key_arg(p, "the token every Conductor call must carry as 'authorization: Bearer KEY'; "
+                       "health and reflection need none")
     p.set_defaults(func=run)
 
 
@@ -25,19 +30,21 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from cluster.conductor_process import admission_of, serve_conductor, served_models
     from cluster.launchable import read_launchable
-    from core.errors import GraphError
+    from core.errors import StarmeshError
     from runtime.server import ServerConfig
 
     try:
         spec = read_launchable(args.deployment)
         models = served_models(spec)
-    except GraphError as e:
+        host, _, port = spec.conductor.rpartition(":")
+        config = ServerConfig(host=args.host or host, port=int(port) if args.port is None else args.port,
+                              tls=tls_from_args(args, spec.tls))
+    except (ValueError, StarmeshError) as e:
         print(f"starmesh conductor: {e}", file=sys.stderr)
         return 2
-    host, _, port = spec.conductor.rpartition(":")
     if not args.run_timeout_s > 0:
         print(f"starmesh conductor: --run-timeout-s must be > 0, got {args.run_timeout_s}", file=sys.stderr)
         return 2
-    config = ServerConfig(host=args.host or host, port=int(port) if args.port is None else args.port)
-    serve_conductor(models, config, args.metrics_port, args.port_file, admission_of(spec), args.run_timeout_s)
+    serve_conductor(models, config, args.metrics_port, args.port_file, api_key_from_args(args), admission_of(spec),
+                    args.run_timeout_s)
     return 0

@@ -15,6 +15,8 @@ import sys
 import time
 import zlib
 
+from cli.connection_args import add_client_args, connection_from_args
+
 DEFAULT_CONDUCTOR = "127.0.0.1:50050"
 
 
@@ -37,6 +39,7 @@ def add_parser(sub) -> None:
     where.add_argument("--checkpoint", metavar="DIR", help="run every node in this process (no services)")
     p.add_argument("--timeout-s", type=float, default=600.0)
     p.add_argument("--json", action="store_true", help="print latency and the image path as JSON")
+    add_client_args(p)
     p.set_defaults(func=run)
 
 
@@ -133,8 +136,6 @@ def _prompt_tensor(prompt: str):
 
 
 def _run_remote(args: argparse.Namespace, params: dict, bar: ProgressBar):
-    import grpc
-
     from protos.starmesh.v1 import conductor_pb2 as pb
     from protos.starmesh.v1 import conductor_pb2_grpc
     from transport.codec import inline_ref
@@ -144,7 +145,7 @@ def _run_remote(args: argparse.Namespace, params: dict, bar: ProgressBar):
     ref_to_proto(inline_ref(_prompt_tensor(args.prompt)), req.inputs.add(name="prompt").tensor)
     req.params.update(params)
     image = None
-    with grpc.insecure_channel(args.conductor, options=[("grpc.max_receive_message_length", 256 << 20)]) as ch:
+    with connection_from_args(args, args.conductor).channel() as ch:
         for event in conductor_pb2_grpc.ConductorStub(ch).Generate(req, timeout=args.timeout_s):
             if event.WhichOneof("kind") != "tensor":
                 continue

@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 
+from cli.connection_args import add_tls_args, tls_from_args
+
 MiB = 1 << 20
 
 
@@ -49,6 +51,7 @@ def add_parser(sub) -> None:
     p.add_argument("--torch-threads", type=int, default=1, metavar="N", help="torch intra-op threads")
     p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus /metrics on this port")
     p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"))
+    add_tls_args(p, "the service's port and its peer streams (mutual TLS with --tls-ca)")
     p.set_defaults(func=run)
 
 
@@ -129,8 +132,12 @@ def run(args: argparse.Namespace) -> int:
     from runtime.server import ServerConfig, configure_torch
     from services.served_component import build_served_component
 
-    server_config = ServerConfig(host=args.host, port=args.port, max_message_bytes=args.max_message_mb * MiB,
-                                 grace_s=args.grace_s, torch_threads=args.torch_threads)
+    try:
+        server_config = ServerConfig(host=args.host, port=args.port, max_message_bytes=args.max_message_mb * MiB,
+                                     grace_s=args.grace_s, torch_threads=args.torch_threads, tls=tls_from_args(args))
+    except (ValueError, StarmeshError) as e:
+        print(f"starmesh serve: {e}", file=sys.stderr)
+        return 2
     transport_config = _transport_config(args)
     configure_torch(server_config.torch_threads)  # before the factory loads any weights
     try:

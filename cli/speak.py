@@ -24,6 +24,8 @@ import json
 import os
 import sys
 
+from cli.connection_args import add_client_args, connection_from_args
+
 DEFAULT_ADDRESS = "127.0.0.1:50050"
 ADDRESS_ENV = "STARMESH_CONDUCTOR"
 BUILTIN_MODEL = "qwen3-omni"  # the name the shipped deployments serve the tiny checkpoint under
@@ -56,6 +58,7 @@ def add_parser(sub) -> None:
                                                      "`starmesh trace ID` reads its spans")
     p.add_argument("--json", action="store_true",
                    help='print {"text_ids", "codec_codes", "ttfa_ms", "rtf", "audio_s", "num_chunks"}')
+    add_client_args(p)
     p.set_defaults(func=run)
 
 
@@ -185,14 +188,14 @@ def _describe(error, address: str, model: str) -> str:
     return f"request failed ({code.name}): {details}"
 
 
-async def _speak(args, address: str, ids: list[int], params: dict, sink: WavSink):
+async def _speak(args, connection, ids: list[int], params: dict, sink: WavSink):
     from client.speech import speak
 
     def on_event(ev) -> None:
         if ev.kind == "audio":
             sink.write(ev.value)
 
-    return await speak(address, args.model, ids, params, on_event=on_event, timeout_s=args.timeout,
+    return await speak(connection, args.model, ids, params, on_event=on_event, timeout_s=args.timeout,
                        request_id=args.request_id)
 
 
@@ -201,15 +204,18 @@ def run(args: argparse.Namespace) -> int:
 
     import grpc
 
+    from core.errors import StarmeshError
+
     address = args.address or os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS
     try:
+        connection = connection_from_args(args, address)
         ids, params = prompt_ids(args), request_params(args)
         sink = WavSink(args.output)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, StarmeshError) as e:
         print(f"starmesh speak: {e}", file=sys.stderr)
         return 2
     try:
-        summary = asyncio.run(_speak(args, address, ids, params, sink))
+        summary = asyncio.run(_speak(args, connection, ids, params, sink))
     except grpc.aio.AioRpcError as e:
         sink.close(keep=sink.num_samples > 0)  # the audio that arrived stays playable
         print(f"starmesh speak: {_describe(e, address, args.model)}", file=sys.stderr)

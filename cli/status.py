@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from cli.connection_args import add_tls_args, tls_from_args
+
 
 def add_parser(sub) -> None:
     from cluster.deployment_dir import DEFAULT_DEPLOYMENT
@@ -10,6 +12,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("status", help="health and load of a deployment's services")
     p.add_argument("--deployment", default=str(DEFAULT_DEPLOYMENT), metavar="FILE")
     p.add_argument("--json", action="store_true")
+    add_tls_args(p, "the probes (default: the deployment's tls)")
     p.set_defaults(func=run)
 
 
@@ -20,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
     from runtime.replica_probe import replica_status
 
     spec = read_launchable(args.deployment)
-    rows = [{"service": s.name, **replica_status(r)} for s in spec.services.values() for r in s.replicas]
+    tls = tls_from_args(args, spec.tls)
+    rows = [{"service": s.name, **replica_status(r, tls=tls)} for s in spec.services.values() for r in s.replicas]
     if args.json:
         print(json.dumps(rows))
         return 0

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 
+from cli.connection_args import add_api_key_arg, add_tls_args, api_key_from_args, tls_from_args
+
 
 def add_parser(sub) -> None:
     from cluster.deployment_dir import DEFAULT_DEPLOYMENT
@@ -26,19 +28,22 @@ def add_parser(sub) -> None:
     p.add_argument("--trace-ui", action="store_true",
                    help="also run Arize Phoenix as OTLP receiver and trace UI on localhost (installed from PyPI "
                         "into its own virtualenv on first use); every process exports to it")
+    add_tls_args(p, "every process of the deployment (default: the deployment's tls)")
+    add_api_key_arg(p, "the conductor's token, passed to it in its environment")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from cluster.stack import start_stack
-    from core.errors import GraphError
+    from core.errors import GraphError, StarmeshError
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        stack = start_stack(args.deployment, trace_store=not args.no_trace_store, trace_ui=args.trace_ui)
-    except (GraphError, RuntimeError, TimeoutError, subprocess.CalledProcessError) as e:
+        stack = start_stack(args.deployment, trace_store=not args.no_trace_store, trace_ui=args.trace_ui,
+                            tls=tls_from_args(args), api_key=api_key_from_args(args))
+    except (GraphError, StarmeshError, RuntimeError, TimeoutError, subprocess.CalledProcessError) as e:
         print(f"starmesh up: {e}", file=sys.stderr)
         return 2
     try:

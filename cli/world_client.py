@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cli.connection_args import add_client_args, connection_from_args
+
 DEFAULT_CONDUCTOR = "127.0.0.1:50050"
 
 
@@ -17,6 +19,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conductor", default=DEFAULT_CONDUCTOR, metavar="HOST:PORT")
     p.add_argument("--timeout-s", type=float, default=600.0)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_client_args(p)
 
 
 def load_npy(path: str):
@@ -28,8 +31,6 @@ def load_npy(path: str):
 
 def generate(args: argparse.Namespace, tensors: dict, params: dict) -> dict:
     """Output name -> tensors in arrival order."""
-    import grpc
-
     from protos.starmesh.v1 import conductor_pb2 as pb
     from protos.starmesh.v1 import conductor_pb2_grpc
     from transport.codec import inline_ref, view
@@ -40,8 +41,7 @@ def generate(args: argparse.Namespace, tensors: dict, params: dict) -> dict:
         ref_to_proto(inline_ref(value.contiguous()), req.inputs.add(name=name).tensor)
     req.params.update(params)
     out: dict = {}
-    options = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
-    with grpc.insecure_channel(args.conductor, options=options) as channel:
+    with connection_from_args(args, args.conductor).channel() as channel:
         for event in conductor_pb2_grpc.ConductorStub(channel).Generate(req, timeout=args.timeout_s):
             if event.WhichOneof("kind") == "tensor":
                 ref = ref_from_proto(event.tensor.tensor, f"event.tensor[{event.tensor.name}]")

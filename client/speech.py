@@ -4,6 +4,9 @@ arrive from the conductor, and a summary (time to first audio, real-time factor)
     async for ev in speak_stream("127.0.0.1:50050", "qwen3-omni", prompt_ids):
         if ev.kind == "audio": play(ev.value)             # float32 [S] at SAMPLE_RATE
     summary = await speak("127.0.0.1:50050", "qwen3-omni", prompt_ids, on_event=...)
+
+The conductor is a HOST:PORT (plaintext, the key from $STARMESH_API_KEY if set) or a
+client.connection.Connection (its key and TLS).
 """
 from __future__ import annotations
 
@@ -11,8 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
-import grpc
-
+from client.connection import Connection
 from pipelines.qwen3_omni.graph import OUTPUT_KINDS as KINDS  # output name -> "text", "codes" or "audio"
 from pipelines.qwen3_omni.model import SAMPLE_RATE
 
@@ -63,7 +65,7 @@ def _tensor(event):
     return view(ref.location.data, ref.dtype, ref.shape).clone()
 
 
-async def speak_stream(address: str, model: str, input_ids: list[int], params: dict | None = None,
+async def speak_stream(conductor: "str | Connection", model: str, input_ids: list[int], params: dict | None = None,
                        request_id: str = "", timeout_s: float | None = None) -> AsyncIterator[SpeechEvent]:
     """Yields the request's events in order; raises grpc.aio.AioRpcError on failure."""
     from protos.starmesh.v1 import conductor_pb2 as pb
@@ -71,8 +73,9 @@ async def speak_stream(address: str, model: str, input_ids: list[int], params: d
 
     req = pb.GenerateRequest(model=model, request_id=request_id, input_ids=list(input_ids))
     req.params.update(params or {})
+    conn = conductor if isinstance(conductor, Connection) else Connection.from_env(conductor)
     t0 = time.perf_counter()
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with conn.aio_channel() as channel:
         async for ev in conductor_pb2_grpc.ConductorStub(channel).Generate(req, timeout=timeout_s):
             if ev.WhichOneof("kind") != "tensor" or ev.tensor.name not in KINDS:
                 continue
@@ -84,12 +87,12 @@ async def speak_stream(address: str, model: str, input_ids: list[int], params: d
             yield SpeechEvent(kind, value, time.perf_counter() - t0)
 
 
-async def speak(address: str, model: str, input_ids: list[int], params: dict | None = None,
+async def speak(conductor: "str | Connection", model: str, input_ids: list[int], params: dict | None = None,
                 on_event: Callable[[SpeechEvent], None] | None = None, **kwargs) -> SpeechSummary:
     """Runs one request to the end; `on_event` sees every event as it arrives."""
     summary = SpeechSummary()
     t0 = time.perf_counter()
-    async for ev in speak_stream(address, model, input_ids, params, **kwargs):
+    async for ev in speak_stream(conductor, model, input_ids, params, **kwargs):
         if on_event is not None:
             on_event(ev)
         if ev.kind == "text":

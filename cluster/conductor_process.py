@@ -24,12 +24,14 @@ def admission_of(spec) -> Admission:
 
 
 def serve_conductor(models: list, server_config: ServerConfig, metrics_port: int | None = None,
-                    port_file: str | None = None, admission: Admission | None = None,
+                    port_file: str | None = None, api_key: str = "", admission: Admission | None = None,
                     run_timeout_s: float = 10.0) -> None:
     """Blocks until SIGTERM or SIGINT, then stops gracefully. `metrics_port` serves the
     conductor's Prometheus /metrics on the server's host; `port_file` receives the bound
-    port once SERVING; admission: the request limits (admission_of(spec)); run_timeout_s:
-    a request a replica stops listing in its heartbeats fails after this long."""
+    port once SERVING. The server's TLS config is also the one of the streams to the
+    services; `api_key` ("" for none) is the token Conductor calls must carry;
+    admission: the request limits (admission_of(spec)); run_timeout_s: a request a
+    replica stops listing in its heartbeats fails after this long."""
     telemetry = Telemetry("conductor")
     telemetry.install_global()
     metrics = None
@@ -39,5 +41,6 @@ def serve_conductor(models: list, server_config: ServerConfig, metrics_port: int
 
         metrics = ConductorMetrics()
         serve_metrics(metrics_port, metrics.registry, server_config.host)
-    service = ConductorService(models, telemetry, metrics, admission, run_timeout_s)
+    service = ConductorService(models, telemetry, metrics, tls=server_config.tls, api_key=api_key,
+                               admission=admission, run_timeout_s=run_timeout_s)
     serve_blocking(service, server_config, telemetry, port_file)

@@ -7,6 +7,10 @@ Every service replica is `starmesh serve <component>` on its endpoint's port and
 conductor `starmesh conductor --deployment FILE`; each child's output is relayed line by
 line, prefixed with its name. Stop: SIGTERM to the conductor, then every service (each
 drains and unlinks its arena), SIGKILL for any that outlive the grace period.
+
+Security: every child gets the deployment's TLS files as flags (--tls-cert/--tls-key/
+--tls-ca: one certificate for the mesh, mutual TLS with a CA); the API key reaches the
+conductor only, through its environment (an argument would show in `ps`).
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from pathlib import Path
 
 from cluster.checkpoints import resolve
 from cluster.dlo_groups import member_args
+from core.bearer import API_KEY_ENV
 from conductor.deployment import Deployment
 from conductor.service_spec import ServiceSpec
 from runtime.process import ServiceProcess
@@ -32,11 +37,15 @@ def print_line(line: str) -> None:
 
 
 class Cluster:
-    """deployment: what to start; path: its file, which the conductor reads itself."""
+    """deployment: what to start; path: its file, which the conductor reads itself;
+    tls: a runtime.tls.TlsConfig replacing the deployment's; api_key: the conductor's token."""
 
     def __init__(self, deployment: Deployment, path: str | Path, trace_store: str = "", log=print_line,
-                 start_timeout_s: float = 180.0, env: dict[str, str] | None = None) -> None:
+                 start_timeout_s: float = 180.0, env: dict[str, str] | None = None, tls=None,
+                 api_key: str = "") -> None:
         self.deployment = deployment
+        self.tls = tls or deployment.tls
+        self.api_key = api_key
         self.path = str(path)
         self.log = log
         self.start_timeout_s = start_timeout_s
@@ -64,8 +73,10 @@ class Cluster:
             for proc in self.services:
                 proc.wait_serving()
             host, _, port = self.deployment.conductor.rpartition(":")
-            args = ["--deployment", self.path, "--host", host, *self._metrics_args("conductor", host)]
-            self.conductor = ServiceProcess("", args, self.env,
+            args = ["--deployment", self.path, "--host", host, *self._metrics_args("conductor", host),
+                    *self._tls_args()]
+            env = {**self.env, API_KEY_ENV: self.api_key} if self.api_key else self.env
+            self.conductor = ServiceProcess("", args, env,
                                             "conductor", self.start_timeout_s, int(port), "conductor", self.log)
             self.conductor.launch().wait_serving()
         except BaseException:
@@ -76,7 +87,7 @@ class Cluster:
 
     def _service(self, s: ServiceSpec, name: str, endpoint: str) -> ServiceProcess:
         host, _, port = endpoint.rpartition(":")
-        args = ["--host", host, *self._metrics_args(name, host)]
+        args = ["--host", host, *self._metrics_args(name, host), *self._tls_args()]
         if s.device != "cpu":  # "cpu" is every factory's default: left out, as compose/ writes the commands
             args += ["--device", s.device]
         if s.checkpoint:
@@ -91,6 +102,9 @@ class Cluster:
             args += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
         args += member_args(self.deployment.dlo_groups, s.name)  # rank, world and rendezvous of a dlo_group member
         return ServiceProcess(s.component, args, self.env, name, self.start_timeout_s, int(port), log=self.log)
+
+    def _tls_args(self) -> list[str]:
+        return self.tls.cli_args() if self.tls is not None else []
 
     def _metrics_args(self, name: str, host: str) -> list[str]:
         port = free_port()

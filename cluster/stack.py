@@ -46,12 +46,14 @@ class Stack:
                 self.ui.stop()
 
 
-def start_stack(deployment: str | Path, trace_store: bool = True, trace_ui: bool = False, log=_log) -> Stack:
+def start_stack(deployment: str | Path, trace_store: bool = True, trace_ui: bool = False, log=_log,
+                tls=None, api_key: str = "") -> Stack:
     """Every process of the deployment file SERVING, with the local trace store (unless
     `trace_store` is False) and Phoenix (if `trace_ui`). Phoenix starts first, so that
     every process inherits its endpoint. Whatever started is stopped again when a later
     part fails (the error propagates: GraphError for a bad file, RuntimeError or
-    TimeoutError for a process that does not come up)."""
+    TimeoutError for a process that does not come up). `tls` (runtime.tls.TlsConfig)
+    replaces the deployment's; `api_key` goes to the conductor (cluster.launcher)."""
     ui = None
     if trace_ui:
         from cluster.phoenix import start_trace_ui
@@ -63,7 +65,8 @@ def start_stack(deployment: str | Path, trace_store: bool = True, trace_ui: bool
         store = TraceStore().start() if trace_store else None
         if store is not None:
             publish_trace_store(store.http_address)
-        cluster = Cluster(spec, deployment, trace_store=store.otlp_address if store else "").start()
+        cluster = Cluster(spec, deployment, trace_store=store.otlp_address if store else "", tls=tls,
+                          api_key=api_key).start()
     except BaseException:
         _stop_store(store)
         if ui is not None:

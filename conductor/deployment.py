@@ -12,6 +12,8 @@ A file has one of two shapes. Served models, what `starmesh up` launches and
     checkpoints:                   # optional: name -> {tiny: KIND} (built once, cached) or {path: DIR}
       omni: {tiny: qwen3-omni}
     conductor: {address: "127.0.0.1:50050"}   # optional, this default
+    tls: {cert: mesh.pem, key: mesh.key, ca: ca.pem}   # optional: every server and stream of the
+                                   #   deployment uses TLS (mutual with ca); paths relative to the file
     services:                      # required: service name -> spec; one process per replica
       thinker:
         replicas: ["127.0.0.1:50061"]   # required, >= 1 "host:port" (or "unix:/path")
@@ -67,6 +69,7 @@ from conductor.dlo_group_spec import DloGroupSpec
 from conductor.placement import Placement
 from conductor.service_spec import ServiceSpec, check_endpoint
 from core.errors import GraphError
+from runtime.tls import TlsConfig
 
 CHECKPOINT_KINDS = ("tiny", "path")
 DEFAULT_CONDUCTOR = "127.0.0.1:50050"  # host:port a deployment's conductor binds unless it says
@@ -133,6 +136,7 @@ class Deployment:
     conductor: str = DEFAULT_CONDUCTOR     # host:port the conductor binds
     checkpoints: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     dlo_groups: Mapping[str, DloGroupSpec] = field(default_factory=dict)
+    tls: TlsConfig | None = None          # runtime/tls.py; None: plaintext
     _placements: Mapping[str, Placement] = field(init=False, repr=False, compare=False)
 
     __hash__ = None  # mappings inside: compare by value, never hash
@@ -141,6 +145,8 @@ class Deployment:
         if not isinstance(self.name, str):
             raise GraphError(f"deployment: name must be a string, got {self.name!r}")
         check_endpoint("conductor", self.conductor)
+        if self.tls is not None and not isinstance(self.tls, TlsConfig):
+            raise GraphError(f"deployment: tls must be a runtime.tls.TlsConfig, got {type(self.tls).__name__}")
         object.__setattr__(self, "checkpoints", _frozen({n: _frozen(ck) for n, ck in self.checkpoints.items()}))
         object.__setattr__(self, "services", _frozen(self.services))
         object.__setattr__(self, "models", _frozen(self.models))

@@ -16,11 +16,12 @@ from conductor.admission import AdmissionConfig
 from conductor.deployment import DEFAULT_CONDUCTOR, Deployment, ModelSpec
 from conductor.dlo_group_spec import DloGroupSpec
 from conductor.service_spec import ServiceSpec
-from core.errors import GraphError
+from core.errors import GraphError, InvalidArgument
+from runtime.tls import TlsConfig, tls_config
 
 SERVED_KEYS = ("models", "dlo_groups")                                  # served models
 SINGLE_KEYS = ("model", "placement", "kv_contexts", "lockstep_groups")  # one model's placement
-TOP_KEYS = {"name", "checkpoints", "conductor", "services", *SERVED_KEYS, *SINGLE_KEYS}
+TOP_KEYS = {"name", "checkpoints", "conductor", "services", "tls", *SERVED_KEYS, *SINGLE_KEYS}
 SERVICE_KEYS = {"replicas", "device", "options", "components", "component", "checkpoint", "host_id", "mooncake",
                 "transport_mode"}
 MODEL_KEYS = {"pipeline", "options", "placement", "kv_contexts", "admission"}
@@ -28,18 +29,19 @@ ADMISSION_KEYS = {"max_in_flight", "max_waiting", "min_retry_ms", "max_retry_ms"
 NODE_KEYS = {"default", "walks"}
 GROUP_KEYS = {"address", "world_size", "members", "timeout_s"}
 CHECKPOINT_KEYS = {"tiny", "path"}
+TLS_KEYS = ("cert", "key", "ca")
 
 
 def read_deployment(text_or_path: "str | Path") -> Deployment:
-    """A deployment file (a Path, a "*.yaml"/"*.yml" path string, or YAML text) -> Deployment."""
-    return deployment_from_dict(load_yaml(text_or_path))
+    """A deployment file (a Path, a "*.yaml"/"*.yml" path string, or YAML text) -> Deployment.
+    Relative paths in it (tls files) are relative to the file (YAML text: to the cwd)."""
+    base = Path(text_or_path).parent if _is_path(text_or_path) else Path.cwd()
+    return deployment_from_dict(load_yaml(text_or_path), base)
 
 
 def load_yaml(text_or_path: "str | Path") -> Any:
     """YAML text, a Path, or a path string ending in .yaml/.yml -> the parsed YAML."""
-    is_path = isinstance(text_or_path, Path) or (
-        "\n" not in text_or_path and text_or_path.endswith((".yaml", ".yml"))
-    )
+    is_path = _is_path(text_or_path)
     source = str(text_or_path) if is_path else "deployment"
     if is_path:
         try:
@@ -54,8 +56,13 @@ def load_yaml(text_or_path: "str | Path") -> Any:
         raise GraphError(f"{source}: invalid YAML: {exc}") from exc
 
 
-def deployment_from_dict(data: Any) -> Deployment:
-    """A parsed deployment mapping (either shape) -> Deployment."""
+def _is_path(text_or_path: "str | Path") -> bool:
+    return isinstance(text_or_path, Path) or ("\n" not in text_or_path and text_or_path.endswith((".yaml", ".yml")))
+
+
+def deployment_from_dict(data: Any, base_dir: "Path | None" = None) -> Deployment:
+    """A parsed deployment mapping (either shape) -> Deployment; `base_dir` anchors
+    relative tls paths (default: the cwd)."""
     data = _mapping(data, "deployment")
     _no_unknown(data, TOP_KEYS, "deployment")
     served = "models" in data
@@ -74,7 +81,8 @@ def deployment_from_dict(data: Any) -> Deployment:
     _no_unknown(address, {"address"}, "conductor")
     return Deployment(services, models, name=str(data.get("name", "local")),
                       conductor=str(address.get("address", DEFAULT_CONDUCTOR)),
-                      checkpoints=_checkpoints(data.get("checkpoints")), dlo_groups=groups)
+                      checkpoints=_checkpoints(data.get("checkpoints")), dlo_groups=groups,
+                      tls=_tls(data.get("tls"), base_dir or Path.cwd()))
 
 
 # --- services and checkpoints ------------------------------------------------------
@@ -114,6 +122,28 @@ def _checkpoints(data: Any) -> dict[str, dict]:
         _no_unknown(spec, CHECKPOINT_KEYS, f"checkpoints.{name}")
         out[str(name)] = dict(spec)
     return out
+
+
+def _tls(data: Any, base_dir: Path) -> "TlsConfig | None":
+    """`tls: {cert, key, ca}` -> the TlsConfig every process of the deployment uses
+    (files read here: a missing one fails at load, naming its key)."""
+    if data is None:
+        return None
+    spec = _mapping(data, "tls")
+    _no_unknown(spec, set(TLS_KEYS), "tls")
+    paths = {}
+    for key in TLS_KEYS:
+        value = spec.get(key, "")
+        if not isinstance(value, str):
+            raise GraphError(f"tls.{key} must be a path string, got {value!r}")
+        paths[key] = str(base_dir / value) if value else ""
+    try:
+        config = tls_config(**paths)
+    except InvalidArgument as e:
+        raise GraphError(f"deployment: {e}") from None
+    if config is None or not config.has_identity:
+        raise GraphError("tls: every process serves, so give cert and key (and ca for mutual TLS)")
+    return config
 
 
 def _dlo_groups(data: Any) -> dict[str, DloGroupSpec]:

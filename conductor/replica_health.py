@@ -16,28 +16,27 @@ from typing import Callable, Iterable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from runtime.tls import aio_channel
+
 log = logging.getLogger(__name__)
 
 OnChange = Callable[[str, bool], None]
-ChannelFactory = Callable[[str], grpc.aio.Channel]
-
-
-def plain_channel(endpoint: str) -> grpc.aio.Channel:
-    # A connection of its own: a replica that just restarted is reached without the
-    # reconnect backoff the failed attempts left on a shared subchannel.
-    return grpc.aio.insecure_channel(endpoint, options=[("grpc.use_local_subchannel_pool", 1)])
+# A connection of its own per watch: a replica that just restarted is reached without the
+# reconnect backoff the failed attempts left on a shared subchannel.
+_OPTIONS = (("grpc.use_local_subchannel_pool", 1),)
 
 
 class ReplicaHealth:
-    """Watches every endpoint until close(); `serving` is the latest view."""
+    """Watches every endpoint until close(); `serving` is the latest view. tls: the mesh's
+    runtime.tls.TlsConfig (None: plaintext)."""
 
-    def __init__(self, endpoints: Iterable[str], on_change: OnChange, channel: ChannelFactory = plain_channel,
+    def __init__(self, endpoints: Iterable[str], on_change: OnChange, tls=None,
                  retry_s: float = 0.2, max_retry_s: float = 2.0) -> None:
         if not 0 < retry_s <= max_retry_s:
             raise ValueError(f"health watch retry_s must be in (0, max_retry_s], got {retry_s!r}, {max_retry_s!r}")
         self.serving = dict.fromkeys(sorted(set(endpoints)), True)  # the launcher starts services first
         self._on_change = on_change
-        self._channel = channel
+        self._tls = tls
         self._retry_s, self._max_retry_s = retry_s, max_retry_s
         self._tasks: list[asyncio.Task] = []
 
@@ -62,7 +61,7 @@ class ReplicaHealth:
         delay = self._retry_s
         while True:
             try:
-                async with self._channel(endpoint) as channel:
+                async with aio_channel(endpoint, self._tls, _OPTIONS) as channel:
                     stub = health_pb2_grpc.HealthStub(channel)
                     async for reply in stub.Watch(health_pb2.HealthCheckRequest(service="")):
                         is_serving = reply.status == health_pb2.HealthCheckResponse.SERVING

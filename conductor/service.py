@@ -15,6 +15,7 @@ import uuid
 import grpc
 
 from conductor.admission import Admission
+from conductor.auth import ApiKeyInterceptor
 from conductor.client_outputs import ClientOutputs
 from conductor.executor import Executor
 from conductor.metrics import ConductorMetrics, RequestMeter
@@ -95,15 +96,21 @@ class ConductorService:
 
     Health: besides the server's own, one health name per model (the model's name),
     SERVING while every service the model needs has a serving replica (one gRPC health
-    watch per replica, conductor.replica_health)."""
+    watch per replica, conductor.replica_health).
+
+    tls: the runtime.tls.TlsConfig of the Run streams to replicas (None: plaintext);
+    api_key: the token every Conductor call must carry (conductor/auth.py); "" for none."""
 
     service_names = (CONDUCTOR_SERVICE,)
 
     def __init__(self, models: list[ServedModel], telemetry=None, metrics: ConductorMetrics | None = None,
-                 admission: Admission | None = None, run_timeout_s: float = 10.0) -> None:
+                 tls=None, api_key: str = "", admission: Admission | None = None,
+                 run_timeout_s: float = 10.0) -> None:
         """admission: every request limit (default limits per model when None);
         run_timeout_s: a request a replica stopped listing in its heartbeats fails then."""
         self.models = models
+        self.tls = tls
+        self.server_interceptors = (ApiKeyInterceptor(api_key, self.service_names),) if api_key else ()
         self.telemetry = telemetry
         self.metrics = metrics
         self.admission = admission or Admission()
@@ -111,7 +118,7 @@ class ConductorService:
         self.executors: dict[str, Executor] = {}
         self.selectors = {m.name: ReplicaSelector(m.placement) for m in models}
         endpoints = {r for m in models for spec in m.placement.services.values() for r in spec.replicas}
-        self.replica_health = ReplicaHealth(endpoints, self._replica_changed)
+        self.replica_health = ReplicaHealth(endpoints, self._replica_changed, tls)
         self.outputs = ClientOutputs()
         self._stack = contextlib.AsyncExitStack()
         self._task = None
@@ -155,7 +162,7 @@ class ConductorService:
             executor = await self._stack.enter_async_context(
                 remote_executor(model.graph, model.placement, model.inner_loops, tracer, interceptors,
                                 lockstep_nodes=model.lockstep_nodes, on_edge=on_edge,
-                                direct_edges=model.direct_edges, run_timeout_s=self.run_timeout_s,
+                                direct_edges=model.direct_edges, tls=self.tls, run_timeout_s=self.run_timeout_s,
                                 selector=self.selectors[model.name]))
             self.executors[model.name] = executor
         self._publish_health()

@@ -95,10 +95,12 @@ class RemoteTarget:
     """One long-lived Run stream to a replica, multiplexing every request.
     post() never blocks: a writer task sends each batch as one RunRequest, in order."""
 
-    def __init__(self, address: str, sink, max_message_bytes: int = 64 << 20, interceptors=None) -> None:
+    def __init__(self, address: str, sink, max_message_bytes: int = 64 << 20, interceptors=None, tls=None) -> None:
+        """tls: the conductor's runtime.tls.TlsConfig for its streams (None: plaintext)."""
         self.name = address
         self.heartbeats = True  # the replica lists its requests on the stream (runtime.heartbeat)
         self._client_args = (address, max_message_bytes, interceptors)
+        self.tls = tls
         self.client = None
         self.sink = sink
         self.outbox: asyncio.Queue = asyncio.Queue()
@@ -110,7 +112,7 @@ class RemoteTarget:
     async def start(self) -> "RemoteTarget":
         from runtime.run_client import ComponentClient
 
-        self.client = ComponentClient(*self._client_args, fresh_connection=self.num_reconnects > 0)
+        self.client = ComponentClient(*self._client_args, fresh_connection=self.num_reconnects > 0, tls=self.tls)
         await self.client.__aenter__()
         try:
             self.host_id = (await self.client.describe(timeout_s=5)).host_id

@@ -34,6 +34,8 @@ class Overloaded(ResourceExhausted):
     def __init__(self, message: str, retry_after_ms: int) -> None:
         super().__init__(message)
         self.retry_after_ms = int(retry_after_ms)
+class Unauthenticated(StarmeshError):
+    status = "UNAUTHENTICATED"
 
 
 class FieldError(StarmeshError):

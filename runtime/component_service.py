@@ -24,6 +24,7 @@ from runtime.peer_links import PeerLinks
 from runtime.servicer import ComponentServicer
 from runtime.step_loop import StepLoop
 from runtime.telemetry import Telemetry
+from runtime.tls import TlsConfig
 from core.version import starmesh_version
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,10 @@ class ComponentService:
     service_names = (COMPONENT_SERVICE,)
 
     def __init__(self, component: Component, transport: Any, telemetry: Telemetry | None = None,
-                 heartbeat_s: float = DEFAULT_INTERVAL_S, max_message_bytes: int = 64 << 20) -> None:
-        """heartbeat_s: how often each Run stream lists the requests it knows (the
+                 tls: TlsConfig | None = None, heartbeat_s: float = DEFAULT_INTERVAL_S,
+                 max_message_bytes: int = 64 << 20) -> None:
+        """tls: how this process's peer streams (routed edges) connect: its server's config;
+        heartbeat_s: how often each Run stream lists the requests it knows (the
         conductor fails a request a replica stopped listing); max_message_bytes: the
         server's message limit (ServerConfig's), which no frame it sends passes."""
         if not heartbeat_s > 0:
@@ -52,7 +55,7 @@ class ComponentService:
         tracer = telemetry.tracer if telemetry else None
         # Routed edges push straight to peer replicas; the links report back to the engine thread.
         self.peers = PeerLinks(f"{component.name} (pid {os.getpid()})", lambda peer, evs: self.step_loop.peer_events(
-            peer, evs), lambda peer, why: self.step_loop.peer_broken(peer, why), max_message_bytes)
+            peer, evs), lambda peer, why: self.step_loop.peer_broken(peer, why), max_message_bytes, tls=tls)
         self.step_loop = StepLoop(component, transport, tracer, self.peers)
         self.servicer = ComponentServicer(component, transport, self.step_loop, starmesh_version(), heartbeat_s,
                                           max_message_bytes)

@@ -22,7 +22,7 @@ class _Link:
 
         self.links, self.peer = links, peer
         self.queue: asyncio.Queue = asyncio.Queue()
-        self.client = ComponentClient(peer, links.max_message_bytes, fresh_connection=True)
+        self.client = ComponentClient(peer, links.max_message_bytes, fresh_connection=True, tls=links.tls)
         self.client.call = self.client.stub.Run()
         self.is_broken = False
         self.tasks = [asyncio.create_task(self._write()), asyncio.create_task(self._read())]
@@ -66,10 +66,13 @@ class _Link:
 
 class PeerLinks:
     def __init__(self, name: str, on_events: Callable[[str, list], None], on_broken: Callable[[str, str], None],
-                 max_message_bytes: int = 64 << 20) -> None:
+                 max_message_bytes: int = 64 << 20, tls=None) -> None:
         """name: how this process introduces itself on its peer streams (their errors
-        name it); on_events and on_broken are called on the event loop."""
+        name it); on_events and on_broken are called on the event loop; tls: the
+        runtime.tls.TlsConfig of the streams (this process's own: peers check it), None
+        for plaintext."""
         self.name = name
+        self.tls = tls
         self.on_events, self.on_broken = on_events, on_broken
         self.max_message_bytes = max_message_bytes
         self.links: dict[str, _Link] = {}

@@ -15,6 +15,7 @@ from protos.starmesh.v1 import component_pb2, component_pb2_grpc
 from runtime.items import InboundItem, NodeDone, NodeError, OutboundEvent
 from runtime.item_proto import events_from_proto, items_to_proto
 from runtime.message_split import split
+from runtime.tls import TlsConfig, aio_channel
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
 
@@ -25,10 +26,11 @@ class StreamClosed(Exception):
 
 class ComponentClient:
     def __init__(self, address: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, interceptors=None,
-                 fresh_connection: bool = False) -> None:
+                 fresh_connection: bool = False, tls: TlsConfig | None = None) -> None:
         """fresh_connection: a connection of this client's own, so a stream opened right
         after the replica restarted does not inherit the reconnect backoff (and the last
-        "connection refused") of streams that failed while it was down."""
+        "connection refused") of streams that failed while it was down.
+        tls: TLS to the replica (presenting this process's certificate); None: plaintext."""
         options = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -37,7 +39,7 @@ class ComponentClient:
             options.append(("grpc.use_local_subchannel_pool", 1))
         self.address = address
         self.max_message_bytes = max_message_bytes
-        self.channel = grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
+        self.channel = aio_channel(address, tls, options, interceptors)
         self.stub = component_pb2_grpc.ComponentStub(self.channel)
         self.call = None
 

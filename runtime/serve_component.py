@@ -32,7 +32,8 @@ def serve_component(component: Component, transport_config: TransportConfig, ser
         raise
     telemetry = Telemetry(component.name)
     telemetry.install_global()
-    service = ComponentService(component, transport, telemetry, max_message_bytes=server_config.max_message_bytes)
+    service = ComponentService(component, transport, telemetry, server_config.tls,
+                               max_message_bytes=server_config.max_message_bytes)
     if metrics_port is not None:
         registry = CollectorRegistry()
         registry.register(ServiceCollector(component.name, component, service.step_loop, transport))

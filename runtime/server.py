@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from runtime.telemetry import Telemetry
+from runtime.tls import TlsConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class ServerConfig:
     torch_threads: intra-op threads; one per process by default because a host runs
         many service processes and oversubscribed BLAS threads slow all of them.
     ready_poll_s: how often readiness is checked until the service is SERVING.
+    tls: the port serves TLS (mutual TLS when it has a CA: runtime/tls.py); None: plaintext.
     """
 
     host: str = "127.0.0.1"
@@ -51,6 +53,7 @@ class ServerConfig:
     grace_s: float = 5.0
     torch_threads: int = 1
     ready_poll_s: float = 0.05
+    tls: TlsConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -65,6 +68,8 @@ class ServerConfig:
             raise ValueError(f"server.torch_threads must be >= 1, got {self.torch_threads}")
         if self.ready_poll_s <= 0:
             raise ValueError(f"server.ready_poll_s must be > 0, got {self.ready_poll_s}")
+        if self.tls is not None and not self.tls.has_identity:
+            raise ValueError("server.tls needs a certificate and key (--tls-cert, --tls-key)")
 
     def grpc_options(self) -> list[tuple[str, int]]:
         return [
@@ -96,6 +101,8 @@ class HostedService(Protocol):
     # Optional: bind_health(set_status) -- called once before start() with a function
     # set_status(name, is_serving) that sets a health name of its own (the conductor's
     # per-model health); ignored once a graceful stop began.
+    # Optional: `server_interceptors`, a sequence of grpc.aio.ServerInterceptor run before
+    # the telemetry ones (the conductor's token check); GrpcServer reads it with a default.
 
 
 class GrpcServer:
@@ -115,14 +122,20 @@ class GrpcServer:
 
     async def start(self) -> int:
         """Binds, starts serving (NOT_SERVING until ready) and returns the bound port."""
-        interceptors = self.telemetry.server_interceptors() if self.telemetry else []
+        # The hosted service's own interceptors first: a refused call costs no span.
+        interceptors = [*getattr(self.hosted, "server_interceptors", ()),
+                        *(self.telemetry.server_interceptors() if self.telemetry else [])]
         server = grpc.aio.server(interceptors=interceptors, options=self.config.grpc_options())
         self.hosted.register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         names = (*self.hosted.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME)
         reflection.enable_server_reflection(names, server)
         address = f"{self.config.host}:{self.config.port}"
-        self.port = server.add_insecure_port(address)
+        tls = self.config.tls
+        if tls is None:
+            self.port = server.add_insecure_port(address)
+        else:
+            self.port = server.add_secure_port(address, tls.server_credentials())
         if not self.port:
             raise OSError(f"could not bind {address}")
         for name in ("", *self.hosted.service_names):
@@ -134,7 +147,7 @@ class GrpcServer:
             bind(self._set_health)
         self.hosted.start()
         self._watcher = asyncio.create_task(self._watch_ready())
-        log.info("listening on %s:%d", self.config.host, self.port)
+        log.info("listening on %s:%d (%s)", self.config.host, self.port, _security(self.config.tls))
         return self.port
 
     def _set_health(self, name: str, is_serving: bool) -> None:
@@ -194,6 +207,12 @@ class GrpcServer:
     async def wait_for_termination(self) -> None:
         if self._server is not None:
             await self._server.wait_for_termination()
+
+
+def _security(tls: TlsConfig | None) -> str:
+    if tls is None:
+        return "plaintext"
+    return "mutual TLS" if tls.ca else "TLS"
 
 
 def configure_torch(num_threads: int) -> None:

@@ -28,7 +28,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "services": ("core", "graph", "transport", "engine", "runtime"),
     "conductor": ("core", "graph", "transport", "runtime", "protos"),
     "pipelines": ("core", "graph", "engine", "conductor.model", "conductor.placement"),
-    "client": ("core", "transport", "protos", "runtime.run_client", "runtime.telemetry", "pipelines"),
+    "client": ("core", "transport", "protos", "runtime.run_client", "runtime.telemetry", "runtime.tls", "pipelines"),
     "cluster": ("core", "conductor", "runtime", "services", "pipelines", "engine.checkpoints", "transport"),
     "gateway": ("core", "client"),
     "cli": ("core", "protos", "graph", "transport", "engine", "runtime", "services", "conductor", "pipelines",

@@ -112,7 +112,21 @@ def test_compose_services_share_memory_health_and_tracing():
     assert len(host_ids) == 1
     jaeger = services["jaeger"]
     assert jaeger["image"].startswith("jaegertracing/jaeger:2.")
-    assert {p.split(":")[0] for p in jaeger["ports"]} >= {"4317", "4318", "16686"}
+    assert {p.split(":")[-1] for p in jaeger["ports"]} >= {"4317", "4318", "16686"}
+
+
+@pytest.mark.parametrize("path", [FILE, GPU_FILE], ids=["cpu", "gpu"])
+def test_compose_publishes_on_loopback_and_runs_as_a_user(path):
+    services = _services(path)
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} on every host address"
+    if path == FILE:
+        for name, service in services.items():
+            if name != "jaeger":  # its image runs as its own user
+                assert service["user"] == "10001:10001", name
+    dockerfile = (COMPOSE / "Dockerfile").read_text()
+    assert "USER 10001:10001" in dockerfile and "--uid 10001" in dockerfile
 
 
 def test_compose_builds_the_checkpoints_into_a_volume():

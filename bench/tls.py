@@ -1,0 +1,113 @@
+"""TLS cost: the same small request through a plaintext mesh and a mutual-TLS mesh.
+
+    python -m bench.tls --json bench-results/tls.json
+    measure_tls_hop(rounds=7)   # what bench.chaos reports as tls_hop_over_plain
+
+Two bench.tls_mesh.ToyMesh meshes run side by side (three toy service processes and a
+conductor each; the client and both conductors in this process). A request is one item
+through the `pipe` model: client -> conductor -> A ~> B ~> C -> conductor -> client, five
+connections (conductor to each service, A to B and B to C on peer streams, the client to
+the conductor), each TLS 1.3 with client certificates in the TLS mesh. Both meshes check
+the same API key, so the ratio is TLS's cost alone. Connections are warm (a handshake is
+per connection, not per request).
+
+Figures: plain_hop_us / tls_hop_us: the median over rounds of each round's median
+request latency (one request at a time); tls_hop_over_plain: the median of the rounds'
+paired ratios (TLS / plain), the rounds alternating which mesh goes first so that drift
+on a shared machine falls on both. plain_echo_us / tls_echo_us / tls_echo_over_plain:
+the same for a bare unary call (health Check) to service B, the floor of one TLS link.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+
+from bench.output import print_table, write_json
+
+API_KEY = "bench-key"
+
+
+def measure_tls_hop(rounds: int = 7, requests: int = 40, warmup: int = 10) -> dict:
+    """{"tls_hop_over_plain", "plain_hop_us", "tls_hop_us", the same for "echo", "rounds",
+    "requests_per_round"} (module docstring)."""
+    from bench.tls_certs import make_certs
+    from bench.tls_mesh import ToyMesh
+    from client.connection import Connection
+    from runtime.tls import TlsConfig
+
+    with tempfile.TemporaryDirectory(prefix="starmesh-bench-tls-") as directory:
+        certs = make_certs(directory)
+        tls = TlsConfig(certs.mesh_cert, certs.mesh_key, certs.ca)
+        with ToyMesh(None, API_KEY) as plain, ToyMesh(tls, API_KEY) as secure:
+            client_tls = TlsConfig(certs.client_cert, certs.client_key, certs.ca)
+            sides = {"plain": (Connection(plain.address, API_KEY), plain.services["b"].address, None),
+                     "tls": (Connection(secure.address, API_KEY, client_tls), secure.services["b"].address, tls)}
+            per_round = asyncio.run(_rounds(sides, rounds, requests, warmup))
+    results = {"rounds": rounds, "requests_per_round": requests}
+    for figure in ("hop", "echo"):
+        ratios = [r[f"tls_{figure}"] / r[f"plain_{figure}"] for r in per_round]
+        results[f"tls_{figure}_over_plain"] = statistics.median(ratios)
+        for side in ("plain", "tls"):
+            results[f"{side}_{figure}_us"] = statistics.median(r[f"{side}_{figure}"] for r in per_round)
+    return results
+
+
+async def _rounds(sides: dict, rounds: int, requests: int, warmup: int) -> list[dict[str, float]]:
+    """Per round: {"plain_hop", "tls_hop", "plain_echo", "tls_echo"}: median latencies (us),
+    the meshes taking turns going first. sides: name -> (Connection, service B, its TLS)."""
+    from bench.transport import grpc_echo_us
+    from protos.starmesh.v1 import conductor_pb2_grpc
+
+    channels = {name: conn.aio_channel() for name, (conn, _, _) in sides.items()}
+    try:
+        stubs = {name: conductor_pb2_grpc.ConductorStub(ch) for name, ch in channels.items()}
+        for name, stub in stubs.items():  # connections up, handshakes done, caches warm
+            await _latencies_us(stub, f"warm-{name}", warmup)
+        out = []
+        for i in range(rounds):
+            figures = {}
+            for name in (list(sides) if i % 2 == 0 else list(reversed(sides))):
+                figures[f"{name}_hop"] = statistics.median(await _latencies_us(stubs[name], f"r{i}-{name}", requests))
+                _, service, tls = sides[name]
+                figures[f"{name}_echo"] = await grpc_echo_us(service, requests, tls)
+            out.append(figures)
+        return out
+    finally:
+        for channel in channels.values():
+            await channel.close()
+
+
+async def _latencies_us(stub, prefix: str, n: int) -> list[float]:
+    from bench.tls_mesh import one_request
+
+    out = []
+    for j in range(n):
+        values, seconds = await one_request(stub, f"{prefix}-{j}")
+        if values != [1.0]:
+            raise RuntimeError(f"request {prefix}-{j} returned {values}, expected [1.0]")
+        out.append(seconds * 1e6)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.tls", description=__doc__.split("\n")[0])
+    p.add_argument("--json", metavar="PATH", help="write the figures here")
+    p.add_argument("--rounds", type=int, default=7, help="paired rounds (plain and TLS each)")
+    p.add_argument("--requests", type=int, default=40, help="requests per mesh per round, one at a time")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    results = measure_tls_hop(args.rounds, args.requests)
+    results["bench_wall_s"] = time.perf_counter() - t0
+    print_table([("request, plaintext mesh", "plain_hop_us", "us"), ("request, mutual-TLS mesh", "tls_hop_us", "us"),
+                 ("request TLS / plain (paired)", "tls_hop_over_plain", "x"),
+                 ("unary echo, plaintext", "plain_echo_us", "us"), ("unary echo, mutual TLS", "tls_echo_us", "us"),
+                 ("echo TLS / plain (paired)", "tls_echo_over_plain", "x")], results)
+    write_json(args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
