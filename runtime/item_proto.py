@@ -279,26 +279,37 @@ def events_to_proto(events: Iterable[OutboundEvent]) -> pb.RunResponse:
 
 
 def events_from_proto(msg: pb.RunResponse) -> list[OutboundEvent]:
-    """Client side: NodeOutput.tensors hold TensorRefs (resolve them with a Transport)."""
+    """Client side: NodeOutput.tensors hold TensorRefs (resolve them with a Transport).
+    An event that cannot be read fails its own request (a NodeError naming the field),
+    never the stream that carries the others."""
     out: list[OutboundEvent] = []
     for i, e in enumerate(msg.events):
-        kind = e.WhichOneof("kind")
-        if kind == "output":
-            o = e.output
-            tensors = tensors_from_proto(o.outputs, f"events[{i}].output.outputs")
-            out.append(NodeOutput(o.request_id, o.node, tensors, tuple(o.iteration), params_from_struct(o.metadata)))
-        elif kind == "error":
-            r = e.error
-            out.append(NodeError(r.request_id, r.node, status_name(r.code), r.message, tuple(r.iteration)))
-        elif kind == "done":
-            d = e.done
-            consumed = tuple(ConsumedLease(c.arena, c.lease_id) for c in d.consumed)
-            out.append(NodeDone(d.request_id, d.node, consumed, tuple(d.iteration), params_from_struct(d.metadata)))
-        elif kind == "credit":
-            c = e.credit
-            out.append(RouteCredit(c.request_id, c.token, c.amount, tuple(c.lease_ids)))
-        elif kind == "alive":
-            out.append(Alive(tuple(e.alive.request_ids)))
-        else:
-            raise InvalidArgument(f"events[{i}]: none of output, error, done, credit, alive is set")
+        try:
+            out.append(_event_from_proto(e, f"events[{i}]"))
+        except StarmeshError as err:
+            kind = e.WhichOneof("kind")
+            sub = getattr(e, kind) if kind else None
+            out.append(NodeError(getattr(sub, "request_id", ""), getattr(sub, "node", ""), err.status,
+                                 f"events[{i}]: {err}", tuple(getattr(sub, "iteration", ()))))
     return out
+
+
+def _event_from_proto(e: pb.RunEvent, where: str) -> OutboundEvent:
+    kind = e.WhichOneof("kind")
+    if kind == "output":
+        o = e.output
+        tensors = tensors_from_proto(o.outputs, f"{where}.output.outputs")
+        return NodeOutput(o.request_id, o.node, tensors, tuple(o.iteration), params_from_struct(o.metadata))
+    if kind == "error":
+        r = e.error
+        return NodeError(r.request_id, r.node, status_name(r.code), r.message, tuple(r.iteration))
+    if kind == "done":
+        d = e.done
+        consumed = tuple(ConsumedLease(c.arena, c.lease_id) for c in d.consumed)
+        return NodeDone(d.request_id, d.node, consumed, tuple(d.iteration), params_from_struct(d.metadata))
+    if kind == "credit":
+        c = e.credit
+        return RouteCredit(c.request_id, c.token, c.amount, tuple(c.lease_ids))
+    if kind == "alive":
+        return Alive(tuple(e.alive.request_ids))
+    raise InvalidArgument(f"{where}: none of output, error, done, credit, alive is set")

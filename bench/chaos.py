@@ -1,0 +1,72 @@
+"""Faults, abuse and overload, in one run: the figures of the reliability contracts.
+
+    python -m bench.chaos --json bench-results/chaos.json [--quick]
+
+Four parts, each its own module (run alone with `python -m bench.<part>`):
+- bench.supervision.measure_chaos: kill -9 of each service kind of `starmesh up` under
+  mixed speech and image requests: requests_failed_unrelated (must be 0),
+  time_to_unavailable_ms_p99, restart_s, leaked_blocks and leaked_segments (must be 0);
+- bench.fuzz.run_fuzz: random, truncated, bit-flipped and hostile messages on every RPC:
+  fuzz_messages, fuzz_bad_statuses (must be 0), rss_growth_mb;
+- bench.overload.measure_overload: 4x the admission limits of speech requests at once:
+  overload_refused, overload_admitted_ttfa_ms_p99 (and the refusal latency, the idle
+  time to first audio, the memory growth);
+- bench.tls.measure_tls_hop: tls_hop_over_plain (target <= 1.2).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+from bench.output import write_json
+
+KEYS = ("requests_failed_unrelated", "time_to_unavailable_ms_p99", "restart_s", "leaked_blocks", "leaked_segments",
+        "fuzz_messages", "fuzz_bad_statuses", "rss_growth_mb", "overload_refused", "overload_admitted_ttfa_ms_p99",
+        "tls_hop_over_plain")
+MUST_BE_ZERO = ("requests_failed_unrelated", "fuzz_bad_statuses", "leaked_blocks", "leaked_segments")
+
+
+def measure(args) -> dict:
+    from bench.fuzz import run_fuzz
+    from bench.overload import measure_overload
+    from bench.speech import checkpoint
+    from bench.supervision import measure_chaos
+    from bench.tls import measure_tls_hop
+
+    results: dict = {}
+    parts = {
+        "chaos": lambda: measure_chaos(rounds=1 if args.quick else 3),
+        "fuzz": lambda: run_fuzz(num_messages=1000 if args.quick else args.fuzz_messages),
+        "overload": lambda: measure_overload(checkpoint(args)),
+        "tls": lambda: measure_tls_hop(rounds=3 if args.quick else 7),
+    }
+    for name, run in parts.items():
+        print(f"--- {name}", flush=True)
+        part = run()
+        results[name] = part
+        results.update({k: v for k, v in part.items() if k in KEYS})
+    return results
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--checkpoint", metavar="DIR", help="a Qwen3-Omni checkpoint for the overload part (default: tiny)")
+    p.add_argument("--fuzz-messages", type=int, default=10_000)
+    p.add_argument("--quick", action="store_true", help="fewer kill rounds, 1,000 fuzz messages, fewer TLS rounds")
+    args = p.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    results = measure(args)
+    print()
+    for key in KEYS:
+        value = results.get(key, "missing")
+        flag = "" if key not in MUST_BE_ZERO else ("  ok" if value == 0 else "  NOT 0")
+        print(f"{key:32s} {value}{flag}")
+    tls = results.get("tls_hop_over_plain")
+    if isinstance(tls, float):
+        print(f"target tls_hop_over_plain {tls:.3f} <= 1.2 {'met' if tls <= 1.2 else 'NOT met'}")
+    write_json(args.json, results)
+
+
+if __name__ == "__main__":
+    main()
