@@ -4,6 +4,9 @@ they serve, print the endpoints, and run until Ctrl-C / SIGTERM, then stop every
 A local trace store (OTLP) runs alongside; every process sends spans to it (and to
 OTEL_EXPORTER_OTLP_ENDPOINT as well, when set). `starmesh trace REQUEST_ID` reads it.
 `--trace-ui` also runs Arize Phoenix (cluster/phoenix.py) as that collector and UI.
+Every process is supervised: one that dies is logged and restarted on its port with
+exponential backoff (--restart-backoff-s doubling up to --restart-backoff-max-s), a crash
+loop is logged and shown by `starmesh status`; children die with `up`, even by SIGKILL.
 What runs is cluster.stack's; this module parses and prints.
 """
 from __future__ import annotations
@@ -26,19 +29,26 @@ def add_parser(sub) -> None:
     p.add_argument("--trace-ui", action="store_true",
                    help="also run Arize Phoenix as OTLP receiver and trace UI on localhost (installed from PyPI "
                         "into its own virtualenv on first use); every process exports to it")
+    p.add_argument("--restart-backoff-s", type=float, default=0.5, metavar="S",
+                   help="first delay before restarting a process that died; doubles per consecutive death")
+    p.add_argument("--restart-backoff-max-s", type=float, default=10.0, metavar="S",
+                   help="longest delay between restarts")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from cluster.stack import start_stack
+    from cluster.supervisor import SupervisorConfig
     from core.errors import GraphError
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        stack = start_stack(args.deployment, trace_store=not args.no_trace_store, trace_ui=args.trace_ui)
-    except (GraphError, RuntimeError, TimeoutError, subprocess.CalledProcessError) as e:
+        supervision = SupervisorConfig(backoff_base_s=args.restart_backoff_s, backoff_max_s=args.restart_backoff_max_s)
+        stack = start_stack(args.deployment, trace_store=not args.no_trace_store, trace_ui=args.trace_ui,
+                            supervision=supervision)
+    except (GraphError, ValueError, OSError, RuntimeError, TimeoutError, subprocess.CalledProcessError) as e:
         print(f"starmesh up: {e}", file=sys.stderr)
         return 2
     try:
