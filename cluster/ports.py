@@ -13,6 +13,9 @@ class PortInUse(OSError):
                                            "stop it (a child of an earlier `starmesh up`?) or change the port")
         self.address = address
 
+    def __str__(self) -> str:
+        return self.strerror  # without OSError's "[Errno 98]" prefix
+
 
 def check_free(addresses: dict[str, str]) -> None:
     """addresses: process name -> "host:port". Raises PortInUse for the first taken one.

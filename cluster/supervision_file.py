@@ -15,8 +15,10 @@ from pathlib import Path
 from core.cache_root import cache_root
 
 
-def supervision_path(conductor_address: str) -> Path:
-    return cache_root() / "supervision" / f"{conductor_address.replace(':', '_').replace('/', '_')}.json"
+def supervision_path(conductor_address: str, root: Path | None = None) -> Path:
+    """root: the cache root of the `starmesh up` (default: this process's)."""
+    name = f"{conductor_address.replace(':', '_').replace('/', '_')}.json"
+    return (root or cache_root()) / "supervision" / name
 
 
 def publish(conductor_address: str, status: dict) -> None:
@@ -29,10 +31,10 @@ def publish(conductor_address: str, status: dict) -> None:
     os.replace(tmp, path)
 
 
-def read(conductor_address: str) -> dict:
+def read(conductor_address: str, root: Path | None = None) -> dict:
     """The published status, {} when no `starmesh up` runs this deployment."""
     try:
-        return json.loads(supervision_path(conductor_address).read_text())
+        return json.loads(supervision_path(conductor_address, root).read_text())
     except (OSError, ValueError):
         return {}
 

@@ -14,19 +14,11 @@ from cluster.supervisor import Supervisor, SupervisorConfig, backoff_s, describe
 from runtime.parent_death import tethered
 from runtime.process import ServiceProcess
 from tests.fixtures import registry
+from tests.fixtures.processes import is_alive
 from tests.fixtures.services import describe, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 ECHO = "tests.fixtures.components:make_echo"
-
-
-def is_alive(pid: int) -> bool:
-    """A zombie (dead, not yet reaped by whoever adopted it) counts as dead."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 def test_backoff_doubles_up_to_the_cap_and_exits_are_named():
