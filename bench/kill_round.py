@@ -7,7 +7,7 @@ then what happened.
     result.bad_failures          # failures that are not UNAVAILABLE naming the talker
     result.restart_s, result.leaked_blocks, ...
 
-Requests with state on the victim may fail (UNAVAILABLE naming it) or, if they reach it
+Requests with state on the victim may fail (UNAVAILABLE naming its address) or, if they reach it
 only after its restart, finish; requests of models that never use it must finish. After
 the kill: the supervisor restarts the victim, a new request of its model succeeds, and
 every service returns to no open request, no KV block, no lease; the victim's old
@@ -67,9 +67,8 @@ class RoundResult:
 
     @property
     def bad_failures(self) -> list[Outcome]:
-        """Failures that are not UNAVAILABLE naming the victim (by address or name)."""
-        return [o for o in self.outcomes if o.code != "OK" and not (
-            o.code == "UNAVAILABLE" and (self.address in o.details or self.victim in o.details))]
+        """Failures that are not UNAVAILABLE naming the victim's address."""
+        return [o for o in self.outcomes if o.code != "OK" and not (o.code == "UNAVAILABLE" and self.address in o.details)]
 
     @property
     def time_to_unavailable_ms(self) -> list[float]:
