@@ -19,7 +19,6 @@ import os
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 from bench.image import percentile
 from bench.kill_round import IMAGE_MODEL, SPEECH_MODEL, RoundResult, kill_round
@@ -29,7 +28,7 @@ from bench.up_process import UpProcess
 VICTIMS = ("thinker", "talker", "codec", "dit")
 
 
-def start_up(work_dir: str | Path) -> tuple[UpProcess, object]:
+def start_up(work_dir: str) -> tuple[UpProcess, object]:
     """`starmesh up` on the shipped local deployment, speech and image models only, with the
     tiny checkpoints (built once into the cache); (the running up, its Deployment)."""
     from cluster.checkpoints import tiny
@@ -38,7 +37,7 @@ def start_up(work_dir: str | Path) -> tuple[UpProcess, object]:
 
     checkpoints = {"omni": str(tiny("qwen3-omni", print)), "sd3": str(tiny("sd3", print))}
     path = rewrite_shipped("local", checkpoints, (SPEECH_MODEL, IMAGE_MODEL), str(work_dir))
-    return UpProcess(path, Path(work_dir) / "cache").start(), read_launchable(path)
+    return UpProcess(path).start(), read_launchable(path)
 
 
 def summarize(results: list[RoundResult]) -> dict:

@@ -2,7 +2,7 @@
 its children: the endpoints it prints, its supervisor's published view (pids, restarts;
 cluster.supervision_file), and SIGKILL to one child or to `up` itself.
 
-    up = UpProcess(deployment_path, cache_dir).start()
+    up = UpProcess(deployment_path).start()
     pid = up.kill_child("talker")                 # SIGKILL; returns the killed pid
     up.wait_restarted("talker", restarts=1)       # its supervisor entry once serving again
     up.stop()                                     # SIGTERM: a clean stop
@@ -23,9 +23,13 @@ READY_LINE = "Ctrl-C stops everything"
 
 
 class UpProcess:
-    def __init__(self, deployment: str | Path, cache_dir: str | Path, args: tuple[str, ...] = ("--no-trace-store",),
-                 start_timeout_s: float = 300.0) -> None:
-        self.deployment, self.cache_dir = str(deployment), Path(cache_dir)
+    """cache_dir: STARMESH_CACHE for `up` (default: this process's cache root, where the
+    compiled CPU kernels are: a fresh cache makes every service build them again)."""
+
+    def __init__(self, deployment: str | Path, cache_dir: str | Path | None = None,
+                 args: tuple[str, ...] = ("--no-trace-store",), start_timeout_s: float = 300.0) -> None:
+        self.deployment = str(deployment)
+        self.cache_dir = Path(cache_dir) if cache_dir else None
         self.cmd = [sys.executable, "-m", "cli", "up", "--deployment", self.deployment, *args]
         self.start_timeout_s = start_timeout_s
         self.lines: list[str] = []  # everything `up` printed (its children's lines prefixed with their names)
@@ -38,7 +42,7 @@ class UpProcess:
         return self.endpoints["conductor"]
 
     def start(self) -> "UpProcess":
-        env = {**os.environ, "STARMESH_CACHE": str(self.cache_dir)}
+        env = {**os.environ, **({"STARMESH_CACHE": str(self.cache_dir)} if self.cache_dir else {})}
         self.proc = subprocess.Popen(self.cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         threading.Thread(target=self._read, daemon=True, name="up-stdout").start()  # a full pipe would stall `up`
         deadline = time.monotonic() + self.start_timeout_s
@@ -83,6 +87,8 @@ class UpProcess:
             self.proc.kill()
         if self.proc is not None:
             self.proc.wait()
+        if self.endpoints:  # the file it could not remove
+            supervision_file.unpublish(self.endpoints["conductor"], self.cache_dir)
 
     def stop(self, timeout_s: float = 120.0) -> int:
         """SIGTERM: `up` stops every child cleanly; its exit status."""

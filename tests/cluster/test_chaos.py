@@ -7,12 +7,14 @@ The last test SIGKILLs `up` itself: no child survives it.
 """
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
 from bench.kill_round import kill_round
 from bench.up_process import UpProcess
+from cli.main import main
 from cluster.launchable import read_launchable
 from cluster.shipped_deployments import rewrite_shipped
 from tests.fixtures import registry, tiny_sd3
@@ -28,8 +30,8 @@ def up(tiny_omni, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("chaos")
     path = rewrite_shipped("local", {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint()}, ("qwen3-omni", "sd3"),
                            str(tmp))
-    up = UpProcess(path, tmp / "cache").start()
-    up.deployment_spec = read_launchable(path)
+    up = UpProcess(path).start()
+    up.deployment_spec, up.path = read_launchable(path), path
     _register(up)
     yield up
     for name, address in up.endpoints.items():
@@ -46,7 +48,7 @@ def _register(up) -> None:
 
 
 @pytest.mark.parametrize("victim", ["thinker", "talker", "codec", "dit"])
-def test_a_killed_service_fails_only_its_requests_and_comes_back(up, victim):
+def test_a_killed_service_fails_only_its_requests_and_comes_back(up, victim, capsys):
     result = kill_round(up, up.deployment_spec, victim)
     _register(up)  # the restarted victim has a new arena
     assert result.failed_unrelated == 0, [o for o in result.outcomes if o.model not in result.related]
@@ -56,6 +58,11 @@ def test_a_killed_service_fails_only_its_requests_and_comes_back(up, victim):
     assert result.served_again
     assert not result.leaked, result.leaked
     assert result.leaked_segments == 0
+    capsys.readouterr()
+    main(["status", "--deployment", str(up.path), "--json"])  # what the supervisor saw, as users read it
+    rows = {row["service"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows[victim]["restarts"] >= 1 and rows[victim]["last_exit"] == "killed by SIGKILL"
+    assert rows[victim]["health"] == "SERVING" and not rows[victim]["is_crash_loop"]
 
 
 def test_sigkill_of_up_leaves_no_child(up):
