@@ -9,7 +9,8 @@ then what happened.
 
 Requests with state on the victim may fail (UNAVAILABLE naming its address) or, if they reach it
 only after its restart, finish; requests of models that never use it must finish. After
-the kill: the supervisor restarts the victim, a new request of its model succeeds, and
+the kill: the supervisor restarts the victim, once the conductor's health for its models
+is SERVING again a new request of each succeeds, and
 every service returns to no open request, no KV block, no lease; the victim's old
 arena segment must be gone (its restart sweeps it).
 """
@@ -126,6 +127,27 @@ async def _kill_when_busy(up, victim: str, address: str, timeout_s: float = 120.
     return time.perf_counter()
 
 
+def wait_model_serving(conductor: str, model: str, timeout_s: float = 60.0) -> None:
+    """Until the conductor's health for `model` is SERVING: it watches each replica's health
+    and sees a restarted one only at its next check. A conductor without per-model health
+    names (NOT_FOUND) has nothing to wait for."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(conductor) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(service=model), timeout=5).status == \
+                        health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.NOT_FOUND:
+                    return
+            time.sleep(0.05)
+    raise TimeoutError(f"the conductor's health for {model} not SERVING after {timeout_s} s")
+
+
 def describe_open(address: str) -> int:
     try:
         return describe(address).num_open_requests
@@ -150,6 +172,8 @@ def kill_round(up, deployment, victim: str, num_speech: int = 8, num_image: int 
 
     asyncio.run(load())
     result.restart_s = up.wait_restarted(victim, restarts + 1)["last_restart_s"]
+    for model in related:
+        wait_model_serving(up.conductor, model)
     result.served_again = all(asyncio.run(REQUESTS[m](up.conductor)).code == "OK" for m in related)
     services = {n: a for n, a in up.endpoints.items() if n != "conductor"}
     deadline = time.monotonic() + settle_timeout_s
