@@ -142,7 +142,10 @@ class Supervisor:
 
     def _changed(self) -> None:
         if self.on_change is not None:
-            self.on_change(self.status())
+            try:
+                self.on_change(self.status())
+            except OSError as e:  # the status file is a view: supervision goes on without it
+                self.log(f"starmesh | could not publish the supervision status: {e}")
 
     def _step(self, child: _Child, now: float) -> bool:
         """Advances one child's phase; True when something changed."""
@@ -155,7 +158,10 @@ class Supervisor:
                 self.log(f"starmesh | {child.proc.name} stable again (up {self.config.stable_s:.0f} s)")
                 return True
         elif child.phase == "backoff" and now >= child.next_start:
-            child.proc.launch()
+            try:
+                child.proc.launch()
+            except OSError as e:  # could not even fork or exec: a death like any other, backed off
+                return self._died(child, f"could not start: {e}", now)
             child.phase, child.launched_at = "starting", now
             return True
         elif child.phase == "starting":
