@@ -1,4 +1,6 @@
-"""`starmesh status [--deployment FILE]`: each service replica's health and load."""
+"""`starmesh status [--deployment FILE]`: each service replica's health and load, and,
+while a `starmesh up` runs the deployment, what its supervisor saw (restarts, the last
+exit, a crash loop)."""
 from __future__ import annotations
 
 import argparse
@@ -19,12 +21,15 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from cluster import supervision_file
     from cluster.launchable import read_launchable
     from runtime.replica_probe import replica_status
 
     spec = read_launchable(args.deployment)
     tls = tls_from_args(args, spec.tls)
-    rows = [{"service": s.name, **replica_status(r, tls=tls)} for s in spec.services.values() for r in s.replicas]
+    supervised = {v["address"]: v for v in supervision_file.read(spec.conductor).values()}
+    rows = [{"service": s.name, **replica_status(r, tls=tls), **_supervision(supervised.get(r))}
+            for s in spec.services.values() for r in s.replicas]
     if args.json:
         print(json.dumps(rows))
         return 0
@@ -33,10 +38,18 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(r["health"] == "SERVING" for r in rows) else 1
 
 
+def _supervision(entry: dict | None) -> dict:
+    if entry is None:
+        return {}
+    return {"restarts": entry["restarts"], "last_exit": entry["last_exit"], "is_crash_loop": entry["is_crash_loop"]}
+
+
 def _line(row: dict) -> str:
     load = row.get("load") or {}
     kv = (f"kv {int(load['kv_blocks_used'])}/{int(load['kv_blocks_total'])}" if "kv_blocks_used" in load else "")
     queue = f"queued {int(load['queued'])}" if "queued" in load else ""
-    extra = " ".join(x for x in (kv, queue) if x)
+    restarts = f"restarts {row['restarts']} (last: {row['last_exit']})" if row.get("restarts") else ""
+    crash = "CRASH LOOP" if row.get("is_crash_loop") else ""
+    extra = " ".join(x for x in (kv, queue, restarts, crash) if x)
     return (f"{row['service']:<12} {row['address']:<22} {row['health']:<8} "
             f"open {row.get('open_requests', '-'):<4} {extra}")

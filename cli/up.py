@@ -4,6 +4,9 @@ they serve, print the endpoints, and run until Ctrl-C / SIGTERM, then stop every
 A local trace store (OTLP) runs alongside; every process sends spans to it (and to
 OTEL_EXPORTER_OTLP_ENDPOINT as well, when set). `starmesh trace REQUEST_ID` reads it.
 `--trace-ui` also runs Arize Phoenix (cluster/phoenix.py) as that collector and UI.
+Every process is supervised: one that dies is logged and restarted on its port with
+exponential backoff (--restart-backoff-s doubling up to --restart-backoff-max-s), a crash
+loop is logged and shown by `starmesh status`; children die with `up`, even by SIGKILL.
 What runs is cluster.stack's; this module parses and prints.
 """
 from __future__ import annotations
@@ -30,20 +33,27 @@ def add_parser(sub) -> None:
                         "into its own virtualenv on first use); every process exports to it")
     add_tls_args(p, "every process of the deployment (default: the deployment's tls)")
     add_api_key_arg(p, "the conductor's token, passed to it in its environment")
+    p.add_argument("--restart-backoff-s", type=float, default=0.5, metavar="S",
+                   help="first delay before restarting a process that died; doubles per consecutive death")
+    p.add_argument("--restart-backoff-max-s", type=float, default=10.0, metavar="S",
+                   help="longest delay between restarts")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from cluster.stack import start_stack
+    from cluster.supervisor import SupervisorConfig
     from core.errors import GraphError, StarmeshError
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
+        supervision = SupervisorConfig(backoff_base_s=args.restart_backoff_s, backoff_max_s=args.restart_backoff_max_s)
         stack = start_stack(args.deployment, trace_store=not args.no_trace_store, trace_ui=args.trace_ui,
-                            tls=tls_from_args(args), api_key=api_key_from_args(args))
-    except (GraphError, StarmeshError, RuntimeError, TimeoutError, subprocess.CalledProcessError) as e:
+                            tls=tls_from_args(args), api_key=api_key_from_args(args), supervision=supervision)
+    except (GraphError, StarmeshError, ValueError, OSError, RuntimeError, TimeoutError,
+            subprocess.CalledProcessError) as e:
         print(f"starmesh up: {e}", file=sys.stderr)
         return 2
     try:

@@ -5,8 +5,15 @@
 
 Every service replica is `starmesh serve <component>` on its endpoint's port and the
 conductor `starmesh conductor --deployment FILE`; each child's output is relayed line by
-line, prefixed with its name. Stop: SIGTERM to the conductor, then every service (each
-drains and unlinks its arena), SIGKILL for any that outlive the grace period.
+line, prefixed with its name. Every port is checked first (cluster.ports: one in use is
+an error naming it). Children are tethered (they die with this process, even by
+SIGKILL) and each leads its own process group; once all serve, a supervisor
+(cluster.supervisor) restarts any that dies, on its port. Stop: supervision held, SIGTERM
+to the conductor, then every service (each drains and unlinks its arena), SIGKILL to
+the process group of any that outlives the grace period.
+
+Start the cluster from the main thread (or one that lives until stop()): children
+started there are killed by the kernel when that thread exits.
 
 Security: every child gets the deployment's TLS files as flags (--tls-cert/--tls-key/
 --tls-ca: one certificate for the mesh, mutual TLS with a CA); the API key reaches the
@@ -22,6 +29,8 @@ from pathlib import Path
 
 from cluster.checkpoints import resolve
 from cluster.dlo_groups import member_args
+from cluster.ports import check_free
+from cluster.supervisor import Supervisor, SupervisorConfig
 from core.bearer import API_KEY_ENV
 from conductor.deployment import Deployment
 from conductor.service_spec import ServiceSpec
@@ -38,14 +47,16 @@ def print_line(line: str) -> None:
 
 class Cluster:
     """deployment: what to start; path: its file, which the conductor reads itself;
-    tls: a runtime.tls.TlsConfig replacing the deployment's; api_key: the conductor's token."""
+    tls: a runtime.tls.TlsConfig replacing the deployment's; api_key: the conductor's token;
+    supervision: restart policy; on_supervision(status) after each supervisor event."""
 
     def __init__(self, deployment: Deployment, path: str | Path, trace_store: str = "", log=print_line,
                  start_timeout_s: float = 180.0, env: dict[str, str] | None = None, tls=None,
-                 api_key: str = "") -> None:
+                 api_key: str = "", supervision: SupervisorConfig = SupervisorConfig(), on_supervision=None) -> None:
         self.deployment = deployment
         self.tls = tls or deployment.tls
         self.api_key = api_key
+        self.supervisor = Supervisor(supervision, log, on_supervision)
         self.path = str(path)
         self.log = log
         self.start_timeout_s = start_timeout_s
@@ -63,12 +74,12 @@ class Cluster:
 
     def start(self) -> "Cluster":
         t0 = time.perf_counter()
+        check_free(self.addresses())
         try:
             self.checkpoints = {n: resolve(ck, lambda m: self.log(f"starmesh | {m}"))
                                 for n, ck in self.deployment.checkpoints.items()}
             for s in self.deployment.services.values():
-                for i, endpoint in enumerate(s.replicas):
-                    name = s.name if len(s.replicas) == 1 else f"{s.name}-{i}"
+                for name, endpoint in _replica_names(s).items():
                     self.services.append(self._service(s, name, endpoint).launch())
             for proc in self.services:
                 proc.wait_serving()
@@ -76,14 +87,28 @@ class Cluster:
             args = ["--deployment", self.path, "--host", host, *self._metrics_args("conductor", host),
                     *self._tls_args()]
             env = {**self.env, API_KEY_ENV: self.api_key} if self.api_key else self.env
-            self.conductor = ServiceProcess("", args, env,
-                                            "conductor", self.start_timeout_s, int(port), "conductor", self.log)
+            self.conductor = ServiceProcess("", args, env, "conductor", self.start_timeout_s, int(port),
+                                            "conductor", self.log, die_with_parent=True)
             self.conductor.launch().wait_serving()
+            for proc in [self.conductor, *self.services]:
+                self.supervisor.watch(proc)
+            self.supervisor.start()
         except BaseException:
             self.stop()
             raise
         self.log(f"starmesh | cluster {self.deployment.name!r} up in {time.perf_counter() - t0:.1f} s")
         return self
+
+    def addresses(self) -> dict[str, str]:
+        """Process name -> the address the deployment gives it (conductor and every replica)."""
+        return {"conductor": self.deployment.conductor,
+                **{name: endpoint for s in self.deployment.services.values()
+                   for name, endpoint in _replica_names(s).items()}}
+
+    def supervision(self) -> dict[str, dict]:
+        """What the supervisor sees: name -> {pid, address, state, restarts, last_exit,
+        is_crash_loop, last_restart_s}."""
+        return self.supervisor.status()
 
     def _service(self, s: ServiceSpec, name: str, endpoint: str) -> ServiceProcess:
         host, _, port = endpoint.rpartition(":")
@@ -101,7 +126,8 @@ class Cluster:
         for key, value in s.options.items():  # `serve` parses each value as JSON when it can
             args += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
         args += member_args(self.deployment.dlo_groups, s.name)  # rank, world and rendezvous of a dlo_group member
-        return ServiceProcess(s.component, args, self.env, name, self.start_timeout_s, int(port), log=self.log)
+        return ServiceProcess(s.component, args, self.env, name, self.start_timeout_s, int(port), log=self.log,
+                              die_with_parent=True)
 
     def _tls_args(self) -> list[str]:
         return self.tls.cli_args() if self.tls is not None else []
@@ -116,7 +142,9 @@ class Cluster:
         return {**out, **{p.name: p.address for p in self.services if p.port}}
 
     def stop(self) -> None:
-        """Conductor first (no new work reaches the services), then every service."""
+        """Conductor first (no new work reaches the services), then every service; the
+        supervisor restarts nothing meanwhile and ends last (module docstring)."""
+        self.supervisor.hold()
         procs = ([self.conductor] if self.conductor else []) + self.services
         for proc in procs:
             proc.terminate()
@@ -125,12 +153,19 @@ class Cluster:
             if rc not in (0, None):
                 self.log(f"starmesh | {proc.name} exited with {rc}")
             proc._tmp.cleanup()
+        self.supervisor.close()
 
     def __enter__(self) -> "Cluster":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _replica_names(s: ServiceSpec) -> dict[str, str]:
+    """Process name -> endpoint of each replica: the service's name, "-i" appended when
+    it has several."""
+    return {s.name if len(s.replicas) == 1 else f"{s.name}-{i}": e for i, e in enumerate(s.replicas)}
 
 
 def free_port() -> int:

@@ -30,6 +30,7 @@ import urllib.request
 from pathlib import Path
 
 from core.cache_root import cache_root
+from runtime.parent_death import tethered
 
 PACKAGE = "arize-phoenix"
 UI_PORT, GRPC_PORT = 6006, 4317          # Phoenix's defaults (PHOENIX_PORT, PHOENIX_GRPC_PORT)
@@ -113,9 +114,11 @@ class Phoenix:
         env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)  # Phoenix must not trace itself into itself
         with open(self.log_path, "ab") as out:
             # Own session: Ctrl-C in the terminal reaches `starmesh up` only, which stops
-            # Phoenix last, after the services have flushed their spans into it.
-            self.proc = subprocess.Popen([str(self.venv / "bin" / "phoenix"), "serve"], env=env, stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            # Phoenix last, after the services have flushed their spans into it. Tethered:
+            # it dies with this process, even when that is SIGKILLed.
+            cmd = tethered([str(self.venv / "bin" / "phoenix"), "serve"])
+            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
         try:
             self._wait_ready(timeout_s)
         except BaseException:

@@ -6,7 +6,8 @@ trace store every process exports to, and optionally Arize Phoenix as collector 
     finally: stack.stop()
 
 The running store's query URL is published under the cache root while the stack runs:
-that is where `starmesh trace` finds it (published_trace_store).
+that is where `starmesh trace` finds it (published_trace_store); so is the supervisor's
+view of every process (cluster.supervision_file), which `starmesh status` shows.
 """
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cluster.launchable import read_launchable
+from cluster import supervision_file
 from cluster.launcher import Cluster
+from cluster.supervisor import SupervisorConfig
 from cluster.trace_store import TraceStore
 from core.cache_root import cache_root
 
@@ -40,6 +43,7 @@ class Stack:
         then Phoenix."""
         try:
             self.cluster.stop()
+            supervision_file.unpublish(self.cluster.deployment.conductor)
             _stop_store(self.store)
         finally:
             if self.ui is not None:
@@ -47,9 +51,9 @@ class Stack:
 
 
 def start_stack(deployment: str | Path, trace_store: bool = True, trace_ui: bool = False, log=_log,
-                tls=None, api_key: str = "") -> Stack:
-    """Every process of the deployment file SERVING, with the local trace store (unless
-    `trace_store` is False) and Phoenix (if `trace_ui`). Phoenix starts first, so that
+                tls=None, api_key: str = "", supervision: SupervisorConfig = SupervisorConfig()) -> Stack:
+    """Every process of the deployment file SERVING and supervised (`supervision`), with
+    the local trace store (unless `trace_store` is False) and Phoenix (if `trace_ui`). Phoenix starts first, so that
     every process inherits its endpoint. Whatever started is stopped again when a later
     part fails (the error propagates: GraphError for a bad file, RuntimeError or
     TimeoutError for a process that does not come up). `tls` (runtime.tls.TlsConfig)
@@ -66,7 +70,8 @@ def start_stack(deployment: str | Path, trace_store: bool = True, trace_ui: bool
         if store is not None:
             publish_trace_store(store.http_address)
         cluster = Cluster(spec, deployment, trace_store=store.otlp_address if store else "", tls=tls,
-                          api_key=api_key).start()
+                          api_key=api_key, supervision=supervision,
+                          on_supervision=lambda status: supervision_file.publish(spec.conductor, status)).start()
     except BaseException:
         _stop_store(store)
         if ui is not None:

@@ -15,6 +15,7 @@ points every process at it (STARMESH_TRACE_STORE); `starmesh trace` reads it ove
 """
 from __future__ import annotations
 
+import errno
 import json
 import threading
 import time
@@ -72,10 +73,15 @@ class TraceStore:
         self._traces: OrderedDict[str, list[dict]] = OrderedDict()
         self._by_request: dict[str, set[str]] = {}
         self._lock = threading.Lock()
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        # no SO_REUSEPORT: a port in use is an error, not a second store sharing it
+        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[("grpc.so_reuseport", 0)])
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Receiver(self), self._grpc)
-        self.otlp_port = self._grpc.add_insecure_port(f"{host}:{otlp_port}")
-        self._http = ThreadingHTTPServer((host, http_port), _handler(self))
+        try:
+            self.otlp_port = self._grpc.add_insecure_port(f"{host}:{otlp_port}")
+            self._http = ThreadingHTTPServer((host, http_port), _handler(self))
+        except (RuntimeError, OSError) as e:
+            raise OSError(errno.EADDRINUSE, f"trace store: could not bind {host}:{otlp_port} (OTLP) or "
+                                            f"{host}:{http_port} (query): {e}") from e
         self.http_port = self._http.server_address[1]
         self._thread = threading.Thread(target=self._http.serve_forever, daemon=True, name="trace-store-http")
 

@@ -33,5 +33,9 @@ class ServiceCollector:
 
 
 def serve_metrics(port: int, registry: CollectorRegistry, host: str = "127.0.0.1"):
-    """Starts the exposition server on a daemon thread; returns (server, thread)."""
-    return start_http_server(port, addr=host, registry=registry)
+    """Starts the exposition server on a daemon thread; returns (server, thread). A port
+    in use is an OSError naming the address."""
+    try:
+        return start_http_server(port, addr=host, registry=registry)
+    except OSError as e:
+        raise OSError(e.errno, f"metrics: could not bind {host}:{port}: {e.strerror}") from e

@@ -6,7 +6,10 @@ Used by `starmesh up` (cluster.launcher), the benchmarks and end-to-end tests:
         ... svc.address ...
 
 The child writes its bound port to a file once SERVING (write_port_file, through
-`--port-file`); the parent polls for that file (ServiceProcess.wait_serving).
+`--port-file`); the parent polls for that file (ServiceProcess.wait_serving, or
+is_serving without blocking). `die_with_parent` (what `starmesh up` uses) tethers the
+child to this process (runtime.parent_death) and runs it in its own process group,
+which stop() kills, so that nothing it started outlives it.
 """
 from __future__ import annotations
 
@@ -18,17 +21,21 @@ import tempfile
 import threading
 import time
 
+from runtime.parent_death import tethered
+
 
 class ServiceProcess:
     """`log` (a callable taking one line) gets the process's stdout and stderr, each line
     prefixed with its name; without it the child writes to ours directly. `command` is
     the starmesh subcommand (`serve`, or `conductor` with the deployment as `component`'s
-    place taken by args)."""
+    place taken by args). `die_with_parent`: module docstring; then launch() only from
+    the main thread or a thread that outlives the child."""
 
     def __init__(self, component: str, args: list[str] = (), env: dict[str, str] | None = None,
                  name: str | None = None, start_timeout_s: float = 60.0, port: int = 0,
-                 command: str = "serve", log=None) -> None:
+                 command: str = "serve", log=None, die_with_parent: bool = False) -> None:
         self.component = component
+        self.die_with_parent = die_with_parent
         self.command = command
         self.log = log
         self._reader: threading.Thread | None = None
@@ -63,33 +70,44 @@ class ServiceProcess:
         cmd = [sys.executable, "-m", "cli", self.command, *target, "--port", str(self.port or 0),
                "--port-file", port_file, *self.args]
         self._cmd = cmd
+        # process_group=0: the child leads a group of its own (what stop() kills), and a
+        # Ctrl-C at the terminal reaches only the parent, which stops children in order
+        extra = {"process_group": 0} if self.die_with_parent else {}
+        if self.die_with_parent:
+            cmd = tethered(cmd)
         if self.log is None:
-            self.proc = subprocess.Popen(cmd, env=self.env)
+            self.proc = subprocess.Popen(cmd, env=self.env, **extra)
         else:
             self.proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         text=True, bufsize=1)
-            self._reader = threading.Thread(target=self._relay, daemon=True, name=f"log-{self.name}")
+                                         text=True, bufsize=1, **extra)
+            self._reader = threading.Thread(target=self._relay, args=(self.proc,), daemon=True,
+                                            name=f"log-{self.name}")
             self._reader.start()
         return self
 
-    def _relay(self) -> None:
-        for line in self.proc.stdout:
+    def _relay(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
             self.log(f"{self.name} | {line.rstrip()}")
 
     def wait_serving(self) -> "ServiceProcess":
-        port_file = os.path.join(self._tmp.name, "port")
-        cmd = self._cmd
         deadline = time.monotonic() + self.start_timeout_s
-        while not os.path.exists(port_file):
+        while not self.is_serving():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} before SERVING: {cmd}")
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} before SERVING: {self._cmd}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise TimeoutError(f"{self.name} not SERVING after {self.start_timeout_s}s")
             time.sleep(0.05)
+        return self
+
+    def is_serving(self) -> bool:
+        """True once the launched child wrote its port file (self.port is then its port)."""
+        port_file = os.path.join(self._tmp.name, "port")
+        if not os.path.exists(port_file):
+            return False
         with open(port_file) as f:
             self.port = int(f.read())
-        return self
+        return True
 
     def terminate(self) -> None:
         """Sends SIGTERM once: a second one during the graceful stop would kill the
@@ -104,15 +122,26 @@ class ServiceProcess:
             return None if self.proc is None else self.proc.returncode
         self.terminate()
         try:
-            return self.proc.wait(timeout_s)
+            rc = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            return self.proc.wait()
+            rc = self.proc.wait()
+        self.kill_group()
+        return rc
+
+    def kill_group(self) -> None:
+        """SIGKILL to whatever the child left in its process group (its own children)."""
+        if self.die_with_parent:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass  # the group is empty: nothing was left
 
     def kill(self) -> None:
         """SIGKILL: the crash case (its segment stays until the next start sweeps it)."""
         self.proc.kill()
         self.proc.wait()
+        self.kill_group()
 
     def __enter__(self) -> "ServiceProcess":
         return self.start() if self.proc is None else self

@@ -75,6 +75,9 @@ class ServerConfig:
         return [
             ("grpc.max_send_message_length", self.max_message_bytes),
             ("grpc.max_receive_message_length", self.max_message_bytes),
+            # a port another process listens on fails to bind, rather than splitting
+            # connections between two servers (gRPC sets SO_REUSEPORT by default)
+            ("grpc.so_reuseport", 0),
         ]
 
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -16,41 +14,11 @@ from client.speech import speak
 from engine.checkpoints.tiny_omni import chat_prompt
 from cluster.shipped_deployments import rewrite_shipped
 from tests.fixtures import tiny_orpheus, tiny_sd3, tiny_vjepa2
+from tests.fixtures.processes import children as _children, port_open as _port_open, printed_endpoints
+from tests.fixtures.processes import wait_for_line as _wait_for_line
 from tests.fixtures.services import describe
 
 pytestmark = pytest.mark.timeout(400)
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    return out
-
-
-def _port_open(address: str) -> bool:
-    host, _, port = address.rpartition(":")
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, int(port))) == 0
-
-
-def _wait_for_line(proc, text: str, timeout_s: float) -> list[str]:
-    lines, deadline = [], time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line.rstrip())
-        if text in line:
-            return lines
-    raise AssertionError(f"`starmesh up` never printed {text!r}:\n" + "\n".join(lines[-30:]))
 
 
 def test_up_serves_speech_and_image_then_stops_clean(tiny_omni, tmp_path):
@@ -62,7 +30,7 @@ def test_up_serves_speech_and_image_then_stops_clean(tiny_omni, tmp_path):
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         lines = _wait_for_line(up, "Ctrl-C stops everything", 300)
-        endpoints = {ln.split()[0]: ln.split()[1] for ln in lines if ln.startswith("  ") and ":" in ln.split()[1]}
+        endpoints = printed_endpoints(lines)
         conductor = endpoints.pop("conductor")
         arenas = {describe(a).arena for a in endpoints.values()}
         children = _children(up.pid)
