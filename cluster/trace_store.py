@@ -22,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from runtime.decode_guard import SyncDecodeGuard
+
 REQUEST_ATTR = "starmesh.request_id"
 
 
@@ -59,7 +61,7 @@ class TraceStore:
         self._traces: OrderedDict[str, list[dict]] = OrderedDict()
         self._by_request: dict[str, set[str]] = {}
         self._lock = threading.Lock()
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4), interceptors=[SyncDecodeGuard()])
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Receiver(self), self._grpc)
         self.otlp_port = self._grpc.add_insecure_port(f"{host}:{otlp_port}")
         self._http = ThreadingHTTPServer((host, http_port), _handler(self))

@@ -1,6 +1,7 @@
 """The conductor as a gRPC service: `Conductor.Generate` and `ListModels` (the front door).
 
-Thin servicer: converts GenerateRequest to walk inputs, runs the executor, converts
+Thin servicer: checks and converts a GenerateRequest to walk inputs
+(conductor.generate_request, within the InputLimits), runs the executor, converts
 each walk output to a GenerateEvent. Client cancellation or deadline closes the
 generator, which cancels the request on every service it reached.
 """
@@ -10,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 
 import grpc
 
@@ -21,26 +21,13 @@ from conductor.model import ServedModel
 from conductor.executor_setup import remote_executor
 from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc
+from conductor.generate_request import parse_generate_request, served_model
+from conductor.input_limits import InputLimits
 from runtime.grpc_status import map_errors
-from runtime.item_proto import params_from_struct
-from core.errors import InvalidArgument
-from transport.ref_proto import ref_from_proto
+from core.errors import Unavailable
 
 log = logging.getLogger(__name__)
 CONDUCTOR_SERVICE = pb.DESCRIPTOR.services_by_name["Conductor"].full_name
-
-
-def request_inputs(req: pb.GenerateRequest) -> dict[str, tuple]:
-    inputs: dict[str, tuple] = {}
-    if len(req.input_ids):
-        import torch
-
-        inputs["input_ids"] = (torch.tensor(list(req.input_ids), dtype=torch.int64),)
-    for i, nt in enumerate(req.inputs):
-        if not nt.name:
-            raise InvalidArgument(f"inputs[{i}].name is empty")
-        inputs[nt.name] = (ref_from_proto(nt.tensor, f"inputs[{nt.name}]"),)
-    return inputs
 
 
 class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
@@ -49,21 +36,18 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
 
     @map_errors
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
-        executor = self.service.executors.get(request.model)
+        model = served_model(self.service.served, request.model)
+        executor = self.service.executors.get(model.name)
         if executor is None:
-            # INVALID_ARGUMENT naming the field (the request is malformed for this
-            # conductor), not NOT_FOUND.
-            raise InvalidArgument(f"model {request.model!r} is not served here "
-                                  f"(served: {sorted(self.service.executors)})")
-        model = next(m for m in self.service.models if m.name == request.model)
-        params = params_from_struct(request.params)
-        request_id = request.request_id or uuid.uuid4().hex
+            raise Unavailable(f"model {model.name!r} is still starting")
+        request_id = request.request_id
         num_outputs = 0
         meter = RequestMeter(self.service.metrics, model, time.perf_counter())
         outcome = "failed"
         try:
-            model.parse_params(params)  # a bad param fails before any work, naming its key
-            async for name, value in executor.generate(request_id, request_inputs(request), params):
+            parsed = parse_generate_request(request, model, self.service.limits)  # before any work
+            request_id = parsed.request_id
+            async for name, value in executor.generate(request_id, parsed.inputs, parsed.params):
                 num_outputs += 1
                 meter.output(name, value, time.perf_counter())
                 yield self.service.outputs.event(request_id, name, value)
@@ -89,8 +73,11 @@ class ConductorService:
 
     service_names = (CONDUCTOR_SERVICE,)
 
-    def __init__(self, models: list[ServedModel], telemetry=None, metrics: ConductorMetrics | None = None) -> None:
+    def __init__(self, models: list[ServedModel], telemetry=None, metrics: ConductorMetrics | None = None,
+                 limits: InputLimits | None = None) -> None:
         self.models = models
+        self.served = {m.name: m for m in models}
+        self.limits = limits or InputLimits()
         self.telemetry = telemetry
         self.metrics = metrics
         self.executors: dict[str, Executor] = {}

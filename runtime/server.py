@@ -23,6 +23,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from runtime.decode_guard import DecodeGuard
 from runtime.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,8 @@ class GrpcServer:
 
     async def start(self) -> int:
         """Binds, starts serving (NOT_SERVING until ready) and returns the bound port."""
-        interceptors = self.telemetry.server_interceptors() if self.telemetry else []
+        # The decode guard first: a request that does not decode is INVALID_ARGUMENT.
+        interceptors = [DecodeGuard(), *(self.telemetry.server_interceptors() if self.telemetry else [])]
         server = grpc.aio.server(interceptors=interceptors, options=self.config.grpc_options())
         self.hosted.register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
