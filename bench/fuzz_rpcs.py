@@ -55,11 +55,11 @@ class Outcome:
     call: FuzzCall
     status: str  # the call's grpc status name
     details: str
-    event_statuses: tuple[str, ...] = ()  # Run: the NodeErrors' statuses
+    node_errors: tuple[tuple[str, str], ...] = ()  # Run: each NodeError's (status, message)
 
     @property
     def is_bad(self) -> bool:
-        return self.status not in ALLOWED or any(s not in ALLOWED for s in self.event_statuses)
+        return self.status not in ALLOWED or any(s not in ALLOWED for s, _ in self.node_errors)
 
 
 def channel_options() -> list[tuple[str, int]]:
@@ -87,12 +87,12 @@ def send(channel: grpc.Channel, call: FuzzCall, timeout_s: float) -> Outcome:
         return Outcome(call, e.code().name, e.details() or "")
 
 
-def _run_errors(responses: list[bytes]) -> tuple[str, ...]:
+def _run_errors(responses: list[bytes]) -> tuple[tuple[str, str], ...]:
     from protos.starmesh.v1 import component_pb2
     from runtime.item_proto import status_name
 
     out = []
     for raw in responses:
         msg = component_pb2.RunResponse.FromString(raw)
-        out += [status_name(e.error.code) for e in msg.events if e.WhichOneof("kind") == "error"]
+        out += [(status_name(e.error.code), e.error.message) for e in msg.events if e.WhichOneof("kind") == "error"]
     return tuple(out)

@@ -45,11 +45,13 @@ class DecodeGuard(grpc.aio.ServerInterceptor):
 def _guard_aio(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
     deserializer, serializer = handler.request_deserializer, handler.response_serializer
 
-    async def one(raw, context):
+    def one(raw, context):
+        """The request, or None with the call's status set (the behaviour is not called)."""
         try:
             return decode(deserializer, raw, method)
         except CorruptMessage as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            _refuse(context, e)
+            return None
 
     async def many(raw_iterator):
         async for raw in raw_iterator:
@@ -59,31 +61,47 @@ def _guard_aio(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHan
         behavior = handler.unary_unary
 
         async def unary_unary(raw, context):
-            return await _result(behavior(await one(raw, context), context))
+            request = one(raw, context)
+            return None if request is None else await _result(behavior(request, context))
 
         return grpc.unary_unary_rpc_method_handler(unary_unary, None, serializer)
     if not handler.request_streaming:
         behavior = handler.unary_stream
 
         async def unary_stream(raw, context):
-            async for response in _responses(behavior(await one(raw, context), context)):
-                yield response
+            request = one(raw, context)
+            if request is not None:
+                async for response in _responses(behavior(request, context)):
+                    yield response
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, None, serializer)
     if not handler.response_streaming:
         behavior = handler.stream_unary
 
         async def stream_unary(raw_iterator, context):
-            return await _result(behavior(many(raw_iterator), context))
+            try:
+                return await _result(behavior(many(raw_iterator), context))
+            except CorruptMessage as e:  # a handler that let it through (ours end the call themselves)
+                _refuse(context, e)
 
         return grpc.stream_unary_rpc_method_handler(stream_unary, None, serializer)
     behavior = handler.stream_stream
 
     async def stream_stream(raw_iterator, context):
-        async for response in _responses(behavior(many(raw_iterator), context)):
-            yield response
+        try:
+            async for response in _responses(behavior(many(raw_iterator), context)):
+                yield response
+        except CorruptMessage as e:
+            _refuse(context, e)
 
     return grpc.stream_stream_rpc_method_handler(stream_stream, None, serializer)
+
+
+def _refuse(context, e: CorruptMessage) -> None:
+    # Set, not context.abort(): an abort raised through grpc is kept in a reference
+    # cycle with the handler's frames, and the raw bytes with them.
+    context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
+    context.set_details(str(e))
 
 
 async def _result(result):

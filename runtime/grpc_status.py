@@ -43,11 +43,20 @@ def _passes_through(exc: BaseException) -> bool:
     return isinstance(exc, (asyncio.CancelledError, grpc.aio.AbortError, grpc.RpcError))
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: Exception, method: str) -> None:
+def _status(exc: Exception, method: str) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, StarmeshError):
-        await context.abort(status_code(exc.status), str(exc))
-    log.exception("%s failed", method, exc_info=exc)
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        return status_code(exc.status), str(exc)
+    log.error("%s failed", method, exc_info=exc)
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+
+
+def _end(context: grpc.aio.ServicerContext, status: tuple[grpc.StatusCode, str]) -> None:
+    # The status is set and the handler returns: context.abort() would raise through
+    # grpc, whose handling keeps the exception in a reference cycle with this handler's
+    # frames, and so the request (megabytes, for a refused oversized one) until the next
+    # garbage collection, which a burst of refusals outpaces.
+    context.set_code(status[0])
+    context.set_details(status[1])
 
 
 def map_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -58,23 +67,29 @@ def map_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
 
         @functools.wraps(handler)
         async def stream_wrapper(self, request, context):
+            status = None
             try:
                 async for response in handler(self, request, context):
                     yield response
             except Exception as e:
                 if _passes_through(e):
                     raise
-                await _abort(context, e, name)
+                status = _status(e, name)
+            if status is not None:
+                _end(context, status)
 
         return stream_wrapper
 
     @functools.wraps(handler)
     async def unary_wrapper(self, request, context):
+        status = None
         try:
             return await handler(self, request, context)
         except Exception as e:
             if _passes_through(e):
                 raise
-            await _abort(context, e, name)
+            status = _status(e, name)
+        _end(context, status)
+        return None
 
     return unary_wrapper
