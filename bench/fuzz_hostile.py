@@ -36,7 +36,39 @@ DIMS = (0, 1, 2, 3, 8, 64, -1, 1 << 31, 1 << 62, (1 << 63) - 1)
 ID_VALUES = (0, 1, 10, 255, 256, 1 << 15, (1 << 31) - 1, 1 << 31, (1 << 63) - 1, -1, -(1 << 63))
 DTYPE_VALUES = tuple(range(0, 12)) + (-1, 1 << 20)  # the enum's values and some it does not have
 ELEMENT_SIZES = {1: 4, 2: 2, 3: 2, 4: 8, 5: 4, 6: 2, 7: 1, 8: 1, 9: 1}
-MAX_INLINE = 1 << 20  # a consistent inline tensor is built only up to this size
+MAX_INLINE = 64 << 10  # a consistent inline tensor is built only up to this size
+OVER_LIMIT_BYTES, OVER_LIMIT_PERCENT = 17 << 20, 3  # how big, and how often, a tensor past the limit is
+
+# Strategies built once (building one per draw costs hypothesis more than the draw).
+S_NAME, S_NODE, S_ID = st.sampled_from(NAMES), st.sampled_from(NODES), st.sampled_from(ID_VALUES)
+S_DTYPE, S_WIRE_DTYPE, S_DIM = st.sampled_from(DTYPE_VALUES), st.sampled_from((1, 5, 8)), st.sampled_from(DIMS)
+S_RANK = st.sampled_from((0, 1, 1, 2, 3, 9, 70))
+S_WHERE = st.sampled_from(("inline", "inline", "inline", "shm", "mooncake", "none"))
+S_ARENA = st.sampled_from(("", "starmesh-nope", "../../etc/passwd", "/dev/shm/x"))
+S_U64 = st.sampled_from((0, 1, 1 << 40, (1 << 64) - 1))
+S_SESSION = st.sampled_from(("", "127.0.0.1:1", "nope"))
+S_U32 = st.sampled_from((0, 1, 2, 7, (1 << 32) - 1))
+S_COUNT = st.sampled_from((0, 1, 1, 2, 3, 20))
+S_PERCENT = st.integers(0, 99)
+S_STRING = st.one_of(st.text(max_size=12), st.sampled_from(("", HUGE_TEXT, "\n", "a\x00b", "\U0001f4a5" * 50)))
+S_SHORT = st.text(max_size=12)
+S_PORT = st.sampled_from(("token", "codes", "", "bogus"))
+S_PARAM_KEY = st.sampled_from(PARAM_KEYS)
+S_PARAM_KEYS = st.lists(S_PARAM_KEY, max_size=5, unique=True)
+S_CONSISTENT = st.sampled_from((True, True, False))
+S_BYTES = {**{n: st.binary(min_size=n, max_size=n) for n in range(65)}, -1: st.binary(max_size=64)}
+S_IDS_SIZE = st.sampled_from(("none",) * 6 + ("small",) * 13 + ("huge",))
+S_IDS = st.lists(st.one_of(st.integers(0, 300), S_ID), min_size=1, max_size=24)
+S_MODEL = st.sampled_from(MODELS + ("", "nope", HUGE_TEXT))
+S_STRINGS = st.lists(S_STRING, max_size=3)
+S_WALK, S_PREDICATE = st.sampled_from(("generate", "", "bogus")), st.sampled_from(("", "bogus", "eos"))
+S_ITERATION, S_STOP_IDS = st.lists(S_U32, max_size=3), st.lists(S_ID, max_size=3)
+S_PORTS = st.lists(st.sampled_from(("token", "x", "")), max_size=2)
+S_KINDS = st.lists(st.sampled_from(("open", "open", "push", "cancel", "release", "credit", "accept", "empty")),
+                   max_size=4)
+S_LEASES = st.lists(S_U64, max_size=3)
+S_SENDER, S_NUM_MESSAGES = st.sampled_from(("", "fuzz", HUGE_TEXT)), st.integers(1, 3)
+S_NUM_SPANS, S_ATTRIBUTE = st.sampled_from((0, 1, 3, 50)), st.sampled_from(("starmesh.request_id", "", "k"))
 
 
 def hostile_number():
@@ -57,10 +89,13 @@ def hostile_value(key: str = ""):
     return st.one_of(scalars, lists, nested)
 
 
+S_VALUES = {key: hostile_value(key) for key in PARAM_KEYS}
+
+
 @st.composite
 def params(draw) -> dict:
-    keys = draw(st.lists(st.sampled_from(PARAM_KEYS), max_size=5, unique=True))
-    out = {key: draw(hostile_value(key)) for key in keys}
+    keys = draw(S_PARAM_KEYS)
+    out = {key: draw(S_VALUES[key]) for key in keys}
     for key in COSTLY:  # a cheap bound on every costly key the draw left out
         out.setdefault(key, float(SMALL_VALID.get(key, 2)))
     return out
@@ -76,21 +111,24 @@ def tensor_ref(draw):
     from protos.starmesh.v1 import tensor_pb2
 
     ref = tensor_pb2.TensorRef()
-    ref.dtype = draw(st.sampled_from(DTYPE_VALUES)) if draw(st.booleans()) else draw(st.sampled_from((1, 5, 8)))
-    rank = draw(st.sampled_from((0, 1, 1, 2, 3, 9, 70)))
-    shape = [draw(st.sampled_from(DIMS)) for _ in range(rank)]
+    ref.dtype = draw(S_DTYPE) if draw(st.booleans()) else draw(S_WIRE_DTYPE)
+    rank = draw(S_RANK)
+    shape = [draw(S_DIM) for _ in range(rank)]
     ref.shape.extend(shape)
-    where = draw(st.sampled_from(("inline", "inline", "inline", "shm", "mooncake", "none")))
+    where = draw(S_WHERE)
     if where == "inline":
         ref.inline_bytes = _inline_bytes(draw, ref.dtype, shape)
     elif where == "shm":
-        ref.shm.arena = draw(st.sampled_from(("", "starmesh-nope", "../../etc/passwd", "/dev/shm/x")))
-        ref.shm.offset, ref.shm.nbytes = draw(st.sampled_from((0, 1 << 40, (1 << 64) - 1))), _claimed(ref.dtype, shape)
-        ref.shm.lease_id = draw(st.sampled_from((0, 1, (1 << 64) - 1)))
+        ref.shm.arena = draw(S_ARENA)
+        ref.shm.offset, ref.shm.nbytes = draw(S_U64), _claimed(ref.dtype, shape)
+        ref.shm.lease_id = draw(S_U64)
     elif where == "mooncake":
-        ref.mooncake.session, ref.mooncake.address = draw(st.sampled_from(("", "127.0.0.1:1", "nope"))), 1
+        ref.mooncake.session, ref.mooncake.address = draw(S_SESSION), 1
         ref.mooncake.nbytes = _claimed(ref.dtype, shape)
     return ref
+
+
+S_TENSOR = tensor_ref()
 
 
 def _claimed(dtype: int, shape: list[int]) -> int:
@@ -99,74 +137,85 @@ def _claimed(dtype: int, shape: list[int]) -> int:
 
 
 def _inline_bytes(draw, dtype: int, shape: list[int]) -> bytes:
-    choice = draw(st.sampled_from(("consistent", "consistent", "short", "over_limit")))
     nbytes = _claimed(dtype, shape)
-    if choice == "consistent" and nbytes <= MAX_INLINE:
-        return bytes(nbytes) if draw(st.booleans()) else draw(st.binary(min_size=nbytes, max_size=nbytes)) \
-            if nbytes <= 256 else bytes(nbytes)
-    if choice == "over_limit":
-        return bytes(17 << 20)  # past the conductor's 16 MiB per input
-    return draw(st.binary(max_size=64))
+    if draw(S_CONSISTENT) and nbytes <= MAX_INLINE:  # consistent with the shape
+        return draw(S_BYTES[nbytes]) if nbytes <= 64 else bytes(nbytes)
+    return draw(S_BYTES[-1])
+
+
+def over_limit_tensor():
+    """A uint8 prompt past the conductor's 16 MiB per input."""
+    from protos.starmesh.v1 import tensor_pb2
+
+    nbytes = OVER_LIMIT_BYTES
+    ref = tensor_pb2.TensorRef(dtype=tensor_pb2.DTYPE_UINT8, shape=[nbytes], inline_bytes=bytes(nbytes))
+    return tensor_pb2.NamedTensor(name="prompt", tensor=ref)
+
+
+OVER_LIMIT_TENSOR = over_limit_tensor()
 
 
 @st.composite
-def named_tensors(draw, max_size: int = 3) -> list:
+def named_tensors(draw) -> list:
     from protos.starmesh.v1 import tensor_pb2
 
-    n = draw(st.sampled_from((0, 1, 1, 2, max_size, 20)))
-    return [tensor_pb2.NamedTensor(name=draw(st.sampled_from(NAMES)), tensor=draw(tensor_ref())) for _ in range(n)]
+    n = draw(S_COUNT)
+    return [tensor_pb2.NamedTensor(name=draw(S_NAME), tensor=draw(S_TENSOR)) for _ in range(n)]
 
 
-def hostile_string():
-    return st.one_of(st.text(max_size=12), st.sampled_from(("", HUGE_TEXT, "\n", "a\x00b", "💥" * 50)))
+S_PARAMS = params()
 
 
 @st.composite
 def input_ids(draw) -> list[int]:
-    size = draw(st.sampled_from(("none", "small", "small", "huge")))
+    size = draw(S_IDS_SIZE)
     if size == "none":
         return []
     if size == "huge":  # past max_input_ids
         return [7] * ((1 << 18) + 1)
-    return draw(st.lists(st.one_of(st.integers(0, 300), st.sampled_from(ID_VALUES)), min_size=1, max_size=24))
+    return draw(S_IDS)
+
+
+S_TENSORS, S_INPUT_IDS = named_tensors(), input_ids()
 
 
 @st.composite
 def generate_requests(draw):
     from protos.starmesh.v1 import conductor_pb2 as pb
 
-    req = pb.GenerateRequest(model=draw(st.one_of(st.sampled_from(MODELS), st.sampled_from(("", "nope", HUGE_TEXT)))),
-                             request_id=draw(hostile_string()), text=draw(hostile_string()),
-                             input_ids=draw(input_ids()))
-    req.inputs.extend(draw(named_tensors()))
-    fill_struct(req.params, draw(params()))
-    req.outputs.extend(draw(st.lists(hostile_string(), max_size=3)))
+    req = pb.GenerateRequest(model=draw(S_MODEL),
+                             request_id=draw(S_STRING), text=draw(S_STRING),
+                             input_ids=draw(S_INPUT_IDS))
+    req.inputs.extend(draw(S_TENSORS))
+    if draw(S_PERCENT) < OVER_LIMIT_PERCENT:
+        req.inputs.append(OVER_LIMIT_TENSOR)
+    fill_struct(req.params, draw(S_PARAMS))
+    req.outputs.extend(draw(S_STRINGS))
     return req
-
-
-def _u32():
-    return st.sampled_from((0, 1, 2, 7, (1 << 32) - 1))
 
 
 @st.composite
 def open_node(draw):
     from protos.starmesh.v1 import component_pb2 as pb
 
-    o = pb.OpenNode(request_id=draw(hostile_string()), node=draw(st.sampled_from(NODES)),
-                    walk=draw(st.sampled_from(("generate", "", "bogus"))),
-                    iteration=draw(st.lists(_u32(), max_size=3)), traceparent=draw(hostile_string()))
-    o.inputs.extend(draw(named_tensors()))
-    fill_struct(o.params, draw(params()))
-    o.stop_rule.max_iters = draw(_u32())
-    o.stop_rule.stop_token_ids.extend(draw(st.lists(st.sampled_from(ID_VALUES), max_size=3)))
-    o.stop_rule.predicate = draw(st.sampled_from(("", "bogus", "eos")))
-    for port in draw(st.lists(st.sampled_from(("token", "x", "")), max_size=2)):
-        o.credits[port] = draw(_u32())
+    o = pb.OpenNode(request_id=draw(S_STRING), node=draw(S_NODE),
+                    walk=draw(S_WALK),
+                    iteration=draw(S_ITERATION), traceparent=draw(S_STRING))
+    o.inputs.extend(draw(S_TENSORS))
+    fill_struct(o.params, draw(S_PARAMS))
+    o.stop_rule.max_iters = draw(S_U32)
+    o.stop_rule.stop_token_ids.extend(draw(S_STOP_IDS))
+    o.stop_rule.predicate = draw(S_PREDICATE)
+    for port in draw(S_PORTS):
+        o.credits[port] = draw(S_U32)
     if draw(st.booleans()):
-        o.chunk.start, o.chunk.num_context, o.chunk.num_pad = draw(_u32()), draw(_u32()), draw(_u32())
+        o.chunk.start, o.chunk.num_context, o.chunk.num_pad = draw(S_U32), draw(S_U32), draw(S_U32)
     if draw(st.booleans()):
-        o.stream.port = draw(st.sampled_from(("token", "codes", "", "bogus")))
+        o.stream.port = draw(S_PORT)
     return o
+
+
+S_OPEN = open_node()
 
 
 @st.composite
@@ -174,30 +223,32 @@ def run_items(draw) -> list:
     from protos.starmesh.v1 import component_pb2 as pb
 
     out = []
-    for kind in draw(st.lists(st.sampled_from(("open", "open", "push", "cancel", "release", "credit", "accept",
-                                                "empty")), max_size=4)):
-        rid = draw(hostile_string())
+    for kind in draw(S_KINDS):
+        rid = draw(S_STRING)
         if kind == "open":
-            out.append(pb.RunItem(open=draw(open_node())))
+            out.append(pb.RunItem(open=draw(S_OPEN)))
         elif kind == "push":
-            out.append(pb.RunItem(push=pb.PushChunk(request_id=rid, node=draw(st.sampled_from(NODES)),
-                                                    port=draw(st.sampled_from(("token", "codes", ""))),
-                                                    tensors=draw(named_tensors()), route=draw(hostile_string()),
-                                                    num_context=draw(_u32()), start=draw(_u32()))))
+            out.append(pb.RunItem(push=pb.PushChunk(request_id=rid, node=draw(S_NODE),
+                                                    port=draw(S_PORT),
+                                                    tensors=draw(S_TENSORS), route=draw(S_STRING),
+                                                    num_context=draw(S_U32), start=draw(S_U32))))
         elif kind == "cancel":
-            out.append(pb.RunItem(cancel=pb.Cancel(request_id=rid, reason=draw(hostile_string()))))
+            out.append(pb.RunItem(cancel=pb.Cancel(request_id=rid, reason=draw(S_STRING))))
         elif kind == "release":
-            ids = draw(st.lists(st.sampled_from((0, 1, (1 << 64) - 1)), max_size=3))
+            ids = draw(S_LEASES)
             out.append(pb.RunItem(release=pb.Release(request_id=rid, lease_ids=ids)))
         elif kind == "credit":
-            out.append(pb.RunItem(credit=pb.Credit(request_id=rid, node=draw(st.sampled_from(NODES)),
-                                                   port="token", amount=draw(_u32()))))
+            out.append(pb.RunItem(credit=pb.Credit(request_id=rid, node=draw(S_NODE),
+                                                   port="token", amount=draw(S_U32))))
         elif kind == "accept":
-            out.append(pb.RunItem(accept=pb.AcceptRoute(token=draw(hostile_string()), run=draw(open_node()),
-                                                        port="token", window=draw(_u32()))))
+            out.append(pb.RunItem(accept=pb.AcceptRoute(token=draw(S_STRING), run=draw(S_OPEN),
+                                                        port="token", window=draw(S_U32))))
         else:
             out.append(pb.RunItem())
     return out
+
+
+S_ITEMS = run_items()
 
 
 @st.composite
@@ -205,8 +256,8 @@ def run_streams(draw) -> list:
     """One Run stream: 1-3 RunRequests."""
     from protos.starmesh.v1 import component_pb2 as pb
 
-    return [pb.RunRequest(items=draw(run_items()), sender=draw(st.sampled_from(("", "fuzz", HUGE_TEXT))))
-            for _ in range(draw(st.integers(1, 3)))]
+    return [pb.RunRequest(items=draw(S_ITEMS), sender=draw(S_SENDER))
+            for _ in range(draw(S_NUM_MESSAGES))]
 
 
 @st.composite
@@ -216,21 +267,67 @@ def export_requests(draw):
 
     req = trace_service_pb2.ExportTraceServiceRequest()
     spans = req.resource_spans.add().scope_spans.add().spans
-    for _ in range(draw(st.sampled_from((0, 1, 3, 200)))):
-        span = trace_pb2.Span(trace_id=draw(st.binary(max_size=20)), span_id=draw(st.binary(max_size=10)),
-                              name=draw(hostile_string()), start_time_unix_nano=draw(st.sampled_from((0, 1 << 63))))
-        span.attributes.add(key=draw(st.sampled_from(("starmesh.request_id", "", "k")))).value.string_value = \
-            draw(hostile_string())
+    for _ in range(draw(S_NUM_SPANS)):
+        span = trace_pb2.Span(trace_id=draw(S_BYTES[-1]), span_id=draw(S_BYTES[-1]), name=draw(S_SHORT),
+                              start_time_unix_nano=draw(S_U64) >> 1)
+        span.attributes.add(key=draw(S_ATTRIBUTE)).value.string_value = draw(S_STRING)
         spans.append(span)
     return req
 
 
+S_PERTURBATION = st.sampled_from(("param", "param", "param", "ids", "tensor", "input"))
+
+
+def _perturb(draw, params_msg, tensors, ids=None) -> None:
+    """One field of a valid message made hostile: a param, the ids, or a tensor."""
+    what = draw(S_PERTURBATION)
+    if what == "param":
+        key = draw(S_PARAM_KEY)
+        fill_struct(params_msg, {key: draw(S_VALUES[key])})
+    elif what == "ids" and ids is not None:
+        del ids[:]
+        ids.extend(draw(S_IDS))
+    elif what == "input" and len(tensors):
+        tensors[draw(st.integers(0, len(tensors) - 1))].tensor.CopyFrom(draw(S_TENSOR))
+    else:
+        tensors.add(name=draw(S_NAME)).tensor.CopyFrom(draw(S_TENSOR))
+
+
+@st.composite
+def near_valid_generate(draw):
+    """A valid GenerateRequest of a served model (bench.fuzz_seeds) with one field hostile:
+    what reaches the services' own checks."""
+    from bench.fuzz_seeds import generate_requests as valid
+
+    req = draw(st.sampled_from(valid()))
+    _perturb(draw, req.params, req.inputs, req.input_ids)
+    return req
+
+
+@st.composite
+def near_valid_run(draw):
+    """The seed's thinker prefill with one field hostile, then its cancel."""
+    from bench.fuzz_seeds import run_requests
+
+    open_msg, cancel = run_requests()[0]
+    o = open_msg.items[0].open
+    if draw(st.booleans()):
+        o.node = draw(S_NODE)
+    _perturb(draw, o.params, o.inputs)
+    return [open_msg, cancel]
+
+
+def _serialized(rpc, origin: str):
+    return lambda msgs: FuzzCall(rpc, tuple(m.SerializeToString() for m in msgs), origin)
+
+
 def hostile_calls():
     """One FuzzCall per example, over Generate, Run and Export."""
-    generate = generate_requests().map(lambda m: FuzzCall(GENERATE, (m.SerializeToString(),), "hostile"))
-    run = run_streams().map(lambda ms: FuzzCall(RUN, tuple(m.SerializeToString() for m in ms), "hostile"))
-    export = export_requests().map(lambda m: FuzzCall(EXPORT, (m.SerializeToString(),), "hostile"))
-    return st.one_of(generate, generate, run, run, export)
+    return st.one_of(generate_requests().map(lambda m: [m]).map(_serialized(GENERATE, "hostile")),
+                     near_valid_generate().map(lambda m: [m]).map(_serialized(GENERATE, "near_valid")),
+                     run_streams().map(_serialized(RUN, "hostile")),
+                     near_valid_run().map(_serialized(RUN, "near_valid")),
+                     export_requests().map(lambda m: [m]).map(_serialized(EXPORT, "hostile")))
 
 
 def for_each(strategy, n: int, seed: int, fn) -> None:
