@@ -15,6 +15,15 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, default=None, help="port (default: the deployment's; 0 picks one)")
     p.add_argument("--port-file", metavar="PATH", help="write the bound port here once SERVING")
     p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus /metrics on this port")
+    limits = p.add_argument_group("input limits", "a request past one is refused alone with INVALID_ARGUMENT "
+                                                  "naming the input and the limit")
+    limits.add_argument("--max-input-mb", type=float, default=16, metavar="N", help="one input tensor (MiB)")
+    limits.add_argument("--max-request-mb", type=float, default=32, metavar="N",
+                        help="all of one request's inputs, params and text (MiB)")
+    limits.add_argument("--max-input-ids", type=int, default=1 << 18, metavar="N", help="ids in input_ids")
+    limits.add_argument("--max-message-mb", type=int, default=64, metavar="N",
+                        help="gRPC message limit, receive and send (MiB): a larger message is refused with "
+                             "RESOURCE_EXHAUSTED before it is decoded")
     p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"))
     p.set_defaults(func=run)
 
@@ -24,15 +33,24 @@ def run(args: argparse.Namespace) -> int:
     from cluster.conductor_process import serve_conductor, served_models
     from cluster.launchable import read_launchable
     from core.errors import GraphError
-    from runtime.server import ServerConfig
+    from runtime.server import MiB, ServerConfig
 
     try:
         spec = read_launchable(args.deployment)
         models = served_models(spec)
-    except GraphError as e:
+        limits = input_limits(args)
+        host, _, port = spec.conductor.rpartition(":")
+        config = ServerConfig(host=args.host or host, port=int(port) if args.port is None else args.port,
+                              max_message_bytes=args.max_message_mb * MiB)
+    except (GraphError, ValueError) as e:
         print(f"starmesh conductor: {e}", file=sys.stderr)
         return 2
-    host, _, port = spec.conductor.rpartition(":")
-    config = ServerConfig(host=args.host or host, port=int(port) if args.port is None else args.port)
-    serve_conductor(models, config, args.metrics_port, args.port_file)
+    serve_conductor(models, config, args.metrics_port, args.port_file, limits)
     return 0
+
+
+def input_limits(args: argparse.Namespace):
+    from conductor.input_limits import MiB, InputLimits
+
+    return InputLimits(max_input_bytes=int(args.max_input_mb * MiB), max_request_bytes=int(args.max_request_mb * MiB),
+                       max_input_ids=args.max_input_ids)

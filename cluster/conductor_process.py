@@ -6,6 +6,7 @@ model of the deployment built from its pipeline and placement, served until SIGT
 """
 from __future__ import annotations
 
+from conductor.input_limits import InputLimits
 from conductor.service import ConductorService
 from pipelines.registry import build_model
 from runtime.server import ServerConfig, serve_blocking
@@ -18,10 +19,10 @@ def served_models(spec) -> list:
 
 
 def serve_conductor(models: list, server_config: ServerConfig, metrics_port: int | None = None,
-                    port_file: str | None = None) -> None:
+                    port_file: str | None = None, limits: InputLimits | None = None) -> None:
     """Blocks until SIGTERM or SIGINT, then stops gracefully. `metrics_port` serves the
     conductor's Prometheus /metrics on the server's host; `port_file` receives the bound
-    port once SERVING."""
+    port once SERVING; `limits` bound each request's inputs (default InputLimits())."""
     telemetry = Telemetry("conductor")
     telemetry.install_global()
     metrics = None
@@ -31,4 +32,4 @@ def serve_conductor(models: list, server_config: ServerConfig, metrics_port: int
 
         metrics = ConductorMetrics()
         serve_metrics(metrics_port, metrics.registry, server_config.host)
-    serve_blocking(ConductorService(models, telemetry, metrics), server_config, telemetry, port_file)
+    serve_blocking(ConductorService(models, telemetry, metrics, limits), server_config, telemetry, port_file)
