@@ -19,6 +19,15 @@ def add_parser(sub) -> None:
     p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus /metrics on this port")
     p.add_argument("--run-timeout-s", type=float, default=10.0, metavar="S",
                    help="fail a request a service stopped listing in its heartbeats after S seconds (default 10)")
+    limits = p.add_argument_group("input limits", "a request past one is refused alone with INVALID_ARGUMENT "
+                                                  "naming the input and the limit")
+    limits.add_argument("--max-input-mb", type=float, default=16, metavar="N", help="one input tensor (MiB)")
+    limits.add_argument("--max-request-mb", type=float, default=32, metavar="N",
+                        help="all of one request's inputs, params and text (MiB)")
+    limits.add_argument("--max-input-ids", type=int, default=1 << 18, metavar="N", help="ids in input_ids")
+    limits.add_argument("--max-message-mb", type=int, default=64, metavar="N",
+                        help="gRPC message limit, receive and send (MiB): a larger message is refused with "
+                             "RESOURCE_EXHAUSTED before it is decoded")
     p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"))
     add_tls_args(p, "the front door and the streams to the services (default: the deployment's tls)")
     add_api_key_arg(p, "the token every Conductor call must carry as 'authorization: Bearer KEY'; "
@@ -31,14 +40,15 @@ def run(args: argparse.Namespace) -> int:
     from cluster.conductor_process import admission_of, serve_conductor, served_models
     from cluster.launchable import read_launchable
     from core.errors import StarmeshError
-    from runtime.server import ServerConfig
+    from runtime.server import MiB, ServerConfig
 
     try:
         spec = read_launchable(args.deployment)
         models = served_models(spec)
+        limits = input_limits(args)
         host, _, port = spec.conductor.rpartition(":")
         config = ServerConfig(host=args.host or host, port=int(port) if args.port is None else args.port,
-                              tls=tls_from_args(args, spec.tls))
+                              tls=tls_from_args(args, spec.tls), max_message_bytes=args.max_message_mb * MiB)
     except (ValueError, StarmeshError) as e:
         print(f"starmesh conductor: {e}", file=sys.stderr)
         return 2
@@ -46,5 +56,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"starmesh conductor: --run-timeout-s must be > 0, got {args.run_timeout_s}", file=sys.stderr)
         return 2
     serve_conductor(models, config, args.metrics_port, args.port_file, api_key_from_args(args), admission_of(spec),
-                    args.run_timeout_s)
+                    args.run_timeout_s, limits)
     return 0
+
+
+def input_limits(args: argparse.Namespace):
+    from conductor.input_limits import MiB, InputLimits
+
+    return InputLimits(max_input_bytes=int(args.max_input_mb * MiB), max_request_bytes=int(args.max_request_mb * MiB),
+                       max_input_ids=args.max_input_ids)

@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from runtime.decode_guard import SyncDecodeGuard
+
 REQUEST_ATTR = "starmesh.request_id"
 MAX_TEXT = 1024
 MAX_ATTRIBUTES = 64
@@ -74,7 +76,8 @@ class TraceStore:
         self._by_request: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         # no SO_REUSEPORT: a port in use is an error, not a second store sharing it
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[("grpc.so_reuseport", 0)])
+        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[("grpc.so_reuseport", 0)],
+                                 interceptors=[SyncDecodeGuard()])
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Receiver(self), self._grpc)
         try:
             self.otlp_port = self._grpc.add_insecure_port(f"{host}:{otlp_port}")

@@ -67,7 +67,8 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
                           lockstep_nodes=frozenset(),
                           on_edge: Callable[[str, float], None] | None = None,
                           direct_edges: bool = True, tls=None, run_timeout_s: float = 10.0,
-                          selector: ReplicaSelector | None = None) -> AsyncIterator[Executor]:
+                          selector: ReplicaSelector | None = None,
+                          max_message_bytes: int = 64 << 20) -> AsyncIterator[Executor]:
     """Nodes run on the replicas the placement names; one Run stream per replica.
     lockstep_nodes: runs padded across the placement's lockstep groups (conductor.lockstep);
     on_edge(edge, seconds): every hop's and chunk's latency (the metrics histogram);
@@ -75,7 +76,8 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
     conductor, item by item, except co-located ones; a baseline for benchmarks);
     tls: the runtime.tls.TlsConfig of the Run streams (None: plaintext);
     run_timeout_s: a request a replica's heartbeats stop listing fails after this long;
-    selector: the replica choice (shared with a health watcher that marks replicas down)."""
+    selector: the replica choice (shared with a health watcher that marks replicas down);
+    max_message_bytes: the Run streams' message limit (larger batches go as several)."""
     placement.validate(graph)
     selector = selector or ReplicaSelector(placement)
     targets: dict[str, RemoteTarget] = {}
@@ -88,7 +90,7 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
         return consumer_hosts(graph.walk_by_name[walk], placement, targets, node)
 
     def connect(sink: Sink) -> ExecutorHooks:  # the streams open below, once the executor exists
-        targets.update({endpoint: RemoteTarget(endpoint, sink, interceptors=interceptors, tls=tls)
+        targets.update({endpoint: RemoteTarget(endpoint, sink, max_message_bytes, interceptors, tls)
                         for spec in placement.services.values() for endpoint in spec.replicas})
         return ExecutorHooks(route, placement.is_colocated, hosts, _materialize, on_edge or ignore_edge,
                              _lockstep(placement, targets, lockstep_nodes), peer_routes=direct_edges)

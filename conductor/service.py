@@ -1,6 +1,7 @@
 """The conductor as a gRPC service: `Conductor.Generate` and `ListModels` (the front door).
 
-Thin servicer: converts GenerateRequest to walk inputs, runs the executor, converts
+Thin servicer: checks and converts a GenerateRequest to walk inputs
+(conductor.generate_request, within the InputLimits), runs the executor, converts
 each walk output to a GenerateEvent. Client cancellation or deadline closes the
 generator, which cancels the request on every service it reached.
 """
@@ -10,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 
 import grpc
 
@@ -25,26 +25,13 @@ from conductor.replica_health import ReplicaHealth
 from conductor.replicas import ReplicaSelector
 from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc
+from conductor.generate_request import parse_generate_request, served_model
+from conductor.input_limits import InputLimits
 from runtime.grpc_status import map_errors
-from runtime.item_proto import params_from_struct
-from core.errors import InvalidArgument, Unavailable
-from transport.ref_proto import ref_from_proto
+from core.errors import Unavailable
 
 log = logging.getLogger(__name__)
 CONDUCTOR_SERVICE = pb.DESCRIPTOR.services_by_name["Conductor"].full_name
-
-
-def request_inputs(req: pb.GenerateRequest) -> dict[str, tuple]:
-    inputs: dict[str, tuple] = {}
-    if len(req.input_ids):
-        import torch
-
-        inputs["input_ids"] = (torch.tensor(list(req.input_ids), dtype=torch.int64),)
-    for i, nt in enumerate(req.inputs):
-        if not nt.name:
-            raise InvalidArgument(f"inputs[{i}].name is empty")
-        inputs[nt.name] = (ref_from_proto(nt.tensor, f"inputs[{nt.name}]"),)
-    return inputs
 
 
 class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
@@ -53,33 +40,29 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
 
     @map_errors
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
-        executor = self.service.executors.get(request.model)
+        model = served_model(self.service.served, request.model)
+        executor = self.service.executors.get(model.name)
         if executor is None:
-            # INVALID_ARGUMENT naming the field (the request is malformed for this
-            # conductor), not NOT_FOUND.
-            raise InvalidArgument(f"model {request.model!r} is not served here "
-                                  f"(served: {sorted(self.service.executors)})")
-        model = next(m for m in self.service.models if m.name == request.model)
-        params = params_from_struct(request.params)
-        request_id = request.request_id or uuid.uuid4().hex
-        model.parse_params(params)  # a bad param fails before any work, naming its key
-        inputs = request_inputs(request)
-        self.service.check_serving(model.name)
+            raise Unavailable(f"model {model.name!r} is still starting")
+        request_id = request.request_id
         num_outputs = 0
-        async with self.service.admission.admit(model.name):  # waits for a slot, or Overloaded
-            meter = RequestMeter(self.service.metrics, model, time.perf_counter())
-            outcome = "failed"
-            try:
-                async for name, value in executor.generate(request_id, inputs, params):
+        meter = RequestMeter(self.service.metrics, model, time.perf_counter())
+        outcome = "failed"
+        try:
+            parsed = parse_generate_request(request, model, self.service.limits)  # before any work
+            request_id = parsed.request_id
+            self.service.check_serving(model.name)
+            async with self.service.admission.admit(model.name):  # waits for a slot, or Overloaded
+                async for name, value in executor.generate(request_id, parsed.inputs, parsed.params):
                     num_outputs += 1
                     meter.output(name, value, time.perf_counter())
                     yield self.service.outputs.event(request_id, name, value)
-                outcome = "ok"
-            except asyncio.CancelledError:
-                outcome = "cancelled"
-                raise
-            finally:
-                meter.end(outcome, time.perf_counter())
+            outcome = "ok"
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            meter.end(outcome, time.perf_counter())
         usage = pb.Usage()
         usage.metrics.update({"num_outputs": num_outputs})
         yield pb.GenerateEvent(request_id=request_id, usage=usage)
@@ -104,11 +87,17 @@ class ConductorService:
     service_names = (CONDUCTOR_SERVICE,)
 
     def __init__(self, models: list[ServedModel], telemetry=None, metrics: ConductorMetrics | None = None,
-                 tls=None, api_key: str = "", admission: Admission | None = None,
-                 run_timeout_s: float = 10.0) -> None:
-        """admission: every request limit (default limits per model when None);
-        run_timeout_s: a request a replica stopped listing in its heartbeats fails then."""
+                 limits: InputLimits | None = None, tls=None, api_key: str = "",
+                 admission: Admission | None = None, run_timeout_s: float = 10.0,
+                 max_message_bytes: int = 64 << 20) -> None:
+        """limits: what one request may carry (conductor.input_limits); admission: every
+        request limit (default limits per model when None); run_timeout_s: a request a
+        replica stopped listing in its heartbeats fails then; max_message_bytes: the
+        message limit of the Run streams to replicas (no frame passes it)."""
         self.models = models
+        self.served = {m.name: m for m in models}
+        self.limits = limits or InputLimits()
+        self.max_message_bytes = max_message_bytes
         self.tls = tls
         self.server_interceptors = (ApiKeyInterceptor(api_key, self.service_names),) if api_key else ()
         self.telemetry = telemetry
@@ -163,7 +152,7 @@ class ConductorService:
                 remote_executor(model.graph, model.placement, model.inner_loops, tracer, interceptors,
                                 lockstep_nodes=model.lockstep_nodes, on_edge=on_edge,
                                 direct_edges=model.direct_edges, tls=self.tls, run_timeout_s=self.run_timeout_s,
-                                selector=self.selectors[model.name]))
+                                selector=self.selectors[model.name], max_message_bytes=self.max_message_bytes))
             self.executors[model.name] = executor
         self._publish_health()
 

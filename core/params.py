@@ -24,6 +24,7 @@ from core.errors import InvalidArgument
 
 # How a Struct carries the non-finite floats (protobuf's JSON mapping).
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 KINDS = (int, float, bool, str, tuple)  # tuple: a list of non-negative integer ids
 _SPEC = "starmesh.param"
 _GROUP = "starmesh.param_group"
@@ -145,10 +146,13 @@ def check_known(params: Mapping[str, Any], names) -> None:
 
 
 def _int(name: str, value: Any) -> int:
-    # bool is an int subclass but never a count; a Struct sends 4 as 4.0.
+    # bool is an int subclass but never a count; a Struct sends 4 as 4.0. Every integer a
+    # request carries ends in a 64-bit slot (a seed, a count): 1e30 is refused here.
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
             or value != int(value):
         raise InvalidArgument(f"params.{name} must be an integer, got {value!r}")
+    if not INT64_MIN <= int(value) <= INT64_MAX:
+        raise InvalidArgument(f"params.{name} must be a 64-bit integer, in [-2^63, 2^63 - 1], got {value!r}")
     return int(value)
 
 
@@ -180,7 +184,7 @@ def _ids(name: str, value: Any) -> tuple[int, ...]:
         raise bad
     ids = tuple(value)
     if any(isinstance(i, bool) or not isinstance(i, numbers.Real) or not math.isfinite(i) or i != int(i) or i < 0
-           for i in ids):
+           or i > INT64_MAX for i in ids):
         raise bad
     return tuple(int(i) for i in ids)
 

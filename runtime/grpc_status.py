@@ -57,15 +57,25 @@ def retry_trailers(code: grpc.StatusCode, message: str, retry_after_ms: int) -> 
     return (("retry-after-ms", str(retry_after_ms)), ("grpc-status-details-bin", status.SerializeToString()))
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: Exception, method: str) -> None:
+def _status(exc: Exception, method: str) -> tuple[grpc.StatusCode, str, tuple]:
+    """(code, details, trailers): a retry hint rides along when the error carries one."""
     if isinstance(exc, StarmeshError):
-        code = status_code(exc.status)
+        code, message = status_code(exc.status), str(exc)
         retry_ms = getattr(exc, "retry_after_ms", None)
-        if retry_ms is not None:
-            await context.abort(code, str(exc), trailing_metadata=retry_trailers(code, str(exc), retry_ms))
-        await context.abort(code, str(exc))
-    log.exception("%s failed", method, exc_info=exc)
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        return code, message, (retry_trailers(code, message, retry_ms) if retry_ms is not None else ())
+    log.error("%s failed", method, exc_info=exc)
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}", ()
+
+
+def _end(context: grpc.aio.ServicerContext, status: tuple[grpc.StatusCode, str, tuple]) -> None:
+    # The status is set and the handler returns: context.abort() would raise through
+    # grpc, whose handling keeps the exception in a reference cycle with this handler's
+    # frames, and so the request (megabytes, for a refused oversized one) until the next
+    # garbage collection, which a burst of refusals outpaces.
+    context.set_code(status[0])
+    context.set_details(status[1])
+    if status[2]:
+        context.set_trailing_metadata(status[2])
 
 
 def map_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -76,23 +86,29 @@ def map_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
 
         @functools.wraps(handler)
         async def stream_wrapper(self, request, context):
+            status = None
             try:
                 async for response in handler(self, request, context):
                     yield response
             except Exception as e:
                 if _passes_through(e):
                     raise
-                await _abort(context, e, name)
+                status = _status(e, name)
+            if status is not None:
+                _end(context, status)
 
         return stream_wrapper
 
     @functools.wraps(handler)
     async def unary_wrapper(self, request, context):
+        status = None
         try:
             return await handler(self, request, context)
         except Exception as e:
             if _passes_through(e):
                 raise
-            await _abort(context, e, name)
+            status = _status(e, name)
+        _end(context, status)
+        return None
 
     return unary_wrapper

@@ -69,19 +69,26 @@ def params_to_struct(params: dict[str, Any], out: struct_pb2.Struct, field: str 
         raise InvalidArgument(f"{field}: not representable as google.protobuf.Struct: {e}") from None
 
 
-def params_from_struct(msg: struct_pb2.Struct) -> dict[str, Any]:
+def params_from_struct(msg: struct_pb2.Struct, field: str = "params") -> dict[str, Any]:
+    """A Struct as plain Python values; a Value with none of its kinds set (which a
+    Struct's own accessors answer with a bare ValueError) is InvalidArgument naming it."""
     # Struct numbers are doubles on the wire: 3 comes back as 3.0. Walked directly (not
     # json_format, several times slower on the per-output metadata); NaN and infinities
     # stay floats for the node to judge.
-    return _plain(msg)
+    return {k: _plain(v, f"{field}.{k}") for k, v in msg.fields.items()}
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, struct_pb2.Struct):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, struct_pb2.ListValue):
-        return [_plain(v) for v in value]
-    return value
+def _plain(value: struct_pb2.Value, field: str) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return params_from_struct(value.struct_value, field)
+    if kind == "list_value":
+        return [_plain(v, f"{field}[{i}]") for i, v in enumerate(value.list_value.values)]
+    if kind == "null_value":
+        return None
+    if kind is None:
+        raise InvalidArgument(f"{field} has no value (none of null, number, string, bool, struct, list is set)")
+    return getattr(value, kind)
 
 
 def tensors_from_proto(named: Iterable, field: str) -> dict[str, TensorRef]:
@@ -113,7 +120,7 @@ def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
         walk=m.walk,
         iteration=tuple(m.iteration),
         inputs=tensors_from_proto(m.inputs, f"{field}.inputs"),
-        params=params_from_struct(m.params),
+        params=params_from_struct(m.params, f"{field}.params"),
         stop_rule=StopRule(stop_token_ids=tuple(m.stop_rule.stop_token_ids), component_predicate=m.stop_rule.predicate),
         traceparent=m.traceparent,
         tracestate=m.tracestate,
@@ -299,14 +306,16 @@ def _event_from_proto(e: pb.RunEvent, where: str) -> OutboundEvent:
     if kind == "output":
         o = e.output
         tensors = tensors_from_proto(o.outputs, f"{where}.output.outputs")
-        return NodeOutput(o.request_id, o.node, tensors, tuple(o.iteration), params_from_struct(o.metadata))
+        return NodeOutput(o.request_id, o.node, tensors, tuple(o.iteration),
+                          params_from_struct(o.metadata, f"{where}.output.metadata"))
     if kind == "error":
         r = e.error
         return NodeError(r.request_id, r.node, status_name(r.code), r.message, tuple(r.iteration))
     if kind == "done":
         d = e.done
         consumed = tuple(ConsumedLease(c.arena, c.lease_id) for c in d.consumed)
-        return NodeDone(d.request_id, d.node, consumed, tuple(d.iteration), params_from_struct(d.metadata))
+        return NodeDone(d.request_id, d.node, consumed, tuple(d.iteration),
+                        params_from_struct(d.metadata, f"{where}.done.metadata"))
     if kind == "credit":
         c = e.credit
         return RouteCredit(c.request_id, c.token, c.amount, tuple(c.lease_ids))

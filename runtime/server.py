@@ -23,6 +23,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from runtime.decode_guard import DecodeGuard
 from runtime.telemetry import Telemetry
 from runtime.tls import TlsConfig
 
@@ -125,8 +126,9 @@ class GrpcServer:
 
     async def start(self) -> int:
         """Binds, starts serving (NOT_SERVING until ready) and returns the bound port."""
-        # The hosted service's own interceptors first: a refused call costs no span.
-        interceptors = [*getattr(self.hosted, "server_interceptors", ()),
+        # The decode guard first (a request that does not decode is INVALID_ARGUMENT), then
+        # the hosted service's own (the token check: a refused call costs no span).
+        interceptors = [DecodeGuard(), *getattr(self.hosted, "server_interceptors", ()),
                         *(self.telemetry.server_interceptors() if self.telemetry else [])]
         server = grpc.aio.server(interceptors=interceptors, options=self.config.grpc_options())
         self.hosted.register(server)

@@ -6,7 +6,9 @@ the RunResponses the engine thread puts on the stream's asyncio queue (one per
 engine step). When the client half-closes, the stream ends once the node runs
 it opened have ended (NodeDone/NodeError); when it breaks, at once. Either way
 the step loop then cancels what the stream carried and frees the leases it
-carried (`transport.release_carrier`).
+carried (`transport.release_carrier`). A message that does not decode (or fails
+validation as a whole) ends the stream with its error's status, INVALID_ARGUMENT;
+a bad item inside a good message fails only that item's request (a NodeError).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from runtime.heartbeat import DEFAULT_INTERVAL_S, beat
 from runtime.message_split import split
 from runtime.items import NodeError, NodeOutput, OutboundEvent
 from runtime.step_loop import StepLoop
+from core.errors import StarmeshError
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +112,8 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
                 msg = await outbox.get()
                 if msg is _END:
                     return
+                if isinstance(msg, StarmeshError):  # the client's stream was malformed
+                    raise msg
                 yield msg
         finally:
             reader.cancel()
@@ -139,6 +144,10 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
                     await asyncio.sleep(_QUEUE_POLL_S)
         except asyncio.CancelledError:
             raise
+        except StarmeshError as e:  # bytes that do not decode (runtime.decode_guard)
+            log.info("Run stream %s: %s", stream_id, e)
+            outbox.put_nowait(e)  # the writer ends the stream with its status
+            return
         except Exception:
             log.info("Run stream %s broke while reading", stream_id, exc_info=True)
             outbox.put_nowait(_END)  # broken: end now (the handler's finally detaches)

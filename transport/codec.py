@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import warnings
 
+from core.errors import BadTensorRef
 from transport.dtypes import to_torch
 
 
@@ -39,12 +40,16 @@ def view(buffer, dtype: str, shape: tuple[int, ...]):
     import torch
 
     tdtype = to_torch(dtype)
-    if 0 in shape or len(buffer) == 0:
-        return torch.empty(shape, dtype=tdtype)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "buffer is not writable" for bytes
-        flat = torch.frombuffer(buffer, dtype=torch.uint8)
-    return flat.view(tdtype).view(shape)
+    try:
+        if 0 in shape or len(buffer) == 0:
+            return torch.empty(shape, dtype=tdtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "buffer is not writable" for bytes
+            flat = torch.frombuffer(buffer, dtype=torch.uint8)
+        return flat.view(tdtype).view(shape)
+    except RuntimeError as e:  # a shape that does not fit the bytes, or overflows torch's sizes
+        raise BadTensorRef(f"tensor of dtype {dtype} and shape {list(shape)[:8]} over {len(buffer)} bytes: {e}") \
+            from None
 
 
 def inline_ref(tensor):

@@ -42,6 +42,11 @@ class ConsumedLease:
 
 
 Location = Union[InlineLocation, ShmLocation, MooncakeLocation]
+MAX_RANK = 64  # torch's limit on dimensions
+
+
+def _shown(shape: tuple[int, ...]) -> str:
+    return str(list(shape)) if len(shape) <= 8 else f"[{', '.join(map(str, shape[:8]))}, ...] ({len(shape)} dims)"
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,11 @@ class TensorRef:
     def __post_init__(self) -> None:
         if any(d < 0 for d in self.shape):
             raise BadTensorRef(f"tensor.shape has a negative dimension: {list(self.shape)}")
+        if len(self.shape) > MAX_RANK or math.prod(max(d, 1) for d in self.shape) >= 1 << 62:
+            # torch computes strides (the product of the later dims, empty ones included)
+            # in int64: such a shape is no tensor, even with a zero dimension.
+            raise BadTensorRef(f"tensor.shape {_shown(self.shape)} is not a tensor's: more than {MAX_RANK} "
+                               "dimensions, or a product of dimensions past 2^62")
         size = element_size(self.dtype)  # raises BadTensorRef for an unknown dtype
         if self.stored_nbytes != self.numel * size:
             raise BadTensorRef(

@@ -12,7 +12,7 @@ from transport.arena import HEADER_BYTES, Arena, check_header
 from transport.codec import copy_into, to_bytes, view
 from transport.config import CLIENT_HOST, TransportConfig
 from transport.dtypes import element_size, from_torch
-from core.errors import PeerUnavailable
+from core.errors import BadTensorRef, PeerUnavailable
 from transport.mooncake import MooncakeEndpoint
 from transport.peers import PeerArenas
 from transport.refs import ConsumedLease, InlineLocation, MooncakeLocation, ShmLocation, TensorRef
@@ -135,8 +135,8 @@ class Transport:
         consumed = ConsumedLease(loc.arena, loc.lease_id)
         if isinstance(loc, MooncakeLocation):
             return self._fetch(ref, loc, request_id)
-        if loc.host_id != self.host_id:
-            raise PeerUnavailable(
+        if loc.host_id != self.host_id:  # never resolvable here: the sender's mistake, not an outage
+            raise BadTensorRef(
                 f"shm.host_id {loc.host_id!r} is not this host ({self.host_id!r}); "
                 "a producer on another host must send Mooncake references"
             )
@@ -151,7 +151,7 @@ class Transport:
     def _fetch(self, ref: TensorRef, loc: MooncakeLocation, request_id: str) -> Resolved:
         """Reads header + bytes from the producer into a receive lease of our arena."""
         if self.mooncake is None:
-            raise PeerUnavailable("mooncake reference received but Mooncake is disabled in this process")
+            raise BadTensorRef("mooncake reference received but Mooncake is disabled in this process")
         lease = self.arena.lease(HEADER_BYTES + loc.nbytes, request_id, LOCAL_CARRIER)
         try:
             local = self.arena.base_address + lease.data_offset

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from transport.config import TransportConfig
-from core.errors import ArenaFull, BadTensorRef, PeerUnavailable, UnknownLease
+from core.errors import ArenaFull, BadTensorRef, UnknownLease
 from transport.refs import ShmLocation, TensorRef
 from transport.transport import Transport
 
@@ -100,7 +100,7 @@ def test_full_arena_proceeds_when_space_frees(transport):
         (dict(lease_id=999), UnknownLease),
         (dict(arena="starmesh-doesnotexist"), UnknownLease),
         (dict(arena="../etc/passwd"), UnknownLease),
-        (dict(host_id="elsewhere"), PeerUnavailable),
+        (dict(host_id="elsewhere"), BadTensorRef),  # never resolvable here: the sender's mistake
     ],
 )
 def test_bad_references_raise_clear_errors(transport, mutate, error):

@@ -1,0 +1,135 @@
+"""The fuzz target: a real deployment as child processes, every RPC a stranger can reach.
+
+    with FuzzMesh({"omni": dir, "sd3": dir}) as mesh:
+        mesh.conductor           # "127.0.0.1:port": Conductor.Generate / ListModels
+        mesh.services["thinker"] # a component service: Component.Run / Describe
+        mesh.trace_store         # OTLP TraceService.Export
+        mesh.rss_mb()            # {process name: resident MiB}
+
+Three services on the tiny checkpoints (thinker; talker+codec; SD3 co-located) behind a
+`starmesh conductor` process serving three models: "qwen3-omni" (speech), "text" (the
+thinker's text generation) and "sd3" (image). The trace store runs in its own process
+and every process exports spans to it, so its RPC is fuzzed with real traffic around.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from bench.trace_store_proc import TraceStoreProcess
+
+MODELS = ("qwen3-omni", "text", "sd3")
+SD3_NODES = ("clip_l", "clip_g", "t5", "join_text", "init_latent", "denoise_cond", "denoise_uncond", "combine",
+             "decode")
+
+
+def deployment(checkpoints: dict[str, str]) -> dict:
+    """The fuzz deployment as a mapping (ports are filled in by `write`)."""
+    return {
+        "name": "fuzz",
+        "checkpoints": {name: {"path": path} for name, path in checkpoints.items()},
+        "services": {
+            "thinker": {"component": "thinker", "checkpoint": "omni", "replicas": [""]},
+            "talker": {"component": "talker+codec", "checkpoint": "omni", "replicas": [""]},
+            "sd3": {"component": "sd3", "checkpoint": "sd3", "replicas": [""]},
+        },
+        "models": {
+            "qwen3-omni": {"pipeline": "qwen3_omni",
+                           "options": {"chunk_size": 8, "left_context": 4, "first_chunk": 4},
+                           "placement": {"prefill": "thinker", "decode": "thinker", "talker": "talker",
+                                         "code2wav": "talker"},
+                           "kv_contexts": {"thinker": ["prefill", "decode"]}},
+            "text": {"pipeline": "text", "options": {"max_new_tokens": 64},
+                     "placement": {"prefill": "thinker", "decode": "thinker"},
+                     "kv_contexts": {"thinker": ["prefill", "decode"]}},
+            "sd3": {"pipeline": "text_to_image", "placement": {n: "sd3" for n in SD3_NODES}},
+        },
+    }
+
+
+def write(data: dict, directory: str) -> str:
+    from cluster.launcher import free_port
+    from cluster.shipped_deployments import write_deployment
+
+    data = {**data, "conductor": {"address": f"127.0.0.1:{free_port()}"}}
+    for spec in data["services"].values():
+        spec["replicas"] = [f"127.0.0.1:{free_port()}" for _ in spec["replicas"]]
+    return str(write_deployment(data, directory))
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size of a process, MiB (/proc: no psutil needed)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise ValueError(f"process {pid} has no VmRSS")
+
+
+class FuzzMesh:
+    """Context manager: the trace store, the services and the conductor, stopped on exit."""
+
+    def __init__(self, checkpoints: dict[str, str], log=lambda line: None) -> None:
+        self.checkpoints = checkpoints
+        self.log = log
+        self.cluster = None
+        self.store: TraceStoreProcess | None = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="starmesh-fuzz-")
+
+    def __enter__(self) -> "FuzzMesh":
+        from cluster.launchable import read_launchable
+        from cluster.launcher import Cluster
+
+        try:
+            self.store = TraceStoreProcess()
+            path = write(deployment(self.checkpoints), self._tmp.name)
+            env = {"STARMESH_LOG_LEVEL": "ERROR"}
+            self.cluster = Cluster(read_launchable(path), path, trace_store=self.store.otlp, log=self.log,
+                                   env=env).start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    @property
+    def conductor(self) -> str:
+        return self.cluster.conductor_address
+
+    @property
+    def services(self) -> dict[str, str]:
+        return {p.name: p.address for p in self.cluster.services}
+
+    @property
+    def trace_store(self) -> str:
+        return self.store.otlp
+
+    def pids(self) -> dict[str, int]:
+        out = {"conductor": self.cluster.conductor.pid, "trace_store": self.store.proc.pid}
+        return {**out, **{p.name: p.pid for p in self.cluster.services}}
+
+    def rss_mb(self) -> dict[str, float]:
+        return {name: rss_mb(pid) for name, pid in self.pids().items()}
+
+    def alive(self) -> dict[str, bool]:
+        procs = {"conductor": self.cluster.conductor.proc, "trace_store": self.store.proc,
+                 **{p.name: p.proc for p in self.cluster.services}}
+        return {name: proc.poll() is None for name, proc in procs.items()}
+
+    def __exit__(self, *exc) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+        if self.store is not None:
+            self.store.close()
+        self._tmp.cleanup()
+
+
+def tiny_checkpoints() -> dict[str, str]:
+    """The tiny omni and SD3 checkpoints from the cache (built on first use)."""
+    from cluster.checkpoints import tiny
+
+    return {"omni": str(tiny("qwen3-omni", lambda m: None)), "sd3": str(tiny("sd3", lambda m: None))}
+
+
+if __name__ == "__main__":  # a quick look: start, print the endpoints and RSS, stop
+    with FuzzMesh(tiny_checkpoints(), log=print) as m:
+        print(m.conductor, m.services, m.trace_store, m.rss_mb(), os.getpid())
