@@ -13,10 +13,11 @@ request's KV context; load balancing happens at admission and for stateless node
    service.
 3. Otherwise the least-loaded replica, ties broken round-robin per service.
    Admission of a stateful node pins the request there until `release`.
-4. Replicas marked down (`set_serving`, from the conductor's health watcher) are never
-   chosen by rules 2 and 3; a service with no serving replica fails the choice with
-   UNAVAILABLE naming it. A pinned request stays where its state is (if that replica
-   died, its stream's failure fails the request).
+4. Replicas marked down (`set_serving`, from the conductor's health watcher) are not
+   chosen by rules 2 and 3 while the service has one that is up; with none up, all are
+   candidates (a replica that just restarted serves before its health watch says so; a
+   dead one fails the request at once, UNAVAILABLE naming it). A pinned request stays
+   where its state is (if that replica died, its stream's failure fails the request).
 
 Load is the number of open requests pinned to a replica (the selector's own
 count; stateless runs are short and have no completion signal here, so they
@@ -31,7 +32,6 @@ import threading
 from dataclasses import dataclass
 
 from conductor.placement import Placement
-from core.errors import Unavailable
 
 
 @dataclass(frozen=True)
@@ -90,9 +90,9 @@ class ReplicaSelector:
         if prefer is not None and prefer in load and prefer not in self._down:
             return prefer, None
         replicas = self.placement.services[service].replicas
-        up = [i for i, r in enumerate(replicas) if r not in self._down]
-        if not up:
-            raise Unavailable(f"service {service} has no serving replica (down: {', '.join(replicas)})")
+        # With every replica down, try them anyway: one that just came back serves at once
+        # (the health watch notices it a little later), a dead one fails the request fast.
+        up = [i for i, r in enumerate(replicas) if r not in self._down] or list(range(len(replicas)))
         start = self._cursor[service]
         # Least load first; among equals, the first at or after the cursor (round-robin).
         index = min(up, key=lambda i: (load[replicas[i]], (i - start) % len(replicas)))

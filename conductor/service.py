@@ -51,7 +51,6 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
         try:
             parsed = parse_generate_request(request, model, self.service.limits)  # before any work
             request_id = parsed.request_id
-            self.service.check_serving(model.name)
             async with self.service.admission.admit(model.name):  # waits for a slot, or Overloaded
                 async for name, value in executor.generate(request_id, parsed.inputs, parsed.params):
                     num_outputs += 1
@@ -132,12 +131,6 @@ class ConductorService:
             return
         for model in self.models:
             self._set_health(model.name, model.name in self.executors and not self.selectors[model.name].unserved())
-
-    def check_serving(self, model: str) -> None:
-        """Unavailable naming the services without a serving replica, if any."""
-        unserved = self.selectors[model].unserved()
-        if unserved:
-            raise Unavailable(f"model {model!r} is not serving: no serving replica of {', '.join(unserved)}")
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._open())

@@ -200,3 +200,44 @@ def test_overload_past_the_limits_is_refused_quickly_and_the_admitted_finish(mes
     admission.check_integrity()
     for proc in procs.values():
         assert wait_until(lambda: describe(proc.address).num_open_requests == 0, 10.0), proc.name
+
+
+def test_an_over_limit_request_is_refused_alone_while_eight_others_finish(mesh):
+    """Blast radius of one: a request past the front door's limits fails by itself with
+    INVALID_ARGUMENT naming the input and the limit; the requests sent with it, on the
+    same services, all finish with their solo result."""
+    from conductor.input_limits import InputLimits
+
+    _, procs = mesh
+    placement = Placement.from_dict({
+        "services": {name: {"replicas": [p.address]} for name, p in procs.items()},
+        "placement": {"embed": "svc_embed", "lm": "svc_lm", "codec": "svc_codec"},
+    })
+    limits = InputLimits(max_input_bytes=64 << 10, max_request_bytes=128 << 10)
+    conductor = BackgroundServer(ConductorService([ServedModel("toy", toys.toy_pipeline(), placement, {"gen"})],
+                                                  limits))
+    conductor.start()
+    huge = pb.GenerateRequest(model="toy", request_id="huge")
+    ref_to_proto(inline_ref(torch.zeros(1 << 18)), huge.inputs.add(name="x").tensor)  # 1 MiB of float32
+
+    async def main():
+        async with grpc.aio.insecure_channel(conductor.address) as channel:
+            stub = conductor_pb2_grpc.ConductorStub(channel)
+
+            async def one(req):
+                try:
+                    return collect([ev async for ev in stub.Generate(req)])
+                except grpc.aio.AioRpcError as e:
+                    return e
+
+            normal = [request(float(i), f"ok-{i}") for i in range(8)]
+            return await asyncio.gather(*(one(r) for r in [*normal[:4], huge, *normal[4:]]))
+
+    try:
+        results = asyncio.run(main())
+    finally:
+        conductor.stop()
+    refused = results.pop(4)
+    assert isinstance(refused, grpc.aio.AioRpcError) and refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "inputs[x]" in refused.details() and "max_input_bytes" in refused.details()
+    assert results == [inprocess(float(i)) for i in range(8)]

@@ -82,8 +82,11 @@ def test_conductor_messages_do_not_grow_with_the_items(services):
         got, counts[n], dispatched = asyncio.run(main())
         assert got == [float(i) for i in range(1, n + 1)]  # the client still receives every item
         assert dispatched == {"src": 1}  # mid and sink runs are opened by their replicas
-    assert counts[100] == counts[400], counts
-    assert counts[100] <= 12, counts  # O(nodes + walks): opens, grants, markers, cancels
+    # O(nodes + walks): opens, grants, markers, cancels. How the services batch their
+    # lifecycle events (a NodeDone with an output or on its own) depends on timing, so
+    # the counts may differ by a few; per item they would differ by hundreds.
+    assert abs(counts[100] - counts[400]) <= 4, counts
+    assert max(counts.values()) <= 12, counts
     for name in "abc":
         assert wait_until(lambda: describe(services[name].address).num_open_requests == 0, 30)
 
