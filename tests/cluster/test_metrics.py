@@ -5,10 +5,12 @@ metrics` lints, with every process's standard process_* and python_* series."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from cli.main import main
 from client.speech import speak
 from engine.checkpoints.tiny_omni import chat_prompt
 from tests.fixtures.exposition_lint import lint, promtool_problems, scrape as scrape_text
@@ -58,3 +60,15 @@ def test_every_processs_metrics_pass_the_lints(colocated):
         assert promtool_problems(text) == "", name
         for standard in ("process_cpu_seconds_total", "process_resident_memory_bytes", "python_gc_collections_total"):
             assert f"\n{standard}" in text, (name, standard)
+
+
+def test_status_lists_each_processs_metrics_url(colocated, capsys):
+    capsys.readouterr()
+    main(["status", "--deployment", colocated.path, "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert {row["service"]: row["metrics"] for row in rows} == {
+        name: url for name, url in colocated.metrics.items() if name != "conductor"}
+    assert main(["status", "--deployment", colocated.path]) == 0
+    text = capsys.readouterr().out
+    assert f"metrics {colocated.metrics['conductor']}" in text.splitlines()[-1]
+    assert all(f"metrics {row['metrics']}" in text for row in rows)
