@@ -98,3 +98,16 @@ def test_the_rewrite_moves_metrics_to_free_ports(tmp_path):
     moved = [spec.conductor_metrics, *(m for s in spec.services.values() for m in s.metrics)]
     assert not set(moved) & set(shipped.bound_addresses().values())
     assert len(set(spec.bound_addresses().values())) == len(spec.bound_addresses())
+
+
+def test_the_documented_scrape_config_lists_the_default_deployments_targets():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", doc, re.S) if "scrape_configs" in b)
+    targets = {t for c in yaml.safe_load(block)["scrape_configs"] for s in c["static_configs"] for t in s["targets"]}
+    spec = read_launchable(SHIPPED_DIR / "local.yaml")
+    assert targets == {spec.conductor_metrics, *(m for s in spec.services.values() for m in s.metrics)}
