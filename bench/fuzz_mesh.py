@@ -48,13 +48,9 @@ def deployment(checkpoints: dict[str, str]) -> dict:
 
 
 def write(data: dict, directory: str) -> str:
-    from cluster.launcher import free_port
-    from cluster.shipped_deployments import write_deployment
+    from cluster.shipped_deployments import with_free_ports, write_deployment
 
-    data = {**data, "conductor": {"address": f"127.0.0.1:{free_port()}"}}
-    for spec in data["services"].values():
-        spec["replicas"] = [f"127.0.0.1:{free_port()}" for _ in spec["replicas"]]
-    return str(write_deployment(data, directory))
+    return str(write_deployment(with_free_ports(data), directory))
 
 
 def rss_mb(pid: int) -> float:

@@ -1,6 +1,7 @@
-"""`starmesh status [--deployment FILE]`: each service replica's health and load, and,
-while a `starmesh up` runs the deployment, what its supervisor saw (restarts, the last
-exit, a crash loop)."""
+"""`starmesh status [--deployment FILE]`: each service replica's health, load and
+Prometheus /metrics URL (the conductor's on a last line; as the deployment names them),
+and, while a `starmesh up` runs the deployment, what its supervisor saw (restarts, the
+last exit, a crash loop)."""
 from __future__ import annotations
 
 import argparse
@@ -23,18 +24,20 @@ def run(args: argparse.Namespace) -> int:
 
     from cluster import supervision_file
     from cluster.launchable import read_launchable
+    from conductor.metrics_address import metrics_url
     from runtime.replica_probe import replica_status
 
     spec = read_launchable(args.deployment)
     tls = tls_from_args(args, spec.tls)
     supervised = {v["address"]: v for v in supervision_file.read(spec.conductor).values()}
-    rows = [{"service": s.name, **replica_status(r, tls=tls), **_supervision(supervised.get(r))}
-            for s in spec.services.values() for r in s.replicas]
+    rows = [{"service": s.name, **replica_status(r, tls=tls), "metrics": metrics_url(m),
+             **_supervision(supervised.get(r))} for s in spec.services.values() for r, m in zip(s.replicas, s.metrics)]
     if args.json:
         print(json.dumps(rows))
         return 0
     for row in rows:
         print(_line(row))
+    print(f"{'conductor':<12} {spec.conductor:<22} metrics {metrics_url(spec.conductor_metrics) or '-'}")
     return 0 if all(r["health"] == "SERVING" for r in rows) else 1
 
 
@@ -50,6 +53,7 @@ def _line(row: dict) -> str:
     queue = f"queued {int(load['queued'])}" if "queued" in load else ""
     restarts = f"restarts {row['restarts']} (last: {row['last_exit']})" if row.get("restarts") else ""
     crash = "CRASH LOOP" if row.get("is_crash_loop") else ""
-    extra = " ".join(x for x in (kv, queue, restarts, crash) if x)
+    metrics = f"metrics {row['metrics']}" if row.get("metrics") else ""
+    extra = " ".join(x for x in (kv, queue, metrics, restarts, crash) if x)
     return (f"{row['service']:<12} {row['address']:<22} {row['health']:<8} "
             f"open {row.get('open_requests', '-'):<4} {extra}")

@@ -1,7 +1,8 @@
 """Deployments `starmesh up` can launch: a deployment file (schema: conductor/deployment.py)
 plus what starting its processes needs, checked at load so that nothing starts for a
 file that cannot run: the served-models shape (each model names its pipeline), a
-`component` for every service, and the dlo_group checks of cluster/dlo_groups.py.
+`component` for every service, the dlo_group checks of cluster/dlo_groups.py, and no two
+addresses it binds on one port (gRPC, /metrics, rendezvous: cluster/ports.check_distinct).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.dlo_groups import check_dlo_groups
+from cluster.ports import check_distinct
 from conductor.deployment import Deployment
 from conductor.deployment_file import deployment_from_dict, read_deployment
 from core.errors import GraphError
@@ -34,4 +36,5 @@ def check_launchable(deployment: Deployment) -> Deployment:
             raise GraphError(f"services.{name}: missing key 'component' (the registered component "
                              "`starmesh serve` runs)")
     check_dlo_groups(deployment)
+    check_distinct(deployment.bound_addresses())
     return deployment

@@ -4,8 +4,9 @@
         print(cluster.conductor_address)
 
 Every service replica is `starmesh serve <component>` on its endpoint's port and the
-conductor `starmesh conductor --deployment FILE`; each child's output is relayed line by
-line, prefixed with its name. Every port is checked first (cluster.ports: one in use is
+conductor `starmesh conductor --deployment FILE`, each serving /metrics on the port its
+deployment names (or derives: conductor/metrics_address.py); each child's output is
+relayed line by line, prefixed with its name. Every port is checked first (cluster.ports: one in use is
 an error naming it). Children are tethered (they die with this process, even by
 SIGKILL) and each leads its own process group; once all serve, a supervisor
 (cluster.supervisor) restarts any that dies, on its port. Stop: supervision held, SIGTERM
@@ -33,6 +34,7 @@ from cluster.ports import check_free
 from cluster.supervisor import Supervisor, SupervisorConfig
 from core.bearer import API_KEY_ENV
 from conductor.deployment import Deployment
+from conductor.metrics_address import metrics_url
 from conductor.service_spec import ServiceSpec
 from runtime.process import ServiceProcess
 from runtime.telemetry import TRACE_STORE_ENV
@@ -79,13 +81,13 @@ class Cluster:
             self.checkpoints = {n: resolve(ck, lambda m: self.log(f"starmesh | {m}"))
                                 for n, ck in self.deployment.checkpoints.items()}
             for s in self.deployment.services.values():
-                for name, endpoint in _replica_names(s).items():
-                    self.services.append(self._service(s, name, endpoint).launch())
+                for name, (endpoint, metrics) in _replicas(s).items():
+                    self.services.append(self._service(s, name, endpoint, metrics).launch())
             for proc in self.services:
                 proc.wait_serving()
             host, _, port = self.deployment.conductor.rpartition(":")
-            args = ["--deployment", self.path, "--host", host, *self._metrics_args("conductor", host),
-                    *self._tls_args()]
+            args = ["--deployment", self.path, "--host", host,
+                    *self._metrics_args("conductor", self.deployment.conductor_metrics), *self._tls_args()]
             env = {**self.env, API_KEY_ENV: self.api_key} if self.api_key else self.env
             self.conductor = ServiceProcess("", args, env, "conductor", self.start_timeout_s, int(port),
                                             "conductor", self.log, die_with_parent=True)
@@ -100,19 +102,25 @@ class Cluster:
         return self
 
     def addresses(self) -> dict[str, str]:
-        """Process name -> the address the deployment gives it (conductor and every replica)."""
-        return {"conductor": self.deployment.conductor,
-                **{name: endpoint for s in self.deployment.services.values()
-                   for name, endpoint in _replica_names(s).items()}}
+        """Process name (+ " metrics") -> the address the deployment gives it: the
+        conductor's and every replica's gRPC and /metrics addresses."""
+        out = {"conductor": self.deployment.conductor, "conductor metrics": self.deployment.conductor_metrics}
+        for s in self.deployment.services.values():
+            for name, (endpoint, metrics) in _replicas(s).items():
+                out[name] = endpoint
+                if metrics:
+                    out[f"{name} metrics"] = metrics
+        return out
 
     def supervision(self) -> dict[str, dict]:
         """What the supervisor sees: name -> {pid, address, state, restarts, last_exit,
         is_crash_loop, last_restart_s}."""
         return self.supervisor.status()
 
-    def _service(self, s: ServiceSpec, name: str, endpoint: str) -> ServiceProcess:
+    def _service(self, s: ServiceSpec, name: str, endpoint: str, metrics: str = "") -> ServiceProcess:
+        """The replica process `name` on `endpoint`, serving /metrics on `metrics`'s port ("": none)."""
         host, _, port = endpoint.rpartition(":")
-        args = ["--host", host, *self._metrics_args(name, host), *self._tls_args()]
+        args = ["--host", host, *self._metrics_args(name, metrics), *self._tls_args()]
         if s.device != "cpu":  # "cpu" is every factory's default: left out, as compose/ writes the commands
             args += ["--device", s.device]
         if s.checkpoint:
@@ -132,10 +140,13 @@ class Cluster:
     def _tls_args(self) -> list[str]:
         return self.tls.cli_args() if self.tls is not None else []
 
-    def _metrics_args(self, name: str, host: str) -> list[str]:
-        port = free_port()
-        self.metrics[name] = f"http://{host}:{port}/metrics"
-        return ["--metrics-port", str(port)]
+    def _metrics_args(self, name: str, address: str) -> list[str]:
+        """The flag serving /metrics on `address`'s port (its host is the process's own,
+        conductor/metrics_address.py); none for ""."""
+        if not address:
+            return []
+        self.metrics[name] = metrics_url(address)
+        return ["--metrics-port", address.rpartition(":")[2]]
 
     def endpoints(self) -> dict[str, str]:
         out = {"conductor": self.conductor.address} if self.conductor and self.conductor.port else {}
@@ -162,15 +173,25 @@ class Cluster:
         self.stop()
 
 
-def _replica_names(s: ServiceSpec) -> dict[str, str]:
-    """Process name -> endpoint of each replica: the service's name, "-i" appended when
-    it has several."""
-    return {s.name if len(s.replicas) == 1 else f"{s.name}-{i}": e for i, e in enumerate(s.replicas)}
+def _replicas(s: ServiceSpec) -> dict[str, tuple[str, str]]:
+    """Process name -> (endpoint, metrics address) of each replica: the service's name,
+    "-i" appended when it has several."""
+    return {s.name if len(s.replicas) == 1 else f"{s.name}-{i}": (e, m)
+            for i, (e, m) in enumerate(zip(s.replicas, s.metrics))}
 
 
 def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports: held open together while picked, since one port
+    closed and picked again is often the same one."""
+    import contextlib
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]

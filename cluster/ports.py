@@ -33,3 +33,24 @@ def check_free(addresses: dict[str, str]) -> None:
                 if e.errno == errno.EADDRINUSE:
                     raise PortInUse(name, address) from None
                 raise
+
+
+WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
+
+
+def check_distinct(addresses: dict[str, str]) -> None:
+    """addresses: where the file gives it -> "host:port" (Deployment.bound_addresses).
+    Two on one port of one host (or of a wildcard host) would fail to bind at start: a
+    GraphError naming both, at load. unix: addresses have no port and are skipped."""
+    from core.errors import GraphError
+
+    seen: dict[str, list[tuple[str, str]]] = {}  # port -> [(host, where)]
+    for where, address in addresses.items():
+        if address.startswith("unix:"):
+            continue
+        host, _, port = address.rpartition(":")
+        for other_host, other in seen.get(port, []):
+            if host == other_host or host in WILDCARD_HOSTS or other_host in WILDCARD_HOSTS:
+                raise GraphError(f"deployment: {where} ({address}) and {other} ({other_host}:{port}) bind the "
+                                 "same port; give one another port (a derived metrics port is gRPC port + 1000)")
+        seen.setdefault(port, []).append((host, where))

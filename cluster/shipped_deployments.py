@@ -1,5 +1,5 @@
 """The deployment files shipped with starmesh (cluster/deployment_dir.py), rewritten for one run (tests,
-benchmarks): free ports (replicas, the conductor, dlo_group rendezvous), given
+benchmarks): free ports (replicas, the conductor, their /metrics, dlo_group rendezvous), given
 checkpoints, and optionally only some models (fewer processes on a small machine; a
 dlo_group a kept model uses keeps every member)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from cluster.deployment_dir import SHIPPED_DIR
-from cluster.launcher import free_port
+from cluster.launcher import free_ports
 from conductor.deployment_file import deployment_from_dict, load_yaml
 
 
@@ -30,14 +30,29 @@ def rewrite_shipped(name: str, checkpoints: dict[str, str], models: tuple[str, .
         ckpts = {v.get("checkpoint") for v in data["services"].values()}
         data["checkpoints"] = {k: v for k, v in data["checkpoints"].items() if k in ckpts}
     data["checkpoints"] = {k: {"path": checkpoints[k]} for k in data["checkpoints"]}
-    data["conductor"] = {"address": f"127.0.0.1:{free_port()}"}
-    for spec in data["services"].values():
-        spec["replicas"] = [f"127.0.0.1:{free_port()}" for _ in spec["replicas"]]
     if groups:
-        data["dlo_groups"] = {g: {**v, "address": f"127.0.0.1:{free_port()}"} for g, v in groups.items()}
+        data["dlo_groups"] = groups
     else:
         data.pop("dlo_groups", None)
-    return write_deployment(data, directory)
+    return write_deployment(with_free_ports(data), directory)
+
+
+def with_free_ports(data: dict) -> dict:
+    """A deployment mapping whose conductor, replicas, their /metrics and dlo_group
+    rendezvous are on distinct free loopback ports (a derived metrics port, gRPC + 1000,
+    is not known to be free)."""
+    groups = data.get("dlo_groups") or {}
+    ports = iter(free_ports(2 + 2 * sum(len(spec["replicas"]) for spec in data["services"].values()) + len(groups)))
+
+    def free() -> str:
+        return f"127.0.0.1:{next(ports)}"
+
+    services = {name: {**spec, "replicas": [free() for _ in spec["replicas"]],
+                       "metrics": [free() for _ in spec["replicas"]]} for name, spec in data["services"].items()}
+    out = {**data, "conductor": {"address": free(), "metrics": free()}, "services": services}
+    if groups:
+        out["dlo_groups"] = {g: {**v, "address": free()} for g, v in groups.items()}
+    return out
 
 
 def write_deployment(data: dict, directory: str | None = None) -> Path:

@@ -9,7 +9,7 @@ past `max_traces` or `max_spans` spans in all; a trace keeps at most
 `max_spans_per_trace` spans and a request id at most `max_traces_per_request` traces
 (later ones are counted in `num_dropped`, not kept); span names and string attributes
 are cut to `MAX_TEXT` characters, and a span keeps at most `MAX_ATTRIBUTES`
-attributes. So memory and the size of one query's answer are bounded. `starmesh up` runs one and
+attributes (arrays, kvlists and bytes: cluster/otlp_value.py). So memory and the size of one query's answer are bounded. `starmesh up` runs one and
 points every process at it (STARMESH_TRACE_STORE); `starmesh trace` reads it over HTTP
 (fetch_request).
 """
@@ -28,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from cluster.otlp_value import attribute_value
 from runtime.decode_guard import SyncDecodeGuard
 
 REQUEST_ATTR = "starmesh.request_id"
@@ -36,9 +37,7 @@ MAX_ATTRIBUTES = 64
 
 
 def _value(v):
-    kind = v.WhichOneof("value")
-    value = getattr(v, kind) if kind in ("string_value", "bool_value", "int_value", "double_value") else str(v)
-    return value[:MAX_TEXT] if isinstance(value, str) else value
+    return attribute_value(v, MAX_TEXT)
 
 
 def span_dicts(request: trace_service_pb2.ExportTraceServiceRequest) -> list[dict]:

@@ -11,7 +11,7 @@ A file has one of two shapes. Served models, what `starmesh up` launches and
     name: local                    # optional, default "local"
     checkpoints:                   # optional: name -> {tiny: KIND} (built once, cached) or {path: DIR}
       omni: {tiny: qwen3-omni}
-    conductor: {address: "127.0.0.1:50050"}   # optional, this default
+    conductor: {address: "127.0.0.1:50050", metrics: "127.0.0.1:51050"}   # optional, these defaults
     tls: {cert: mesh.pem, key: mesh.key, ca: ca.pem}   # optional: every server and stream of the
                                    #   deployment uses TLS (mutual with ca); paths relative to the file
     services:                      # required: service name -> spec; one process per replica
@@ -28,6 +28,8 @@ A file has one of two shapes. Served models, what `starmesh up` launches and
         host_id: a                 # optional transport host id (two-host layouts)
         mooncake: false            # optional: start a Mooncake transfer engine
         transport_mode: auto       # optional: auto | inline | shm | mooncake
+        metrics: ["127.0.0.1:51061"]   # optional: each replica's Prometheus /metrics address, on
+                                   #   its host; default: gRPC port + 1000 (conductor/metrics_address.py)
     dlo_groups:                    # optional: dit replicas stepping in lockstep (conductor/dlo_group_spec.py)
       cfg: {address: "127.0.0.1:29500", world_size: 2, members: [dit, dit_uncond]}
     models:                        # required: what the conductor serves, by name
@@ -66,6 +68,7 @@ from typing import Any, Mapping
 
 from conductor.admission import AdmissionConfig
 from conductor.dlo_group_spec import DloGroupSpec
+from conductor.metrics_address import check_metrics, derived_metrics
 from conductor.placement import Placement
 from conductor.service_spec import ServiceSpec, check_endpoint
 from core.errors import GraphError
@@ -137,6 +140,7 @@ class Deployment:
     checkpoints: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     dlo_groups: Mapping[str, DloGroupSpec] = field(default_factory=dict)
     tls: TlsConfig | None = None          # runtime/tls.py; None: plaintext
+    conductor_metrics: str = ""           # its /metrics host:port; "": derived (conductor/metrics_address.py)
     _placements: Mapping[str, Placement] = field(init=False, repr=False, compare=False)
 
     __hash__ = None  # mappings inside: compare by value, never hash
@@ -145,6 +149,9 @@ class Deployment:
         if not isinstance(self.name, str):
             raise GraphError(f"deployment: name must be a string, got {self.name!r}")
         check_endpoint("conductor", self.conductor)
+        metrics = self.conductor_metrics or derived_metrics("conductor", self.conductor)
+        check_metrics("conductor", self.conductor, metrics)
+        object.__setattr__(self, "conductor_metrics", metrics)
         if self.tls is not None and not isinstance(self.tls, TlsConfig):
             raise GraphError(f"deployment: tls must be a runtime.tls.TlsConfig, got {type(self.tls).__name__}")
         object.__setattr__(self, "checkpoints", _frozen({n: _frozen(ck) for n, ck in self.checkpoints.items()}))
@@ -157,6 +164,16 @@ class Deployment:
         if not self.models:
             raise GraphError("deployment: models is empty")
         object.__setattr__(self, "_placements", _frozen({name: self._place(name) for name in self.models}))
+
+    def bound_addresses(self) -> dict[str, str]:
+        """Every address a launch of this deployment binds, keyed by where the file
+        gives it ("services.thinker.metrics[0]"): gRPC, /metrics, dlo_group rendezvous."""
+        out = {"conductor.address": self.conductor, "conductor.metrics": self.conductor_metrics}
+        for name, s in self.services.items():
+            out.update({f"services.{name}.replicas[{i}]": e for i, e in enumerate(s.replicas)})
+            out.update({f"services.{name}.metrics[{i}]": m for i, m in enumerate(s.metrics) if m})
+        out.update({f"dlo_groups.{name}.address": g.address for name, g in self.dlo_groups.items()})
+        return out
 
     def placement(self, model: str) -> Placement:
         """Where `model`'s nodes run (checked at construction)."""

@@ -23,13 +23,14 @@ SERVED_KEYS = ("models", "dlo_groups")                                  # served
 SINGLE_KEYS = ("model", "placement", "kv_contexts", "lockstep_groups")  # one model's placement
 TOP_KEYS = {"name", "checkpoints", "conductor", "services", "tls", *SERVED_KEYS, *SINGLE_KEYS}
 SERVICE_KEYS = {"replicas", "device", "options", "components", "component", "checkpoint", "host_id", "mooncake",
-                "transport_mode"}
+                "transport_mode", "metrics"}
 MODEL_KEYS = {"pipeline", "options", "placement", "kv_contexts", "admission"}
 ADMISSION_KEYS = {"max_in_flight", "max_waiting", "min_retry_ms", "max_retry_ms"}
 NODE_KEYS = {"default", "walks"}
 GROUP_KEYS = {"address", "world_size", "members", "timeout_s"}
 CHECKPOINT_KEYS = {"tiny", "path"}
 TLS_KEYS = ("cert", "key", "ca")
+CONDUCTOR_KEYS = {"address", "metrics"}
 
 
 def read_deployment(text_or_path: "str | Path") -> Deployment:
@@ -78,9 +79,10 @@ def deployment_from_dict(data: Any, base_dir: "Path | None" = None) -> Deploymen
     groups = _dlo_groups(data.get("dlo_groups"))
     models = _models(data["models"], groups) if served else _single_model(data, services)
     address = _mapping(data.get("conductor") or {}, "conductor")
-    _no_unknown(address, {"address"}, "conductor")
+    _no_unknown(address, CONDUCTOR_KEYS, "conductor")
     return Deployment(services, models, name=str(data.get("name", "local")),
                       conductor=str(address.get("address", DEFAULT_CONDUCTOR)),
+                      conductor_metrics=str(address.get("metrics", "")),
                       checkpoints=_checkpoints(data.get("checkpoints")), dlo_groups=groups,
                       tls=_tls(data.get("tls"), base_dir or Path.cwd()))
 
@@ -112,6 +114,7 @@ def _service(name: str, data: Any) -> ServiceSpec:
         host_id=str(data.get("host_id", "")),
         mooncake=bool(data.get("mooncake", False)),
         transport_mode=str(data.get("transport_mode", "auto")),
+        metrics=_str_list(data.get("metrics", []), f"{where}: metrics"),
     )
 
 

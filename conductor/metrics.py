@@ -7,21 +7,27 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from conductor.model import ServedModel
+from runtime.metrics import process_registry
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
 
 
 class ConductorMetrics:
+    """registry: where the families go (default: a new one with the standard process
+    and Python collectors, runtime.metrics.process_registry)."""
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+        self.registry = registry or process_registry()
         r = self.registry
-        self.requests = Counter("starmesh_requests", "requests by model and outcome", ["model", "outcome"], registry=r)
+        # a Counter's name is given with its _total: prometheus_client exposes it so
+        self.requests = Counter("starmesh_requests_total", "requests ended, by model and outcome",
+                                ["model", "outcome"], registry=r)
         self.in_flight = Gauge("starmesh_requests_in_flight", "requests being served", ["model"], registry=r)
-        self.ttfa = Histogram("starmesh_ttfa_seconds", "time to first audio", ["model"], buckets=LATENCY_BUCKETS,
-                              registry=r)
-        self.rtf = Histogram("starmesh_rtf", "wall seconds per audio second", ["model"], buckets=RTF_BUCKETS,
-                             registry=r)
+        self.ttfa = Histogram("starmesh_ttfa_seconds", "time to first audio of requests with audio outputs",
+                              ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.rtf = Histogram("starmesh_rtf_ratio", "real-time factor: wall seconds per audio second", ["model"],
+                             buckets=RTF_BUCKETS, registry=r)
         self.image_latency = Histogram("starmesh_image_latency_seconds", "request latency of image requests",
                                        ["model"], buckets=LATENCY_BUCKETS, registry=r)
         self.edge_latency = Histogram("starmesh_edge_latency_seconds", "production -> dispatch per hop or chunk",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from conductor.metrics_address import check_metrics, derived_metrics
 from core.errors import GraphError
 from graph.node import check_name
 
@@ -37,6 +38,8 @@ class ServiceSpec:
     device: passed to the factory when it is not the default "cpu".
     checkpoint: a key of the deployment's `checkpoints` ("" = none).
     host_id, mooncake, transport_mode: the process's transport flags.
+    metrics: each replica's Prometheus /metrics address, in replica order; empty means
+        the derived ones (conductor/metrics_address.py), which it then holds.
     """
 
     name: str
@@ -49,10 +52,12 @@ class ServiceSpec:
     host_id: str = ""
     mooncake: bool = False
     transport_mode: str = "auto"
+    metrics: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_name("service", self.name)
         self._check_replicas()
+        self._check_metrics()
         for key in ("device", "component", "checkpoint", "host_id", "transport_mode"):
             if not isinstance(getattr(self, key), str):
                 raise GraphError(f"service {self.name}: {key} must be a string, got {getattr(self, key)!r}")
@@ -82,3 +87,18 @@ class ServiceSpec:
             if endpoint in seen:
                 raise GraphError(f"duplicate endpoint {endpoint} in service {self.name}")
             seen.add(endpoint)
+
+    def _check_metrics(self) -> None:
+        where = f"service {self.name}"
+        if isinstance(self.metrics, str):
+            raise GraphError(f"{where}: metrics must be a list of 'host:port', one per replica")
+        metrics = tuple(self.metrics) or tuple(derived_metrics(where, e) for e in self.replicas)
+        if len(metrics) != len(self.replicas):
+            raise GraphError(f"{where}: metrics names {len(metrics)} address(es) for {len(self.replicas)} "
+                             "replica(s); give one per replica, in replica order")
+        for endpoint, address in zip(self.replicas, metrics):
+            check_metrics(where, endpoint, address)
+        named = [m for m in metrics if m]
+        if len(set(named)) != len(named):
+            raise GraphError(f"{where}: duplicate metrics address in {list(named)}")
+        object.__setattr__(self, "metrics", metrics)

@@ -1,14 +1,27 @@
 """Prometheus metrics of one process (`--metrics-port`): text exposition over HTTP.
 
-A service exports its component's load (Component.load(): KV blocks used/total,
-requests waiting/running/parked, queued work items), its open requests and its arena
-leases, read at scrape time. The conductor's request metrics live in
-conductor/metrics.py; both use a registry of their own (no process-global state).
+Every process's registry holds the standard collectors (`process_*`: CPU, memory, file
+descriptors, start time; `python_info`; `python_gc_*`) beside its own families. A
+service exports its component's load (Component.load(), typed by
+runtime/load_families.py), its open requests and its arena leases, read at scrape time.
+The conductor's request metrics live in conductor/metrics.py. Each process builds its
+own registry (no process-global state, so tests can hold several).
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from runtime.load_families import load_family
+
+
+def process_registry() -> CollectorRegistry:
+    """A new registry with the standard process and Python collectors registered."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
 
 
 class ServiceCollector:
@@ -19,7 +32,8 @@ class ServiceCollector:
 
     def collect(self):
         labels = ["service"]
-        open_requests = GaugeMetricFamily("starmesh_open_requests", "requests with state on this replica", labels=labels)
+        open_requests = GaugeMetricFamily("starmesh_open_requests", "requests with state on this replica",
+                                          labels=labels)
         open_requests.add_metric([self.name], self.step_loop.num_open_requests)
         yield open_requests
         leases = GaugeMetricFamily("starmesh_arena_leases", "live leases of this process's arena", labels=labels)
@@ -27,9 +41,13 @@ class ServiceCollector:
         yield leases
         load = getattr(self.component, "load", None)
         for key, value in (load() if load is not None else {}).items():
-            family = GaugeMetricFamily(f"starmesh_{key}", f"component load: {key}", labels=labels)
-            family.add_metric([self.name], float(value))
-            yield family
+            family = load_family(key)
+            if family.kind == "counter":  # CounterMetricFamily appends the _total itself
+                metric = CounterMetricFamily(family.name[:-len("_total")], family.help, labels=labels)
+            else:
+                metric = GaugeMetricFamily(family.name, family.help, labels=labels)
+            metric.add_metric([self.name], float(value))
+            yield metric
 
 
 def serve_metrics(port: int, registry: CollectorRegistry, host: str = "127.0.0.1"):

@@ -9,11 +9,9 @@ both (which unlinks the arena).
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
-
 from runtime.component import Component
 from runtime.component_service import ComponentService
-from runtime.metrics import ServiceCollector, serve_metrics
+from runtime.metrics import ServiceCollector, process_registry, serve_metrics
 from runtime.server import ServerConfig, serve_blocking
 from runtime.telemetry import Telemetry
 from transport.config import TransportConfig
@@ -35,7 +33,7 @@ def serve_component(component: Component, transport_config: TransportConfig, ser
     service = ComponentService(component, transport, telemetry, server_config.tls,
                                max_message_bytes=server_config.max_message_bytes)
     if metrics_port is not None:
-        registry = CollectorRegistry()
+        registry = process_registry()
         registry.register(ServiceCollector(component.name, component, service.step_loop, transport))
         serve_metrics(metrics_port, registry, server_config.host)
     serve_blocking(service, server_config, telemetry, port_file)

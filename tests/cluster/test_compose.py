@@ -34,10 +34,10 @@ def _starmesh(services: dict) -> dict:
 
 
 def _parsed(argv: list[str]) -> dict:
-    """The CLI's view of a command line, with the metrics port's value set aside (the
-    launcher picks a free one; every container uses 9464 in its own network namespace)."""
+    """The CLI's view of a command line (every container serves /metrics: on 9464 in its
+    own network namespace, as compose.yaml names it)."""
     ns = vars(build_parser().parse_args([str(a) for a in argv]))
-    assert ns.pop("metrics_port") is not None, f"no --metrics-port in {argv}"
+    assert ns["metrics_port"] is not None, f"no --metrics-port in {argv}"
     return ns
 
 
@@ -71,14 +71,14 @@ def _launcher_commands(spec: Deployment, deployment: str) -> dict[str, list[str]
     cluster.checkpoints = {n: Path(CACHE) / "tiny" / ck["tiny"] for n, ck in spec.checkpoints.items()}
     out = {}
     for s in spec.services.values():
-        for endpoint in s.replicas:
+        for endpoint, metrics in zip(s.replicas, s.metrics):
             host, _, port = endpoint.rpartition(":")
-            proc = cluster._service(s, host, f"0.0.0.0:{port}")
+            proc = cluster._service(s, host, f"0.0.0.0:{port}", f"0.0.0.0:{metrics.rpartition(':')[2]}")
             proc._tmp.cleanup()
             out[host] = ["serve", s.component, "--port", port, *proc.args]
     host, _, port = spec.conductor.rpartition(":")
     out[host] = ["conductor", "--port", port, "--deployment", deployment, "--host", "0.0.0.0",
-                 *cluster._metrics_args("conductor", "0.0.0.0")]
+                 *cluster._metrics_args("conductor", f"0.0.0.0:{spec.conductor_metrics.rpartition(':')[2]}")]
     return out
 
 

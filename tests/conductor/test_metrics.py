@@ -34,7 +34,7 @@ def test_audio_and_image_outputs_are_the_declared_ones():
     meter.output("pic", torch.zeros(2, 2, 3), 0.75)
     meter.end("ok", 2.0)
     assert _value(metrics, "starmesh_ttfa_seconds", "_sum") == 0.25
-    assert _value(metrics, "starmesh_rtf", "_sum") == 2.0  # 2 wall seconds per 1 audio second
+    assert _value(metrics, "starmesh_rtf_ratio", "_sum") == 2.0  # 2 wall seconds per 1 audio second
     assert _value(metrics, "starmesh_image_latency_seconds", "_count") == 1
     assert metrics.registry.get_sample_value("starmesh_requests_total", {"model": "m", "outcome": "ok"}) == 1
 
@@ -45,4 +45,4 @@ def test_an_output_named_audio_is_not_audio_unless_declared():
     meter.output("audio", torch.zeros(24000), 0.5)
     meter.end("ok", 1.0)
     assert _value(metrics, "starmesh_ttfa_seconds", "_count") == 0
-    assert _value(metrics, "starmesh_rtf", "_count") == 0
+    assert _value(metrics, "starmesh_rtf_ratio", "_count") == 0
