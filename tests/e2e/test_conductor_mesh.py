@@ -215,7 +215,7 @@ def test_an_over_limit_request_is_refused_alone_while_eight_others_finish(mesh):
     })
     limits = InputLimits(max_input_bytes=64 << 10, max_request_bytes=128 << 10)
     conductor = BackgroundServer(ConductorService([ServedModel("toy", toys.toy_pipeline(), placement, {"gen"})],
-                                                  limits))
+                                                  limits=limits))
     conductor.start()
     huge = pb.GenerateRequest(model="toy", request_id="huge")
     ref_to_proto(inline_ref(torch.zeros(1 << 18)), huge.inputs.add(name="x").tensor)  # 1 MiB of float32
