@@ -24,10 +24,8 @@ import json
 import os
 import sys
 
-from cli.connection_args import add_client_args, connection_from_args
+from cli.connection_args import add_client_args, conductor_address, connection_from_args
 
-DEFAULT_ADDRESS = "127.0.0.1:50050"
-ADDRESS_ENV = "STARMESH_CONDUCTOR"
 BUILTIN_MODEL = "qwen3-omni"  # the name the shipped deployments serve the tiny checkpoint under
 BUILTIN_CHECKPOINT = "qwen3-omni"  # its kind in cluster.checkpoints.tiny
 ORPHEUS_MODEL = "orpheus"  # the default deployment's Orpheus model; its tiny checkpoint kind too
@@ -44,7 +42,6 @@ def add_parser(sub) -> None:
                    help=f"checkpoint directory whose tokenizer reads --text (default for --model {BUILTIN_MODEL}: "
                         "the built-in tiny checkpoint's)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write (mono PCM16)")
-    p.add_argument("--address", help=f"conductor HOST:PORT (default ${ADDRESS_ENV} or {DEFAULT_ADDRESS})")
     p.add_argument("--max-frames", type=int, help="at most this many codec steps (12.5 frames per second of audio)")
     p.add_argument("--min-frames", type=int, help="suppress the codec's end before this many steps")
     p.add_argument("--max-text-tokens", type=int, help="at most this many text tokens")
@@ -53,12 +50,11 @@ def add_parser(sub) -> None:
                                    "--text becomes the Orpheus prompt")
     p.add_argument("--temperature", type=float, help="sampling temperature (Orpheus default 0.6)")
     p.add_argument("--seed", type=int)
-    p.add_argument("--timeout", type=float, metavar="S", help="deadline of the whole request in seconds")
     p.add_argument("--request-id", default="", help="request id (default: the conductor assigns one); "
                                                      "`starmesh trace ID` reads its spans")
     p.add_argument("--json", action="store_true",
                    help='print {"text_ids", "codec_codes", "ttfa_ms", "rtf", "audio_s", "num_chunks"}')
-    add_client_args(p)
+    add_client_args(p, aliases=("--address",))
     p.set_defaults(func=run)
 
 
@@ -206,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
 
     from core.errors import StarmeshError
 
-    address = args.address or os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS
+    address = conductor_address(args)
     try:
         connection = connection_from_args(args, address)
         ids, params = prompt_ids(args), request_params(args)

@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 import wave
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -20,8 +19,7 @@ from cli.speak import WavSink
 from client.speech import speak
 from engine.checkpoints.tiny_omni import chat_prompt
 from tests.e2e.speech_mesh import CHUNK, LEFT, run
-from tests.fixtures import registry
-from tests.fixtures.services import describe
+from tests.fixtures.services import conductor_over
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -34,30 +32,14 @@ KEYS = {"text_ids", "codec_codes", "ttfa_ms", "rtf", "audio_s", "num_chunks"}
 @pytest.fixture(scope="module")
 def conductor(tiny_omni):
     """A co-located speech model ("omni") on two service processes, started side by side."""
-    from conductor.service import ConductorService
     from pipelines.qwen3_omni.model import speech_model, speech_placement
-    from runtime.background import BackgroundServer
     from runtime.process import ServiceProcess
 
     procs = [ServiceProcess(name, ["--checkpoint", str(tiny_omni), "--log-level", "WARNING"], name=name)
              for name in ("thinker", "talker+codec")]
-    server = None
-    try:
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(ServiceProcess.start, procs))
-        for proc in procs:
-            registry.register(proc.address, describe(proc.address).arena)
-        placement = speech_placement([procs[0].address], [procs[1].address])
-        server = BackgroundServer(ConductorService([speech_model("omni", placement, CHUNK, LEFT, first_chunk=2)]))
-        server.start()
-        yield server.address
-    finally:
-        if server is not None:
-            server.stop()
-        for proc in procs:
-            if proc.port is not None:
-                registry.unregister(proc.address)
-            proc.stop()
+    models = lambda a: [speech_model("omni", speech_placement([a[0]], [a[1]]), CHUNK, LEFT, first_chunk=2)]  # noqa: E731
+    with conductor_over(procs, models) as address:
+        yield address
 
 
 def _read_wav(path) -> np.ndarray:
