@@ -141,11 +141,8 @@ def _prompt_tensor(prompt: str):
 def _run_remote(args: argparse.Namespace, params: dict, bar: ProgressBar) -> Picture:
     from protos.starmesh.v1 import conductor_pb2 as pb
     from protos.starmesh.v1 import conductor_pb2_grpc
-    from transport.codec import inline_ref
-    from transport.ref_proto import ref_to_proto
 
-    req = pb.GenerateRequest(model=args.model, output_modalities=[pb.MODALITY_IMAGE])
-    ref_to_proto(inline_ref(_prompt_tensor(args.prompt)), req.inputs.add(name="prompt").tensor)
+    req = pb.GenerateRequest(model=args.model, text=args.prompt, output_modalities=[pb.MODALITY_IMAGE])
     req.params.update(params)
     image = None
     with connection_from_args(args).channel() as ch:

@@ -12,13 +12,13 @@ from protos.starmesh.v1 import conductor_pb2 as pb
 TYPE_NAMES = {int: "int", float: "float", bool: "bool", str: "string", tuple: "ids"}
 
 
-def model_info(model: ServedModel) -> pb.ModelInfo:
+def model_info(model: ServedModel, has_tokenizer: bool) -> pb.ModelInfo:
     outputs = sorted({name for walk in model.graph.walks for name in walk.output_names})
     inputs = sorted({name for walk in model.graph.walks for name in walk.input_names})
     info = pb.ModelInfo(
         name=model.name, walks=[w.name for w in model.graph.walks], inputs=inputs,
         output_modalities=[pb.Modality.Value(f"MODALITY_{m.upper()}") for m in model.modalities()],
-        accepts_text=model.prompt is not None and (model.tokenizer_dir != "" or not model.prompt.needs_tokenizer),
+        accepts_text=model.prompt is not None and (has_tokenizer or not model.prompt.needs_tokenizer),
         voices=list(model.voices), voice_param=model.voice_param, sample_rate=model.sample_rate)
     for name in outputs:
         kind = model.output_kinds.get(name, "")

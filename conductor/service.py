@@ -74,7 +74,8 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
 
     @map_errors
     async def ListModels(self, request, context):
-        return pb.ListModelsResponse(models=[model_info(m) for m in self.service.models])
+        tokenizers = self.service.tokenizers
+        return pb.ListModelsResponse(models=[model_info(m, m.name in tokenizers) for m in self.service.models])
 
 
 def _num_ids(inputs: dict) -> int:
@@ -119,7 +120,8 @@ class ConductorService:
         self.replica_health = ReplicaHealth(endpoints, self._replica_changed, tls)
         self.outputs = ClientOutputs()
         # One tokenizer per model, loaded here once: text deltas are decoded with it.
-        self.tokenizers = {m.name: load_tokenizer(m.name, m.tokenizer_dir) for m in models if m.tokenizer_dir}
+        tokenizers = {m.name: load_tokenizer(m.name, m.tokenizer_dir) for m in models if m.tokenizer_dir}
+        self.tokenizers = {name: tok for name, tok in tokenizers.items() if tok is not None}
         self._stack = contextlib.AsyncExitStack()
         self._task = None
         self._set_health = None
