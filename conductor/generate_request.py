@@ -75,12 +75,10 @@ def parse_generate_request(req, model: ServedModel, limits: InputLimits, tokeniz
         inputs[nt.name], total = (ref,), total + ref.nbytes
     params = _params(req, model, limits)
     total += req.params.ByteSize()
-    for name, value in prompt_inputs(req, model, tokenizer, params, limits).items():
-        inputs[name] = value
-        total += value[0].numel() * value[0].element_size()
     if total > limits.max_request_bytes:
         raise InvalidArgument(f"request is {total} bytes of inputs, params and text, over the limit of "
                               f"{limits.max_request_bytes} (max_request_bytes)")
+    inputs.update(prompt_inputs(req, model, tokenizer, params, limits))  # the text counted above; its ids bounded there
     return GenerateInputs(request_id, inputs, params, total, wanted)
 
 
