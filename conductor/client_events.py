@@ -59,6 +59,10 @@ class RequestEvents:
     def _event(self, **kind) -> pb.GenerateEvent:
         return pb.GenerateEvent(request_id=self.request_id, **kind)
 
+    def is_heavy(self, name: str) -> bool:
+        """Its events take milliseconds to make (an image is PNG-encoded)."""
+        return self.model.output_kinds.get(name) == "image" and name not in self.wanted.raw
+
     def of(self, name: str, value, now: float) -> list[pb.GenerateEvent]:
         """The events of one walk output (none when the client does not want it)."""
         self.num_outputs += 1

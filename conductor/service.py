@@ -61,7 +61,11 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
                 async for name, value in executor.generate(parsed.request_id, parsed.inputs, parsed.params):
                     now = time.perf_counter()
                     meter.output(name, value, now)
-                    for event in events.of(name, value, now):
+                    if events.is_heavy(name):  # PNG encoding: off the event loop other streams share
+                        made = await asyncio.to_thread(events.of, name, value, now)
+                    else:
+                        made = events.of(name, value, now)
+                    for event in made:
                         yield event
             outcome = "ok"
         except asyncio.CancelledError:
