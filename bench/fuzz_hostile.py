@@ -44,7 +44,7 @@ def generate_requests(draw):
     if draw(S_PERCENT) < OVER_LIMIT_PERCENT:
         req.inputs.append(OVER_LIMIT_TENSOR)
     fill_struct(req.params, draw(S_PARAMS))
-    req.outputs.extend(draw(S_STRINGS))
+    req.raw_outputs.extend(draw(S_STRINGS))
     return req
 
 

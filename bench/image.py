@@ -183,9 +183,8 @@ class Mesh:
         req.params.update(p)
         t0, steps, got_image = time.perf_counter(), [], False
         async for ev in stub.Generate(req, timeout=600):
-            if ev.WhichOneof("kind") == "tensor":
-                steps += [time.perf_counter()] if ev.tensor.name == "step" else []
-                got_image |= ev.tensor.name == "image"
+            steps += [time.perf_counter()] if ev.WhichOneof("kind") == "step" else []
+            got_image |= ev.WhichOneof("kind") == "image"
         assert got_image and len(steps) == p["steps"], (model, len(steps))
         return (time.perf_counter() - t0) * 1e3, steps
 

@@ -4,9 +4,13 @@
     --tls-ca FILE                    the CA peers are checked against (mutual TLS on servers)
     --api-key KEY                    the front door's token (default $STARMESH_API_KEY)
 
+    --conductor HOST:PORT            the conductor (default $STARMESH_CONDUCTOR, else 127.0.0.1:50050)
+    --timeout S                      deadline of the whole request in seconds
+
 `add_tls_args` on servers (`serve`, `conductor`, `up`) and probes (`health`, `status`);
-`add_client_args` (TLS + --api-key) on the commands that call a conductor, which open
-their channels through `connection_from_args` (client.connection.Connection).
+`add_client_args` (--conductor, --timeout, TLS, --api-key) on every command that calls a
+conductor (`speak`, `imagine`, `rollout`, `plan`), which open their channels through
+`connection_from_args` (client.connection.Connection).
 """
 from __future__ import annotations
 
@@ -14,6 +18,9 @@ import argparse
 import os
 
 from core.bearer import API_KEY_ENV
+
+CONDUCTOR_ENV = "STARMESH_CONDUCTOR"
+DEFAULT_CONDUCTOR = "127.0.0.1:50050"
 
 
 def add_tls_args(p: argparse.ArgumentParser, purpose: str) -> None:
@@ -28,7 +35,21 @@ def add_api_key_arg(p: argparse.ArgumentParser, help_text: str) -> None:
     p.add_argument("--api-key", default=None, metavar="KEY", help=f"{help_text} (default ${API_KEY_ENV})")
 
 
-def add_client_args(p: argparse.ArgumentParser) -> None:
+def add_conductor_args(p, aliases: tuple[str, ...] = (), timeout_s: float | None = None) -> None:
+    """--conductor (and `aliases`, older names of it) and --timeout (default `timeout_s`; None: no deadline)."""
+    p.add_argument("--conductor", *aliases, dest="conductor", metavar="HOST:PORT",
+                   help=f"the conductor (default ${CONDUCTOR_ENV} or {DEFAULT_CONDUCTOR})")
+    default = "none" if timeout_s is None else f"{timeout_s:g}"
+    p.add_argument("--timeout", type=float, default=timeout_s, metavar="S",
+                   help=f"deadline of the whole request in seconds (default {default})")
+
+
+def conductor_address(args: argparse.Namespace) -> str:
+    return args.conductor or os.environ.get(CONDUCTOR_ENV) or DEFAULT_CONDUCTOR
+
+
+def add_client_args(p: argparse.ArgumentParser, aliases: tuple[str, ...] = (), timeout_s: float | None = None) -> None:
+    add_conductor_args(p, aliases, timeout_s)
     add_tls_args(p, "the connection to the conductor (--tls-ca to check it, --tls-cert/--tls-key for mutual TLS)")
     add_api_key_arg(p, "the conductor's API key, sent as 'authorization: Bearer KEY'")
 
@@ -45,8 +66,9 @@ def tls_from_args(args: argparse.Namespace, default=None):
     return tls_config(args.tls_cert or "", args.tls_key or "", args.tls_ca or "") or default
 
 
-def connection_from_args(args: argparse.Namespace, address: str):
-    """The client.connection.Connection to the conductor at `address` the flags describe."""
+def connection_from_args(args: argparse.Namespace, address: str | None = None):
+    """The client.connection.Connection to the conductor the flags describe (at `address`
+    when given)."""
     from client.connection import Connection
 
-    return Connection(address, api_key_from_args(args), tls_from_args(args))
+    return Connection(address or conductor_address(args), api_key_from_args(args), tls_from_args(args))

@@ -13,11 +13,9 @@ import argparse
 import json
 import sys
 import time
-import zlib
+from dataclasses import dataclass
 
 from cli.connection_args import add_client_args, connection_from_args
-
-DEFAULT_CONDUCTOR = "127.0.0.1:50050"
 
 
 def add_parser(sub) -> None:
@@ -34,12 +32,10 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--size", default="1024x1024", metavar="WxH")
     p.add_argument("--max-sequence-length", type=int, help="T5 tokens (default 256)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--conductor", default=DEFAULT_CONDUCTOR, metavar="HOST:PORT")
-    where.add_argument("--checkpoint", metavar="DIR", help="run every node in this process (no services)")
-    p.add_argument("--timeout-s", type=float, default=600.0)
+    p.add_argument("--checkpoint", metavar="DIR", help="run every node in this process (no services; "
+                                                       "--conductor is not used)")
     p.add_argument("--json", action="store_true", help="print latency and the image path as JSON")
-    add_client_args(p)
+    add_client_args(p, timeout_s=600.0)
     p.set_defaults(func=run)
 
 
@@ -78,18 +74,20 @@ class ProgressBar:
 
 
 def write_png(path: str, rgb) -> None:
-    """uint8 [H, W, 3] -> an 8-bit RGB PNG (filter 0 rows, one zlib stream)."""
-    height, width, _ = rgb.shape
-    raw = b"".join(b"\x00" + rgb[y].contiguous().numpy().tobytes() for y in range(height))
+    """uint8 [H, W, 3] -> an 8-bit RGB PNG file (conductor.png)."""
+    from conductor.png import encode_png
 
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return len(data).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
-
-    header = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 2, 0, 0, 0])
     with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6))
-                + chunk(b"IEND", b""))
+        f.write(encode_png(rgb))
+
+
+@dataclass(frozen=True)
+class Picture:
+    """An image as it arrives from a conductor: PNG bytes and its size."""
+
+    png: bytes
+    width: int
+    height: int
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,13 +109,18 @@ def run(args: argparse.Namespace) -> int:
         return 1
     bar.close()
     latency_ms = (time.perf_counter() - t0) * 1e3
-    write_png(args.output, image)
+    if isinstance(image, Picture):
+        with open(args.output, "wb") as f:
+            f.write(image.png)
+        width, height = image.width, image.height
+    else:
+        write_png(args.output, image)
+        width, height = int(image.shape[1]), int(image.shape[0])
     if args.json:
         print(json.dumps({"path": args.output, "latency_ms": round(latency_ms, 3), "num_steps": bar.done,
-                          "width": int(image.shape[1]), "height": int(image.shape[0]), "seed": args.seed,
-                          "model": args.model}))
+                          "width": width, "height": height, "seed": args.seed, "model": args.model}))
     else:
-        print(f"{args.output} ({image.shape[1]}x{image.shape[0]}, {latency_ms:.0f} ms)")
+        print(f"{args.output} ({width}x{height}, {latency_ms:.0f} ms)")
     return 0
 
 
@@ -135,39 +138,23 @@ def _prompt_tensor(prompt: str):
     return torch.tensor(list(prompt.encode("utf-8")), dtype=torch.uint8)  # [n]
 
 
-def _run_remote(args: argparse.Namespace, params: dict, bar: ProgressBar):
+def _run_remote(args: argparse.Namespace, params: dict, bar: ProgressBar) -> Picture:
     from protos.starmesh.v1 import conductor_pb2 as pb
     from protos.starmesh.v1 import conductor_pb2_grpc
-    from transport.codec import inline_ref
-    from transport.ref_proto import ref_to_proto
 
-    req = pb.GenerateRequest(model=args.model)
-    ref_to_proto(inline_ref(_prompt_tensor(args.prompt)), req.inputs.add(name="prompt").tensor)
+    req = pb.GenerateRequest(model=args.model, text=args.prompt, output_modalities=[pb.MODALITY_IMAGE])
     req.params.update(params)
     image = None
-    with connection_from_args(args, args.conductor).channel() as ch:
-        for event in conductor_pb2_grpc.ConductorStub(ch).Generate(req, timeout=args.timeout_s):
-            if event.WhichOneof("kind") != "tensor":
-                continue
-            tensor = _tensor(event.tensor)
-            if event.tensor.name == "step":
-                bar.update(int(tensor[0]), int(tensor[1]))
-            elif event.tensor.name == "image":
-                image = tensor
+    with connection_from_args(args).channel() as ch:
+        for event in conductor_pb2_grpc.ConductorStub(ch).Generate(req, timeout=args.timeout):
+            which = event.WhichOneof("kind")
+            if which == "step":
+                bar.update(event.step.step, event.step.num_steps)
+            elif which == "image" and image is None:
+                image = Picture(event.image.data, event.image.width, event.image.height)
     if image is None:
         raise RuntimeError(f"model {args.model!r} sent no image")
     return image
-
-
-def _tensor(named):
-    from transport.codec import view
-    from transport.ref_proto import ref_from_proto
-
-    ref = ref_from_proto(named.tensor, f"event.tensor[{named.name}]")
-    if ref.kind != "inline":
-        raise RuntimeError(f"output {named.name!r} arrived by {ref.kind} reference; serve the VAE with a larger "
-                           "--inline-threshold so images travel inline to clients")
-    return view(ref.location.data, ref.dtype, ref.shape).clone()
 
 
 def _run_inprocess(args: argparse.Namespace, params: dict, bar: ProgressBar):

@@ -6,11 +6,11 @@ a mono 16-bit WAV file (at the model's sample rate) as its chunks arrive.
     starmesh speak --model qwen3-omni --input-ids 256,259,10,97,257,10,256,260,10 -o out.wav --json
     starmesh speak --model orpheus --text "Hello there" --voice tara -o out.wav
 
---text is tokenized by the checkpoint's own tokenizer (--tokenizer DIR); for the built-in
-model (qwen3-omni, the tiny checkpoint the shipped deployments serve) it defaults to that
-checkpoint's tokenizer. An Orpheus model (--model orpheus, or any model given --voice)
-reads --text as "{voice}: {text}" in the Orpheus prompt, and its requests carry Orpheus'
-sampling defaults (temperature 0.6, top-p 0.8, repetition penalty 1.3) unless given.
+--text goes to the conductor, which applies the checkpoint's own tokenizer and chat
+template; with --tokenizer DIR it is tokenized here instead (a conductor without the
+tokenizer). An Orpheus model (--model orpheus, or any model given --voice) reads --text
+as "{voice}: {text}" in the Orpheus prompt, and its requests carry Orpheus' sampling
+defaults (temperature 0.6, top-p 0.8, repetition penalty 1.3) unless given.
 
 Prints time to first audio, real-time factor, audio seconds and chunk count; --json
 prints {"text_ids", "codec_codes", "ttfa_ms", "rtf", "audio_s", "num_chunks"} instead.
@@ -24,13 +24,9 @@ import json
 import os
 import sys
 
-from cli.connection_args import add_client_args, connection_from_args
+from cli.connection_args import add_client_args, conductor_address, connection_from_args
 
-DEFAULT_ADDRESS = "127.0.0.1:50050"
-ADDRESS_ENV = "STARMESH_CONDUCTOR"
-BUILTIN_MODEL = "qwen3-omni"  # the name the shipped deployments serve the tiny checkpoint under
-BUILTIN_CHECKPOINT = "qwen3-omni"  # its kind in cluster.checkpoints.tiny
-ORPHEUS_MODEL = "orpheus"  # the default deployment's Orpheus model; its tiny checkpoint kind too
+ORPHEUS_MODEL = "orpheus"  # the default deployment's Orpheus model
 
 
 def add_parser(sub) -> None:
@@ -38,13 +34,12 @@ def add_parser(sub) -> None:
                        description="One streaming speech request; the WAV file grows as audio chunks arrive.")
     p.add_argument("--model", required=True, help="served model name, e.g. qwen3-omni")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--text", help="user text, wrapped in the chat template and tokenized by --tokenizer")
+    src.add_argument("--text", help="user text, wrapped in the model's chat template and tokenized by the conductor "
+                                    "(or here, with --tokenizer)")
     src.add_argument("--input-ids", help="comma-separated chat-formatted prompt ids, e.g. 256,259,10")
     p.add_argument("--tokenizer", metavar="DIR",
-                   help=f"checkpoint directory whose tokenizer reads --text (default for --model {BUILTIN_MODEL}: "
-                        "the built-in tiny checkpoint's)")
+                   help="checkpoint directory whose tokenizer reads --text here (default: the conductor's)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write (mono PCM16)")
-    p.add_argument("--address", help=f"conductor HOST:PORT (default ${ADDRESS_ENV} or {DEFAULT_ADDRESS})")
     p.add_argument("--max-frames", type=int, help="at most this many codec steps (12.5 frames per second of audio)")
     p.add_argument("--min-frames", type=int, help="suppress the codec's end before this many steps")
     p.add_argument("--max-text-tokens", type=int, help="at most this many text tokens")
@@ -53,12 +48,11 @@ def add_parser(sub) -> None:
                                    "--text becomes the Orpheus prompt")
     p.add_argument("--temperature", type=float, help="sampling temperature (Orpheus default 0.6)")
     p.add_argument("--seed", type=int)
-    p.add_argument("--timeout", type=float, metavar="S", help="deadline of the whole request in seconds")
     p.add_argument("--request-id", default="", help="request id (default: the conductor assigns one); "
                                                      "`starmesh trace ID` reads its spans")
     p.add_argument("--json", action="store_true",
                    help='print {"text_ids", "codec_codes", "ttfa_ms", "rtf", "audio_s", "num_chunks"}')
-    add_client_args(p)
+    add_client_args(p, aliases=("--address",))
     p.set_defaults(func=run)
 
 
@@ -71,25 +65,26 @@ def orpheus_prompt_ids(args: argparse.Namespace) -> list[int]:
     from engine.models.orpheus.prompt import speech_prompt_ids
 
     try:
-        return speech_prompt_ids(tokenizer_dir(args), args.text, args.voice or "tara")
+        return speech_prompt_ids(args.tokenizer, args.text, args.voice or "tara")
     except InvalidArgument as e:
         raise ValueError(f"--text/--voice/--tokenizer: {e}") from None
 
 
-def prompt_ids(args: argparse.Namespace) -> list[int]:
-    """The request's prompt ids; ValueError naming the bad id or option."""
+def prompt_ids(args: argparse.Namespace) -> list[int] | None:
+    """The request's prompt ids (None: --text goes to the conductor's tokenizer); ValueError
+    naming the bad id or option."""
+    if args.text is not None and not args.text:
+        raise ValueError("--text is empty")
+    if args.text is not None and not args.tokenizer:
+        return None
     if args.text is not None and is_orpheus(args):
-        if not args.text:
-            raise ValueError("--text is empty")
         return orpheus_prompt_ids(args)
     if args.text is not None:
         from core.errors import InvalidArgument
         from pipelines.qwen3_omni.chat_prompt import chat_prompt_ids
 
-        if not args.text:
-            raise ValueError("--text is empty")
         try:
-            return chat_prompt_ids(tokenizer_dir(args), args.text)
+            return chat_prompt_ids(args.tokenizer, args.text)
         except InvalidArgument as e:
             raise ValueError(f"--tokenizer: {e}") from None
     ids = []
@@ -105,19 +100,6 @@ def prompt_ids(args: argparse.Namespace) -> list[int]:
     return ids
 
 
-def tokenizer_dir(args: argparse.Namespace) -> str:
-    """--tokenizer, or for the built-in model its tiny checkpoint (built on first use)."""
-    if args.tokenizer:
-        return args.tokenizer
-    builtin = {BUILTIN_MODEL: BUILTIN_CHECKPOINT, ORPHEUS_MODEL: ORPHEUS_MODEL}
-    if args.model not in builtin:
-        raise ValueError(f"--text needs --tokenizer DIR (the checkpoint of model {args.model!r}) to tokenize it; "
-                         "or give --input-ids")
-    from cluster.checkpoints import tiny
-
-    return str(tiny(builtin[args.model], log=lambda msg: print(msg, file=sys.stderr, flush=True)))
-
-
 def request_params(args: argparse.Namespace) -> dict:
     """CLI options -> the conductor's request params (only those given)."""
     names = {"max_frames": "max_frames", "min_frames": "min_frames", "max_text_tokens": "max_new_tokens",
@@ -127,6 +109,8 @@ def request_params(args: argparse.Namespace) -> dict:
         from pipelines.orpheus.params import RECOMMENDED
 
         params.update(RECOMMENDED)
+        if getattr(args, "text", None) is not None and not getattr(args, "tokenizer", None):
+            params["voice"] = args.voice or "tara"  # the conductor builds the Orpheus prompt
     for option, param in names.items():
         value = getattr(args, option, None)
         if value is not None:
@@ -196,7 +180,7 @@ async def _speak(args, connection, ids: list[int], params: dict, sink: WavSink):
             sink.write(ev.value)
 
     return await speak(connection, args.model, ids, params, on_event=on_event, timeout_s=args.timeout,
-                       request_id=args.request_id)
+                       request_id=args.request_id, text=args.text if ids is None else "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -206,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
 
     from core.errors import StarmeshError
 
-    address = args.address or os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS
+    address = conductor_address(args)
     try:
         connection = connection_from_args(args, address)
         ids, params = prompt_ids(args), request_params(args)

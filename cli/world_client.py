@@ -7,8 +7,6 @@ import sys
 
 from cli.connection_args import add_client_args, connection_from_args
 
-DEFAULT_CONDUCTOR = "127.0.0.1:50050"
-
 
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="vjepa2-ac", help="model served by the conductor (default vjepa2-ac)")
@@ -16,10 +14,8 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--actions", required=True, metavar="FILE.npy", help="actions [N, 7] float32")
     p.add_argument("--states", required=True, metavar="FILE.npy", help="end-effector states [N, 7] float32")
     p.add_argument("--horizon", type=int, default=0, help="predicted timesteps (0: the model's default)")
-    p.add_argument("--conductor", default=DEFAULT_CONDUCTOR, metavar="HOST:PORT")
-    p.add_argument("--timeout-s", type=float, default=600.0)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    add_client_args(p)
+    add_client_args(p, timeout_s=600.0)
 
 
 def load_npy(path: str):
@@ -41,8 +37,8 @@ def generate(args: argparse.Namespace, tensors: dict, params: dict) -> dict:
         ref_to_proto(inline_ref(value.contiguous()), req.inputs.add(name=name).tensor)
     req.params.update(params)
     out: dict = {}
-    with connection_from_args(args, args.conductor).channel() as channel:
-        for event in conductor_pb2_grpc.ConductorStub(channel).Generate(req, timeout=args.timeout_s):
+    with connection_from_args(args).channel() as channel:
+        for event in conductor_pb2_grpc.ConductorStub(channel).Generate(req, timeout=args.timeout):
             if event.WhichOneof("kind") == "tensor":
                 ref = ref_from_proto(event.tensor.tensor, f"event.tensor[{event.tensor.name}]")
                 if ref.kind != "inline":

@@ -24,11 +24,13 @@ class SpeechEvent:
     kind: str          # "text" (token ids), "codes" (one frame [G]) or "audio" (float32 [S])
     value: object
     t_s: float         # seconds since the request was sent
+    text: str = ""     # for "text": the decoded text these ids complete (the server's tokenizer)
 
 
 @dataclass
 class SpeechSummary:
     text_ids: list[int] = field(default_factory=list)
+    text: str = ""
     codec_codes: list[list[int]] = field(default_factory=list)
     chunks: list = field(default_factory=list)     # float32 [S_i] tensors, in order
     chunk_times_s: list[float] = field(default_factory=list)
@@ -65,29 +67,42 @@ def _tensor(event):
     return view(ref.location.data, ref.dtype, ref.shape).clone()
 
 
-async def speak_stream(conductor: "str | Connection", model: str, input_ids: list[int], params: dict | None = None,
-                       request_id: str = "", timeout_s: float | None = None) -> AsyncIterator[SpeechEvent]:
-    """Yields the request's events in order; raises grpc.aio.AioRpcError on failure."""
+def speech_event(ev, t_s: float) -> SpeechEvent | None:
+    """A GenerateEvent as a SpeechEvent: TextDelta ids, AudioChunk samples, the codes tensor."""
+    import numpy as np
+    import torch
+
+    which = ev.WhichOneof("kind")
+    if which == "text":
+        return SpeechEvent("text", list(ev.text.token_ids), t_s, ev.text.text)
+    if which == "audio":
+        samples = torch.from_numpy(np.frombuffer(ev.audio.samples, dtype="<f4").copy())  # [S] float32
+        return SpeechEvent("audio", samples, t_s)
+    if which == "tensor" and KINDS.get(ev.tensor.name) == "codes":
+        return SpeechEvent("codes", _tensor(ev).reshape(-1).tolist(), t_s)
+    return None
+
+
+async def speak_stream(conductor: "str | Connection", model: str, input_ids: list[int] | None = None,
+                       params: dict | None = None, request_id: str = "", timeout_s: float | None = None,
+                       text: str = "") -> AsyncIterator[SpeechEvent]:
+    """Yields the request's events in order; raises grpc.aio.AioRpcError on failure. The
+    prompt is `input_ids` (chat-formatted ids), or `text` for the server's chat template."""
     from protos.starmesh.v1 import conductor_pb2 as pb
     from protos.starmesh.v1 import conductor_pb2_grpc
 
-    req = pb.GenerateRequest(model=model, request_id=request_id, input_ids=list(input_ids))
+    req = pb.GenerateRequest(model=model, request_id=request_id, input_ids=list(input_ids or ()), text=text)
     req.params.update(params or {})
     conn = conductor if isinstance(conductor, Connection) else Connection.from_env(conductor)
     t0 = time.perf_counter()
     async with conn.aio_channel() as channel:
         async for ev in conductor_pb2_grpc.ConductorStub(channel).Generate(req, timeout=timeout_s):
-            if ev.WhichOneof("kind") != "tensor" or ev.tensor.name not in KINDS:
-                continue
-            kind, value = KINDS[ev.tensor.name], _tensor(ev)
-            if kind in ("text", "codes"):
-                value = value.reshape(-1).tolist()
-            else:
-                value = value.reshape(-1).float()
-            yield SpeechEvent(kind, value, time.perf_counter() - t0)
+            event = speech_event(ev, time.perf_counter() - t0)
+            if event is not None:
+                yield event
 
 
-async def speak(conductor: "str | Connection", model: str, input_ids: list[int], params: dict | None = None,
+async def speak(conductor: "str | Connection", model: str, input_ids: list[int] | None, params: dict | None = None,
                 on_event: Callable[[SpeechEvent], None] | None = None, **kwargs) -> SpeechSummary:
     """Runs one request to the end; `on_event` sees every event as it arrives."""
     summary = SpeechSummary()
@@ -97,6 +112,7 @@ async def speak(conductor: "str | Connection", model: str, input_ids: list[int],
             on_event(ev)
         if ev.kind == "text":
             summary.text_ids += ev.value
+            summary.text += ev.text
         elif ev.kind == "codes":
             summary.codec_codes.append(ev.value)
         else:

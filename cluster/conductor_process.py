@@ -6,6 +6,9 @@ model of the deployment built from its pipeline and placement, served until SIGT
 """
 from __future__ import annotations
 
+import dataclasses
+
+from cluster.checkpoints import resolve
 from conductor.admission import Admission
 from conductor.input_limits import InputLimits
 from conductor.service import ConductorService
@@ -15,8 +18,22 @@ from runtime.telemetry import Telemetry
 
 
 def served_models(spec) -> list:
-    """One served model per entry of the deployment's `models`."""
-    return [build_model(m.pipeline, name, spec.placement(name), dict(m.options)) for name, m in spec.models.items()]
+    """One served model per entry of the deployment's `models`, each with the directory of
+    its tokenizer: the checkpoint of the service its pipeline's tokenizer_node runs on."""
+    models = [build_model(m.pipeline, name, spec.placement(name), dict(m.options)) for name, m in spec.models.items()]
+    return [with_checkpoint(model, spec) for model in models]
+
+
+def with_checkpoint(model, spec):
+    """`model` with its tokenizer directory and the voices its checkpoint names."""
+    if not model.tokenizer_node or model.tokenizer_dir:
+        return model
+    service = model.placement.service_for(model.tokenizer_node, model.graph.walks[0].name)
+    if not service.checkpoint:
+        return model  # placed on services started by other means: no text in, ids out
+    directory = str(resolve(dict(spec.checkpoints[service.checkpoint])))
+    voices = model.read_voices(directory) if model.read_voices is not None else model.voices
+    return dataclasses.replace(model, tokenizer_dir=directory, voices=voices)
 
 
 def admission_of(spec) -> Admission:

@@ -19,9 +19,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from conductor.chat_request import prompt_inputs
+from conductor.client_events import WantedOutputs
 from conductor.input_limits import InputLimits
 from conductor.model import ServedModel
 from core.errors import InvalidArgument
+from protos.starmesh.v1 import conductor_pb2 as pb
 from runtime.item_proto import params_from_struct
 from transport.ref_proto import ref_from_proto
 
@@ -38,6 +41,7 @@ class GenerateInputs:
     inputs: dict[str, tuple]
     params: dict[str, Any]
     nbytes: int  # what the request brought: inputs, params and text
+    wanted: WantedOutputs = WantedOutputs()
 
 
 def short(text: str, limit: int = 64) -> str:
@@ -53,11 +57,12 @@ def served_model(models: Mapping[str, ServedModel], name: str) -> ServedModel:
     return model
 
 
-def parse_generate_request(req, model: ServedModel, limits: InputLimits) -> GenerateInputs:
-    """req: a starmesh.v1.GenerateRequest for `model`."""
+def parse_generate_request(req, model: ServedModel, limits: InputLimits, tokenizer=None) -> GenerateInputs:
+    """req: a starmesh.v1.GenerateRequest for `model`; tokenizer: the model's (for text and
+    messages: conductor.chat_request)."""
     request_id = _request_id(req.request_id, limits)
-    _check_outputs(req.outputs, limits)
-    total = len(req.text.encode())
+    wanted = wanted_outputs(req, model, limits)
+    total = len(req.text.encode()) + sum(len(p.text.encode()) for m in req.messages for p in m.content)
     inputs: dict[str, tuple] = {}
     if len(req.input_ids):
         ids, nbytes = input_ids_tensor(req.input_ids, limits)
@@ -73,7 +78,8 @@ def parse_generate_request(req, model: ServedModel, limits: InputLimits) -> Gene
     if total > limits.max_request_bytes:
         raise InvalidArgument(f"request is {total} bytes of inputs, params and text, over the limit of "
                               f"{limits.max_request_bytes} (max_request_bytes)")
-    return GenerateInputs(request_id, inputs, params, total)
+    inputs.update(prompt_inputs(req, model, tokenizer, params, limits))  # the text counted above; its ids bounded there
+    return GenerateInputs(request_id, inputs, params, total, wanted)
 
 
 def _request_id(value: str, limits: InputLimits) -> str:
@@ -85,14 +91,27 @@ def _request_id(value: str, limits: InputLimits) -> str:
     return value
 
 
-def _check_outputs(outputs, limits: InputLimits) -> None:
-    if len(outputs) > limits.max_outputs:
-        raise InvalidArgument(f"outputs has {len(outputs)} names, over the limit of {limits.max_outputs} "
-                              "(max_outputs)")
-    for i, name in enumerate(outputs):
+def wanted_outputs(req, model: ServedModel, limits: InputLimits) -> WantedOutputs:
+    """raw_outputs must name outputs of the model's walks; output_modalities, what it makes."""
+    if len(req.raw_outputs) > limits.max_outputs:
+        raise InvalidArgument(f"raw_outputs has {len(req.raw_outputs)} names, over the limit of "
+                              f"{limits.max_outputs} (max_outputs)")
+    names = {name for walk in model.graph.walks for name in walk.output_names}
+    for i, name in enumerate(req.raw_outputs):
         if len(name) > limits.max_name_len:
-            raise InvalidArgument(f"outputs[{i}] is {len(name)} characters, over the limit of "
+            raise InvalidArgument(f"raw_outputs[{i}] is {len(name)} characters, over the limit of "
                                   f"{limits.max_name_len} (max_name_len)")
+        if name not in names:
+            raise InvalidArgument(f"raw_outputs[{i}] {short(name)} is not an output of model {model.name!r} "
+                                  f"(outputs: {sorted(names)})")
+    modalities = []
+    for i, value in enumerate(req.output_modalities):
+        name = pb.Modality.Name(value).removeprefix("MODALITY_").lower() if value in pb.Modality.values() else ""
+        if name not in model.modalities():
+            raise InvalidArgument(f"output_modalities[{i}] is {name or value!r}: model {model.name!r} makes "
+                                  f"{list(model.modalities())}")
+        modalities.append(name)
+    return WantedOutputs(frozenset(modalities), frozenset(req.raw_outputs))
 
 
 def input_ids_tensor(ids, limits: InputLimits):
@@ -150,4 +169,5 @@ def _params(req, model: ServedModel, limits: InputLimits) -> dict[str, Any]:
                               "(max_params_bytes)")
     params = params_from_struct(req.params)
     model.parse_params(params)  # a bad param fails before any work, naming its key
+    model.check_voice(params)
     return params

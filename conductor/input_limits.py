@@ -22,7 +22,8 @@ class InputLimits:
     max_input_ids: ids in input_ids (a long prompt of any real model fits);
     max_inputs: named tensors; max_rank: dimensions of one tensor;
     max_params_bytes: the params Struct as encoded; max_name_len: characters of the
-    model name, request id, and each input and output name; max_outputs: output names."""
+    model name, request id, and each input and output name; max_outputs: output names;
+    max_messages: chat messages."""
 
     max_input_bytes: int = 16 * MiB
     max_request_bytes: int = 32 * MiB
@@ -32,6 +33,7 @@ class InputLimits:
     max_params_bytes: int = 64 << 10
     max_name_len: int = 256
     max_outputs: int = 32
+    max_messages: int = 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):

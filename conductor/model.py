@@ -3,16 +3,17 @@ pipeline declares about requests (typed params) and outputs (kinds, audio rate).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from conductor.placement import Placement
-from core.errors import GraphError
+from core.errors import GraphError, InvalidArgument
 from graph.walk import WalkGraph
 
 # What a walk output carries, for the conductor's metrics and for clients: "audio" is
 # float32 samples [S] at the model's sample_rate, "image" uint8 [H, W, 3] (or its float
 # twin), "text" token ids, "codes" codec frames, "progress" [k, steps] step events.
 OUTPUT_KINDS = frozenset({"text", "codes", "audio", "image", "progress"})
+MODALITIES = ("text", "audio", "image")  # the kinds a client asks for by name (GenerateRequest.output_modalities)
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,13 @@ class ServedModel:
     params: the pipeline's typed request params (a core.params.RequestParams class;
     None: not checked here, each service checks what it reads). output_kinds: walk
     output name -> one of OUTPUT_KINDS; sample_rate: samples per second of its "audio"
-    outputs (required when it has one)."""
+    outputs (required when it has one). tokenizer_node: the node whose service's checkpoint
+    holds the model's tokenizer ("" for none); tokenizer_dir: that checkpoint's directory,
+    filled in by whoever knows the deployment's checkpoints (cluster.conductor_process);
+    decode_text: its text outputs are text (False: ids of something else, e.g. audio tokens).
+    prompt: how `text`/`messages` become its input (pipelines/prompt_format.py; None: it takes
+    no text). voice_param: the params key naming a voice; voices: its values (empty: any);
+    read_voices(checkpoint dir) -> voices, for voices only the checkpoint knows."""
 
     name: str
     graph: WalkGraph
@@ -36,6 +43,13 @@ class ServedModel:
     output_kinds: Mapping[str, str] = field(default_factory=dict)
     sample_rate: int = 0
     direct_edges: bool = True  # streaming edges go producer -> consumer replica (False: via the conductor)
+    tokenizer_node: str = ""
+    tokenizer_dir: str = ""
+    decode_text: bool = True
+    prompt: Any = None
+    voice_param: str = ""
+    voices: tuple[str, ...] = ()
+    read_voices: Callable[[str], tuple[str, ...]] | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -44,6 +58,12 @@ class ServedModel:
         object.__setattr__(self, "lockstep_nodes", frozenset(self.lockstep_nodes))
         object.__setattr__(self, "output_kinds", dict(self.output_kinds))
         self._check_outputs()
+        if self.tokenizer_node and self.tokenizer_node not in self.graph.node_by_name:
+            raise GraphError(f"model {self.name}: tokenizer_node {self.tokenizer_node!r} is not a node of its graph")
+        object.__setattr__(self, "voices", tuple(self.voices))
+        if self.voice_param and self.params is not None and \
+                self.voice_param not in {s.name for s in self.params.specs()}:
+            raise GraphError(f"model {self.name}: voice_param {self.voice_param!r} is not one of its params")
         self.placement.validate(self.graph)
         unknown = sorted(self.lockstep_nodes - set(self.graph.node_by_name))
         if unknown:
@@ -72,6 +92,18 @@ class ServedModel:
         """A request's params as the pipeline's typed params, every key checked (InvalidArgument
         naming the key); None when the model declares none."""
         return None if self.params is None else self.params.from_params(params, strict=True)
+
+    def check_voice(self, params: Mapping[str, Any]) -> None:
+        """InvalidArgument naming params.<voice_param> when it is not one of the voices."""
+        voice = params.get(self.voice_param) if self.voice_param else None
+        if voice is not None and self.voices and str(voice).lower() not in self.voices:
+            raise InvalidArgument(f"params.{self.voice_param} {str(voice)[:32]!r} is not a voice of model "
+                                  f"{self.name!r} (voices: {list(self.voices)})")
+
+    def modalities(self) -> tuple[str, ...]:
+        """What a client can ask of it (MODALITIES order)."""
+        kinds = set(self.output_kinds.values())
+        return tuple(m for m in MODALITIES if m in kinds)
 
     def outputs_of_kind(self, kind: str) -> frozenset[str]:
         return frozenset(name for name, k in self.output_kinds.items() if k == kind)

@@ -16,10 +16,12 @@ import grpc
 
 from conductor.admission import Admission
 from conductor.auth import ApiKeyInterceptor
+from conductor.client_events import RequestEvents
 from conductor.client_outputs import ClientOutputs
 from conductor.executor import Executor
 from conductor.metrics import ConductorMetrics, RequestMeter
 from conductor.model import ServedModel
+from conductor.model_info import model_info
 from conductor.executor_setup import remote_executor
 from conductor.replica_health import ReplicaHealth
 from conductor.replicas import ReplicaSelector
@@ -27,6 +29,7 @@ from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc
 from conductor.generate_request import parse_generate_request, served_model
 from conductor.input_limits import InputLimits
+from conductor.tokenizer import load_tokenizer
 from runtime.grpc_status import map_errors
 from core.errors import Unavailable
 
@@ -44,32 +47,43 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
         executor = self.service.executors.get(model.name)
         if executor is None:
             raise Unavailable(f"model {model.name!r} is still starting")
-        request_id = request.request_id
-        num_outputs = 0
-        meter = RequestMeter(self.service.metrics, model, time.perf_counter())
+        t0 = time.perf_counter()
+        meter = RequestMeter(self.service.metrics, model, t0)
         outcome = "failed"
         try:
-            parsed = parse_generate_request(request, model, self.service.limits)  # before any work
-            request_id = parsed.request_id
+            tokenizer = self.service.tokenizers.get(model.name)
+            parsed = parse_generate_request(request, model, self.service.limits, tokenizer)  # before any work
+            events = RequestEvents(model, self.service.outputs, parsed.request_id,
+                                   tokenizer if model.decode_text else None, parsed.wanted, t0,
+                                   prompt_tokens=_num_ids(parsed.inputs))
             async with self.service.admission.admit(model.name):  # waits for a slot, or Overloaded
-                async for name, value in executor.generate(request_id, parsed.inputs, parsed.params):
-                    num_outputs += 1
-                    meter.output(name, value, time.perf_counter())
-                    yield self.service.outputs.event(request_id, name, value)
+                async for name, value in executor.generate(parsed.request_id, parsed.inputs, parsed.params):
+                    now = time.perf_counter()
+                    meter.output(name, value, now)
+                    if events.is_heavy(name):  # PNG encoding: off the event loop other streams share
+                        made = await asyncio.to_thread(events.of, name, value, now)
+                    else:
+                        made = events.of(name, value, now)
+                    for event in made:
+                        yield event
             outcome = "ok"
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
         finally:
             meter.end(outcome, time.perf_counter())
-        usage = pb.Usage()
-        usage.metrics.update({"num_outputs": num_outputs})
-        yield pb.GenerateEvent(request_id=request_id, usage=usage)
+        for event in events.end(time.perf_counter()):
+            yield event
 
     @map_errors
     async def ListModels(self, request, context):
-        models = [pb.ModelInfo(name=m.name, walks=[w.name for w in m.graph.walks]) for m in self.service.models]
-        return pb.ListModelsResponse(models=models)
+        tokenizers = self.service.tokenizers
+        return pb.ListModelsResponse(models=[model_info(m, m.name in tokenizers) for m in self.service.models])
+
+
+def _num_ids(inputs: dict) -> int:
+    ids = inputs.get("input_ids")
+    return int(ids[0].numel()) if ids and hasattr(ids[0], "numel") else 0
 
 
 class ConductorService:
@@ -108,6 +122,9 @@ class ConductorService:
         endpoints = {r for m in models for spec in m.placement.services.values() for r in spec.replicas}
         self.replica_health = ReplicaHealth(endpoints, self._replica_changed, tls)
         self.outputs = ClientOutputs()
+        # One tokenizer per model, loaded here once: text deltas are decoded with it.
+        tokenizers = {m.name: load_tokenizer(m.name, m.tokenizer_dir) for m in models if m.tokenizer_dir}
+        self.tokenizers = {name: tok for name, tok in tokenizers.items() if tok is not None}
         self._stack = contextlib.AsyncExitStack()
         self._task = None
         self._set_health = None

@@ -153,7 +153,8 @@ def image_model(name: str, graph: WalkGraph, placement, fused: bool):
     """A text-to-image graph as the conductor serves it (fused: the loop runs inside its DiT
     replica; else the branch runs are padded across a dlo_group's ranks)."""
     from conductor.model import ServedModel
+    from pipelines.prompt_format import Utf8Prompt
 
     return ServedModel(name, graph, placement, inner_loops={DENOISE_LOOP} if fused else (),
                        lockstep_nodes=() if fused else LOCKSTEP_NODES, params=ImageParams,
-                       output_kinds=OUTPUT_KINDS)
+                       output_kinds=OUTPUT_KINDS, prompt=Utf8Prompt("prompt"))

@@ -95,12 +95,13 @@ def _init_talker_experts(model, seed: int) -> None:
 def write_omni_tokenizer(directory: str | Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
-    from engine.checkpoints.tiny_text import write_byte_tokenizer
+    from engine.checkpoints.tiny_text import CHATML_TEMPLATE, write_byte_tokenizer
 
     write_byte_tokenizer(directory)
     tok = PreTrainedTokenizerFast.from_pretrained(str(directory))
     tok.add_special_tokens({"additional_special_tokens": list(SPECIAL)})
     assert tok.convert_tokens_to_ids(list(SPECIAL)) == list(TOKENS.values()), "special ids must follow the bytes"
+    tok.chat_template = CHATML_TEMPLATE  # applied to a user turn it gives chat_prompt's ids
     tok.save_pretrained(str(directory))
 
 

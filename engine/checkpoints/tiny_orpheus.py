@@ -92,6 +92,12 @@ def build_lm(directory: Path, spec: TinyOrpheusSpec, seed: int) -> None:
     model.save_pretrained(str(directory), safe_serialization=True)
 
 
+# Llama 3's chat format (the tokenizer adds begin-of-text itself).
+LLAMA3_TEMPLATE = ("{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' "
+                   "+ message['content'] + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
+                   "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
+
+
 def write_tokenizer(directory: Path) -> None:
     """Byte-level BPE (id == byte) plus Llama 3's begin/end-of-text ids; prepends begin-of-text."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
@@ -108,8 +114,8 @@ def write_tokenizer(directory: Path) -> None:
     tokenizer.add_special_tokens(list(specials))
     tokenizer.post_processor = processors.TemplateProcessing(
         single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", BEGIN_OF_TEXT)])
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<|begin_of_text|>",
-                            eos_token="<|eot_id|>").save_pretrained(str(directory))
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
+                            chat_template=LLAMA3_TEMPLATE).save_pretrained(str(directory))
 
 
 def build_snac(directory: Path, spec: TinyOrpheusSpec, seed: int) -> None:

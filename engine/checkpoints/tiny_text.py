@@ -56,8 +56,15 @@ def _omni_config(overrides: dict):
     return tf.Qwen3OmniMoeConfig(thinker_config=thinker, enable_audio_output=False)
 
 
+# Qwen's ChatML as a chat template: each turn, then the assistant's turn opened.
+CHATML_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                   "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                   "{% endif %}")
+
+
 def write_byte_tokenizer(directory: str | Path) -> None:
-    """A byte-level BPE tokenizer without merges: token id == byte value (256 ids)."""
+    """A byte-level BPE tokenizer without merges: token id == byte value (256 ids), with
+    the ChatML chat template (its markers are plain bytes here)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -67,7 +74,7 @@ def write_byte_tokenizer(directory: str | Path) -> None:
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tokenizer.decoder = decoders.ByteLevel()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer).save_pretrained(str(directory))
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, chat_template=CHATML_TEMPLATE).save_pretrained(str(directory))
 
 
 def _byte_to_unicode() -> dict[int, str]:

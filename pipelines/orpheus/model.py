@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from conductor.model import ServedModel
 from conductor.placement import Placement
-from engine.models.orpheus import SAMPLE_RATE
+from engine.models.orpheus import SAMPLE_RATE, VOICES
 from pipelines.orpheus.graph import INNER_LOOPS, OUTPUT_KINDS, orpheus_graph
 from pipelines.orpheus.params import OrpheusParams
+from pipelines.orpheus.prompt_format import OrpheusPrompt
 
 
 def orpheus_placement(lm: list[str], codec: list[str]) -> Placement:
@@ -17,5 +18,7 @@ def orpheus_placement(lm: list[str], codec: list[str]) -> Placement:
 
 
 def orpheus_model(name: str, placement: Placement, max_new_tokens: int = 8192) -> ServedModel:
+    # Its text outputs are audio tokens: the tokenizer only formats prompts (voice + text).
     return ServedModel(name, orpheus_graph(max_new_tokens, name=name), placement, INNER_LOOPS, params=OrpheusParams,
-                       output_kinds=OUTPUT_KINDS, sample_rate=SAMPLE_RATE)
+                       output_kinds=OUTPUT_KINDS, sample_rate=SAMPLE_RATE, tokenizer_node="prefill",
+                       decode_text=False, prompt=OrpheusPrompt(), voice_param="voice", voices=VOICES)

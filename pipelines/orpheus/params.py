@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.params import RequestParams, group
+from core.params import RequestParams, group, param
 from engine.models.orpheus import DEFAULT_REPETITION_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, END_OF_SPEECH
 from engine.sampling_params import TextParams
 
@@ -19,3 +19,5 @@ RECOMMENDED = {"temperature": DEFAULT_TEMPERATURE, "top_p": DEFAULT_TOP_P,
 @dataclass(frozen=True)
 class OrpheusParams(RequestParams):
     text: TextParams = group(TextParams)
+    voice: str = param("tara", help="the voice of a text request's prompt (tara, zoe, zac, jess, leo, mia, "
+                                    "julia, leah)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from conductor.model import ServedModel
 from conductor.placement import Placement
+from pipelines.prompt_format import ChatTemplate
 from engine.models.qwen3_omni import SAMPLE_RATE
 from graph.walk import WalkGraph
 from pipelines.qwen3_omni.graph import INNER_LOOPS, OUTPUT_KINDS, speech_graph
@@ -33,4 +34,12 @@ def served_speech_model(name: str, graph: WalkGraph, placement: Placement) -> Se
     """A speech walk graph (streaming or stage-by-stage) as the conductor serves it: loops
     inside the thinker and the talker, SpeechParams, text, codes and audio out."""
     return ServedModel(name, graph, placement, INNER_LOOPS, params=SpeechParams, output_kinds=OUTPUT_KINDS,
-                       sample_rate=SAMPLE_RATE)
+                       sample_rate=SAMPLE_RATE, tokenizer_node="prefill", prompt=ChatTemplate(),
+                       voice_param="speaker", read_voices=speakers)
+
+
+def speakers(checkpoint_dir: str) -> tuple[str, ...]:
+    """The talker voices the checkpoint's config names (talker_config.speaker_id)."""
+    from engine.models.qwen3_omni.talker_loader import read_talker_spec
+
+    return tuple(sorted(read_talker_spec(checkpoint_dir).speakers))

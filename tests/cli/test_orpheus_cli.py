@@ -15,8 +15,7 @@ from cli.main import main
 from client.speech import speak
 from engine.models.orpheus.prompt import speech_prompt_ids
 from pipelines.orpheus.params import RECOMMENDED
-from tests.fixtures import registry
-from tests.fixtures.services import describe
+from tests.fixtures.services import conductor_over
 from tests.fixtures.tiny_orpheus import checkpoint
 
 pytestmark = pytest.mark.timeout(180)
@@ -24,29 +23,13 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(scope="module")
 def conductor():
-    from conductor.service import ConductorService
     from pipelines.orpheus.model import orpheus_model, orpheus_placement
-    from runtime.background import BackgroundServer
     from runtime.process import ServiceProcess
 
     procs = [ServiceProcess(name, ["--checkpoint", checkpoint(), "--log-level", "WARNING"], name=name)
              for name in ("orpheus_lm", "codec")]
-    server = None
-    try:
-        for proc in procs:
-            proc.start()
-            registry.register(proc.address, describe(proc.address).arena)
-        model = orpheus_model("orpheus", orpheus_placement([procs[0].address], [procs[1].address]))
-        server = BackgroundServer(ConductorService([model]))
-        server.start()
-        yield server.address
-    finally:
-        if server is not None:
-            server.stop()
-        for proc in procs:
-            if proc.port is not None:
-                registry.unregister(proc.address)
-            proc.stop()
+    with conductor_over(procs, lambda a: [orpheus_model("orpheus", orpheus_placement([a[0]], [a[1]]))]) as address:
+        yield address
 
 
 def test_speak_orpheus_writes_the_mesh_audio(conductor, tmp_path, capsys):

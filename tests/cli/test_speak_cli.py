@@ -5,11 +5,11 @@ ids end with a non-zero status and a message naming the problem."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
 import wave
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -20,8 +20,7 @@ from cli.speak import WavSink
 from client.speech import speak
 from engine.checkpoints.tiny_omni import chat_prompt
 from tests.e2e.speech_mesh import CHUNK, LEFT, run
-from tests.fixtures import registry
-from tests.fixtures.services import describe
+from tests.fixtures.services import conductor_over
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -34,30 +33,18 @@ KEYS = {"text_ids", "codec_codes", "ttfa_ms", "rtf", "audio_s", "num_chunks"}
 @pytest.fixture(scope="module")
 def conductor(tiny_omni):
     """A co-located speech model ("omni") on two service processes, started side by side."""
-    from conductor.service import ConductorService
-    from pipelines.qwen3_omni.model import speech_model, speech_placement
-    from runtime.background import BackgroundServer
+    from pipelines.qwen3_omni.model import speakers, speech_model, speech_placement
     from runtime.process import ServiceProcess
 
     procs = [ServiceProcess(name, ["--checkpoint", str(tiny_omni), "--log-level", "WARNING"], name=name)
              for name in ("thinker", "talker+codec")]
-    server = None
-    try:
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(ServiceProcess.start, procs))
-        for proc in procs:
-            registry.register(proc.address, describe(proc.address).arena)
-        placement = speech_placement([procs[0].address], [procs[1].address])
-        server = BackgroundServer(ConductorService([speech_model("omni", placement, CHUNK, LEFT, first_chunk=2)]))
-        server.start()
-        yield server.address
-    finally:
-        if server is not None:
-            server.stop()
-        for proc in procs:
-            if proc.port is not None:
-                registry.unregister(proc.address)
-            proc.stop()
+    def models(a):  # "omni" with the checkpoint's tokenizer on the conductor, "omni-ids" without one
+        speech = speech_model("omni", speech_placement([a[0]], [a[1]]), CHUNK, LEFT, first_chunk=2)
+        ids_only = speech_model("omni-ids", speech_placement([a[0]], [a[1]]), CHUNK, LEFT, first_chunk=2)
+        return [dataclasses.replace(speech, tokenizer_dir=str(tiny_omni), voices=speakers(str(tiny_omni))), ids_only]
+
+    with conductor_over(procs, models) as address:
+        yield address
 
 
 def _read_wav(path) -> np.ndarray:
@@ -66,10 +53,13 @@ def _read_wav(path) -> np.ndarray:
         return np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
 
 
-def test_speak_writes_the_mesh_audio_and_prints_json(conductor, tiny_omni, tmp_path, capsys):
+@pytest.mark.parametrize("where", ["conductor", "client"])
+def test_speak_writes_the_mesh_audio_and_prints_json(conductor, tiny_omni, tmp_path, capsys, where):
+    """--text tokenized by the conductor (its chat template) or here (--tokenizer): the same ids."""
     out = tmp_path / "x.wav"
-    status = main(["speak", "--model", "omni", "--text", TEXT, "--tokenizer", str(tiny_omni), "-o", str(out),
-                   "--address", conductor, *OPTIONS, "--json"])
+    tokenizer = ["--tokenizer", str(tiny_omni)] if where == "client" else []
+    status = main(["speak", "--model", "omni", "--text", TEXT, *tokenizer, "-o", str(out),
+                   "--conductor", conductor, *OPTIONS, "--json"])
     printed = capsys.readouterr().out
     assert status == 0
     got = json.loads(printed)
@@ -112,25 +102,22 @@ def test_conductor_down_fails_clearly(tmp_path):
     assert not out.exists()  # no audio arrived: no file left behind
 
 
-def test_text_is_tokenized_by_the_checkpoint_tokenizer(tiny_omni, monkeypatch):
-    import cluster.checkpoints
+def test_text_is_tokenized_by_the_checkpoint_tokenizer(tiny_omni):
     from cli.speak import prompt_ids
 
     def args(model: str, tokenizer=None, text=TEXT):
         return argparse.Namespace(model=model, text=text, tokenizer=tokenizer, input_ids=None)
 
     assert prompt_ids(args("omni", str(tiny_omni))) == chat_prompt(TEXT)
-    built = []
-    monkeypatch.setattr(cluster.checkpoints, "tiny", lambda kind, log: built.append(kind) or tiny_omni)
-    assert prompt_ids(args("qwen3-omni")) == chat_prompt(TEXT) and built == ["qwen3-omni"]  # the built-in one
-    with pytest.raises(ValueError, match="--text needs --tokenizer DIR"):
-        prompt_ids(args("omni"))
+    assert prompt_ids(args("omni")) is None  # the conductor tokenizes it
     with pytest.raises(ValueError, match="--tokenizer: tokenizer .* is not a directory"):
         prompt_ids(args("omni", str(tiny_omni / "nope")))
 
 
 @pytest.mark.parametrize("argv, status, words", [
-    (["--model", "omni", "--text", "hi"], 2, ["--text needs --tokenizer DIR", "'omni'"]),
+    (["--model", "omni-ids", "--text", "hi"], 1, ["no tokenizer on this conductor", "INVALID_ARGUMENT"]),
+    (["--model", "omni", "--text", "hi", "--speaker", "nobody"], 1, ["params.speaker", "INVALID_ARGUMENT"]),
+    (["--model", "omni", "--text", ""], 2, ["--text is empty"]),
     (["--model", "nope", "--input-ids", "1,2,3"], 1, ["'nope'", "INVALID_ARGUMENT"]),
     (["--model", "omni", "--input-ids", "1,99999"], 1, ["INVALID_ARGUMENT", "99999"]),
     (["--model", "omni", "--input-ids", "1,x"], 2, ["'x' is not an integer id"]),

@@ -81,7 +81,19 @@ def test_names_and_ids_are_bounded_and_echoed_short(models):
     assert len(message) < 300 and "100000 characters" in message
     _refused(models, pb.GenerateRequest(model="text", request_id="r" * 33), "request_id", "max_name_len")
     _refused(models, pb.GenerateRequest(model="text", request_id="a\nb"), "request_id", "printable")
-    _refused(models, pb.GenerateRequest(model="text", outputs=["a", "b", "c"]), "outputs", "max_outputs")
+    _refused(models, pb.GenerateRequest(model="text", raw_outputs=["a", "b", "c"]), "raw_outputs", "max_outputs")
+
+
+def test_wanted_outputs_are_outputs_and_modalities_of_the_model(models):
+    _refused(models, pb.GenerateRequest(model="text", raw_outputs=["token", "audio"]), "raw_outputs[1]", "'audio'",
+             "first_token")
+    _refused(models, pb.GenerateRequest(model="text", output_modalities=[pb.MODALITY_IMAGE]),
+             "output_modalities[0]", "image", "['text']")
+    _refused(models, pb.GenerateRequest(model="text", output_modalities=[pb.MODALITY_UNSPECIFIED]),
+             "output_modalities[0]")
+    req = pb.GenerateRequest(model="sd3", output_modalities=[pb.MODALITY_IMAGE], raw_outputs=["step"])
+    wanted = parse_generate_request(req, models["sd3"], LIMITS).wanted
+    assert wanted.modalities == {"image"} and wanted.raw == {"step"}
 
 
 @pytest.mark.parametrize("params, words", [

@@ -71,7 +71,8 @@ class ImageMesh:
 
 
 def request(model: str = "sd3", rid: str = "", prompt: str = tiny_sd3.PROMPT, **params) -> pb.GenerateRequest:
-    req = pb.GenerateRequest(model=model, request_id=rid)
+    """The image and the steps come back as raw tensors (the fidelity checks compare pixels)."""
+    req = pb.GenerateRequest(model=model, request_id=rid, raw_outputs=["image", "step"])
     ref_to_proto(inline_ref(tiny_sd3.prompt_tensor(prompt)), req.inputs.add(name="prompt").tensor)
     req.params.update({**tiny_sd3.BASE, **params})
     return req

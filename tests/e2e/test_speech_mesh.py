@@ -111,4 +111,6 @@ def test_dead_code2wav_fails_its_request_and_the_rest_keep_serving(mesh, expecte
     _check(run(speak(mesh.conductor.address, "omni-colo", chat_prompt(PROMPTS[0]), PARAMS)), expected[0])
     codec.start()  # back on its port (its start sweeps the dead one's arena)
     registry.register(codec.address, describe(codec.address).arena)
+    # the conductor's health watch retries with backoff: wait until it sees the codec serve again
+    assert wait_until(lambda: not mesh.conductor.hosted.selectors["omni"].unserved(), 30)
     _check(run(speak(mesh.conductor.address, "omni", chat_prompt(PROMPTS[0]), PARAMS)), expected[0])

@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class ConductorStub:
-    """The front door: one stream of events per request.
+    """Generate: one request, one stream of events; the last event is `usage`. A failure ends
+    the stream with a gRPC status whose details name the bad field (INVALID_ARGUMENT), the
+    capacity refusal (RESOURCE_EXHAUSTED), or the service that is down (UNAVAILABLE).
+    ListModels: what each served model takes and makes, and its params.
     """
 
     def __init__(self, channel):
@@ -48,7 +51,10 @@ class ConductorStub:
 
 
 class ConductorServicer:
-    """The front door: one stream of events per request.
+    """Generate: one request, one stream of events; the last event is `usage`. A failure ends
+    the stream with a gRPC status whose details name the bad field (INVALID_ARGUMENT), the
+    capacity refusal (RESOURCE_EXHAUSTED), or the service that is down (UNAVAILABLE).
+    ListModels: what each served model takes and makes, and its params.
     """
 
     def Generate(self, request, context):
@@ -85,7 +91,10 @@ def add_ConductorServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Conductor:
-    """The front door: one stream of events per request.
+    """Generate: one request, one stream of events; the last event is `usage`. A failure ends
+    the stream with a gRPC status whose details name the bad field (INVALID_ARGUMENT), the
+    capacity refusal (RESOURCE_EXHAUSTED), or the service that is down (UNAVAILABLE).
+    ListModels: what each served model takes and makes, and its params.
     """
 
     @staticmethod

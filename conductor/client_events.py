@@ -1,0 +1,126 @@
+"""One request's walk outputs as the GenerateEvents a client reads.
+
+    events = RequestEvents(model, outputs, request_id, tokenizer, wanted, t0)
+    for name, value in walk outputs:  yield from events.of(name, value, now)
+    yield from events.end(now)        # the text held back, then Usage
+
+By the output's kind (ServedModel.output_kinds):
+    text      ids [n]          -> TextDelta (ids; decoded text when the model has a tokenizer)
+    audio     float32 [S]      -> AudioChunk (PCM_F32LE at the model's sample rate, numbered)
+    image     uint8 [H, W, 3]  -> Image (PNG bytes, size, index)
+    progress  [k, steps]       -> StepEvent
+    anything else, and every name in `raw_outputs` -> a tensor event (conductor.client_outputs)
+`WantedOutputs` drops what the client did not ask for.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from conductor.client_outputs import ClientOutputs
+from conductor.detokenizer import IncrementalDetokenizer
+from conductor.model import ServedModel
+from conductor.png import MIME_TYPE, encode_png
+from protos.starmesh.v1 import conductor_pb2 as pb
+from transport.codec import view
+
+# Output kind -> the modality a client asks for to get it (conductor.model.OUTPUT_KINDS).
+KIND_MODALITY = {"text": "text", "audio": "audio", "image": "image", "progress": "image"}
+TYPED_EVENT = {"text": "text", "audio": "audio", "image": "image", "progress": "step"}
+
+
+@dataclass(frozen=True)
+class WantedOutputs:
+    """modalities: "text", "audio", "image" (empty: all, and outputs of no modality too);
+    raw: output names sent as tensor events."""
+
+    modalities: frozenset[str] = frozenset()
+    raw: frozenset[str] = frozenset()
+
+    def wants(self, name: str, kind: str) -> bool:
+        if not self.modalities or name in self.raw:
+            return True
+        return KIND_MODALITY.get(kind) in self.modalities
+
+
+class RequestEvents:
+    def __init__(self, model: ServedModel, outputs: ClientOutputs, request_id: str, tokenizer=None,
+                 wanted: WantedOutputs = WantedOutputs(), t0: float = 0.0, prompt_tokens: int = 0) -> None:
+        self.model, self.outputs, self.request_id, self.wanted = model, outputs, request_id, wanted
+        self.detokenizer = IncrementalDetokenizer(tokenizer) if tokenizer is not None else None
+        self.t0 = t0
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = 0
+        self.audio_samples = 0
+        self.num_audio = 0
+        self.num_images = 0
+        self.num_outputs = 0
+        self.first_audio_s: float | None = None
+
+    def _event(self, **kind) -> pb.GenerateEvent:
+        return pb.GenerateEvent(request_id=self.request_id, **kind)
+
+    def is_heavy(self, name: str) -> bool:
+        """Its events take milliseconds to make (an image is PNG-encoded)."""
+        return self.model.output_kinds.get(name) == "image" and name not in self.wanted.raw
+
+    def of(self, name: str, value, now: float) -> list[pb.GenerateEvent]:
+        """The events of one walk output (none when the client does not want it)."""
+        self.num_outputs += 1
+        kind = self.model.output_kinds.get(name, "")
+        if not self.wanted.wants(name, kind):
+            return []
+        if name in self.wanted.raw or kind not in TYPED_EVENT:
+            return [self.outputs.event(self.request_id, name, value)]
+        ref = self.outputs.by_value(value)
+        tensor = view(ref.location.data, ref.dtype, ref.shape)
+        if kind == "image" and (tensor.dtype.is_floating_point or tensor.dim() != 3):
+            return [self.outputs.event(self.request_id, name, value)]  # image_float: fidelity checks read it raw
+        return [getattr(self, f"_{kind}")(name, tensor, now)]
+
+    def _text(self, name: str, ids, now: float) -> pb.GenerateEvent:
+        ids = [int(i) for i in ids.reshape(-1).tolist()]
+        self.completion_tokens += len(ids)
+        text = self.detokenizer.push(ids) if self.detokenizer is not None else ""
+        return self._event(text=pb.TextDelta(token_ids=ids, text=text))
+
+    def _audio(self, name: str, samples, now: float) -> pb.GenerateEvent:
+        import torch
+
+        pcm = samples.reshape(-1).to(torch.float32)  # [S]
+        if self.first_audio_s is None:
+            self.first_audio_s = now - self.t0
+        chunk = pb.AudioChunk(samples=pcm.numpy().astype("<f4").tobytes(), sample_rate=self.model.sample_rate,
+                              format=pb.AUDIO_FORMAT_PCM_F32LE, sequence_number=self.num_audio,
+                              num_samples=int(pcm.numel()))
+        self.num_audio += 1
+        self.audio_samples += int(pcm.numel())
+        return self._event(audio=chunk)
+
+    def _image(self, name: str, rgb, now: float) -> pb.GenerateEvent:
+        height, width = int(rgb.shape[0]), int(rgb.shape[1])
+        image = pb.Image(data=encode_png(rgb), mime_type=MIME_TYPE, width=width, height=height,
+                         index=self.num_images)
+        self.num_images += 1
+        return self._event(image=image)
+
+    def _progress(self, name: str, step, now: float) -> pb.GenerateEvent:
+        k, steps = (int(x) for x in step.reshape(-1).tolist()[:2])
+        return self._event(step=pb.StepEvent(node=name, step=k, num_steps=steps))
+
+    def end(self, now: float) -> list[pb.GenerateEvent]:
+        """The text still held back (an incomplete character), then Usage."""
+        out = []
+        rest = self.detokenizer.finish() if self.detokenizer is not None else ""
+        if rest:
+            out.append(self._event(text=pb.TextDelta(text=rest)))
+        return out + [self._event(usage=self.usage(now))]
+
+    def usage(self, now: float) -> pb.Usage:
+        audio_s = self.audio_samples / self.model.sample_rate if self.model.sample_rate else 0.0
+        latency_s = now - self.t0
+        usage = pb.Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                         audio_seconds=audio_s, latency_ms=1e3 * latency_s,
+                         time_to_first_audio_ms=1e3 * self.first_audio_s if self.first_audio_s is not None else 0.0,
+                         real_time_factor=latency_s / audio_s if audio_s else 0.0)
+        usage.metrics.update({"num_outputs": self.num_outputs, "num_images": self.num_images})
+        return usage
