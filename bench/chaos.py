@@ -35,7 +35,7 @@ def measure(args) -> dict:
 
     results: dict = {}
     parts = {
-        "chaos": lambda: measure_chaos(rounds=1 if args.quick else 3),
+        "chaos": lambda: measure_chaos(rounds=1 if args.quick else 2),
         "fuzz": lambda: run_fuzz(num_messages=1000 if args.quick else args.fuzz_messages),
         "overload": lambda: measure_overload(checkpoint(args)),
         "tls": lambda: measure_tls_hop(rounds=3 if args.quick else 7),

@@ -10,6 +10,14 @@ from core.errors import InvalidArgument
 from core.params import RequestParams, param
 
 
+# Bounds that keep float32 logits finite: dividing by a temperature below ~1e-36, or
+# scaling by a penalty past ~1e36, turns them into +-inf and the softmax into NaN,
+# which would fail the whole batch's sampling step (every request in it), not just
+# the request that asked. Real use sits far inside both.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 1e3
+MIN_PENALTY, MAX_PENALTY = 1e-3, 1e3
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_new_tokens: int = 16
@@ -45,16 +53,18 @@ class SamplingParams:
             object.__setattr__(self, name, float(value))
         if self.max_new_tokens <= 0:
             raise InvalidArgument(f"max_new_tokens must be > 0, got {self.max_new_tokens}")
-        if not self.temperature >= 0:  # also rejects NaN
-            raise InvalidArgument(f"temperature must be >= 0, got {self.temperature}")
+        if not (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE):  # NaN too
+            raise InvalidArgument(f"temperature must be 0 (greedy) or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], "
+                                  f"got {self.temperature}")
         if not 0 <= self.min_new_tokens <= self.max_new_tokens:
             raise InvalidArgument(f"min_new_tokens must be in 0..max_new_tokens, got {self.min_new_tokens}")
         if self.top_k < 0:
             raise InvalidArgument(f"top_k must be >= 0, got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise InvalidArgument(f"top_p must be in (0, 1], got {self.top_p}")
-        if not self.repetition_penalty > 0:
-            raise InvalidArgument(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if not MIN_PENALTY <= self.repetition_penalty <= MAX_PENALTY:
+            raise InvalidArgument(f"repetition_penalty must be in [{MIN_PENALTY:g}, {MAX_PENALTY:g}], "
+                                  f"got {self.repetition_penalty}")
         if self.seed is not None and not _is_int(self.seed):
             raise InvalidArgument(f"seed must be an integer, got {self.seed!r}")
 
