@@ -82,8 +82,13 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
 
 
 def _num_ids(inputs: dict) -> int:
+    """Prompt tokens for Usage: input_ids as a tensor (ids the conductor parsed) or as a
+    client's TensorRef (whose numel is a property)."""
     ids = inputs.get("input_ids")
-    return int(ids[0].numel()) if ids and hasattr(ids[0], "numel") else 0
+    if not ids:
+        return 0
+    numel = getattr(ids[0], "numel", 0)
+    return int(numel() if callable(numel) else numel)
 
 
 class ConductorService:

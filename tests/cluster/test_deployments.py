@@ -50,6 +50,10 @@ def test_colocated_gives_the_default_audio_in_one_trace_across_every_process(col
     _same_audio(summary, default_audio)
     services = {"conductor", "thinker", "talker+codec"}
     assert wait_until(lambda: services <= {s["service"] for s in trace_store.request("traced-1")["spans"]}, 15)
+    # each process exports its spans in its own batches: wait for both edges' spans too
+    wanted = {"decode.embeds -> talker.embeds", "talker.codes -> code2wav.codes"}
+    assert wait_until(lambda: wanted <= {r["edge"] for r in edge_table(trace_store.request("traced-1")["spans"])},
+                      30)
     found = trace_store.request("traced-1")
     assert len(found["trace_ids"]) == 1
     rows = {r["edge"]: r for r in edge_table(found["spans"])}

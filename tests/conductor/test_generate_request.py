@@ -130,3 +130,14 @@ def test_a_client_cannot_name_memory_of_the_mesh(models):
     ref = tensor_pb2.TensorRef(dtype=tensor_pb2.DTYPE_UINT8, shape=[4], shm=shm)
     req = pb.GenerateRequest(model="sd3", inputs=[tensor_pb2.NamedTensor(name="prompt", tensor=ref)])
     _refused(models, req, "inputs[prompt].tensor", "shm reference", "inline")
+
+
+def test_usage_counts_prompt_ids_sent_as_ids_or_as_a_client_tensor():
+    """input_ids parsed by the conductor are a tensor; a client may also send a tensor
+    named input_ids (a TensorRef, whose numel is a property): both count (fuzz-found)."""
+    from conductor.service import _num_ids
+    from transport.codec import inline_ref
+
+    assert _num_ids({"input_ids": (torch.zeros(4, dtype=torch.int32),)}) == 4
+    assert _num_ids({"input_ids": (inline_ref(torch.zeros(3)),)}) == 3
+    assert _num_ids({}) == 0
