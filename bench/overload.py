@@ -17,18 +17,13 @@ import asyncio
 import os
 import time
 
+from bench.fuzz_mesh import rss_mb
 from bench.output import write_json
-
-
-def rss_mb(pid: int | str = "self") -> float:
-    with open(f"/proc/{pid}/status") as f:
-        line = next(ln for ln in f if ln.startswith("VmRSS:"))
-    return int(line.split()[1]) / 1024
+from runtime.edge_stats import percentile
 
 
 def p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
+    return percentile(sorted(values), 0.99)  # 0.0 when there are none
 
 
 async def _burst(address: str, prompts: list, params: dict, num: int) -> tuple[list, list]:
@@ -65,7 +60,7 @@ def measure_overload(ckpt: str, max_in_flight: int = 4, max_waiting: int = 4, fa
 
         asyncio.run(speak(mesh.address, "omni", prompts[0], {**params, "max_frames": 9, "min_frames": 9}))
         alone = asyncio.run(speak(mesh.address, "omni", prompts[1], params)).ttfa_ms
-        pids = ["self"] + [p.pid for p in mesh.procs.values()]
+        pids = [os.getpid()] + [p.pid for p in mesh.procs.values()]
         before = {pid: rss_mb(pid) for pid in pids}
         admitted, refusals = asyncio.run(_burst(mesh.address, prompts, params, num))
         growth = max(rss_mb(pid) - before[pid] for pid in pids)

@@ -35,9 +35,8 @@ class AdmissionConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_in_flight", "max_waiting", "min_retry_ms", "max_retry_ms"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "max_in_flight" else 0):
-                low = 1 if name == "max_in_flight" else 0
+            value, low = getattr(self, name), 1 if name == "max_in_flight" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"admission.{name} must be an integer >= {low}, got {value!r}")
         if self.min_retry_ms > self.max_retry_ms:
             raise ValueError(f"admission.min_retry_ms ({self.min_retry_ms}) > max_retry_ms ({self.max_retry_ms})")

@@ -60,10 +60,12 @@ def _without(msg: M, field: str) -> M:
     return head
 
 
-def oversized_error(item, limit: int) -> NodeError:
-    """The failure of the request whose Run item could not be sent (split's leftovers)."""
-    run = item.run if isinstance(item, AcceptRoute) else item
-    return NodeError(run.request_id, getattr(run, "node", ""), "RESOURCE_EXHAUSTED",
-                     f"{type(item).__name__} of request {run.request_id!r} passes the {limit}-byte message "
-                     "limit: large tensors must go by reference (shared memory or Mooncake), or the inputs "
-                     "be smaller", tuple(getattr(run, "iteration", ())))
+def oversized_error(entry, limit: int) -> NodeError:
+    """The failure of the request whose Run item or event could not be sent alone
+    (split's leftovers): an OpenNode, PushChunk or grant, or an inline output."""
+    run = entry.run if isinstance(entry, AcceptRoute) else entry
+    node = getattr(run, "node", "")
+    return NodeError(run.request_id, node, "RESOURCE_EXHAUSTED",
+                     f"{type(entry).__name__} of request {run.request_id!r} (node {node}) passes the {limit}-byte "
+                     "message limit: large tensors must go by reference (shared memory or Mooncake), not inline",
+                     tuple(getattr(run, "iteration", ())))

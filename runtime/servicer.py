@@ -22,7 +22,7 @@ from runtime import item_proto as wire
 from runtime.component import Component
 from runtime.grpc_status import map_errors
 from runtime.heartbeat import DEFAULT_INTERVAL_S, beat
-from runtime.message_split import split
+from runtime.message_split import oversized_error, split
 from runtime.items import NodeError, NodeOutput, OutboundEvent
 from runtime.step_loop import StepLoop
 from core.errors import StarmeshError
@@ -125,10 +125,7 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
         large alone (an inline output) fails its request instead."""
         parts, oversized = split(_events_to_proto(events), "events", self._max_message_bytes)
         if oversized:
-            errors = [NodeError(events[i].request_id, getattr(events[i], "node", ""), "RESOURCE_EXHAUSTED",
-                                f"an output of node {getattr(events[i], 'node', '')} passes the "
-                                f"{self._max_message_bytes}-byte message limit inline; it must go by reference",
-                                tuple(getattr(events[i], "iteration", ()))) for i in oversized]
+            errors = [oversized_error(events[i], self._max_message_bytes) for i in oversized]
             parts.append(wire.events_to_proto(errors))
         return parts
 
