@@ -36,6 +36,13 @@ class WantedOutputs:
     modalities: frozenset[str] = frozenset()
     raw: frozenset[str] = frozenset()
 
+    def kinds(self, output_kinds: dict[str, str]) -> frozenset[str]:
+        """The output kinds the request needs made (the walk it starts with): its
+        modalities and the kinds of its raw outputs; empty: all."""
+        if not self.modalities:
+            return frozenset()
+        return self.modalities | {output_kinds.get(name, "") for name in self.raw}
+
     def wants(self, name: str, kind: str) -> bool:
         if not self.modalities or name in self.raw:
             return True
@@ -67,6 +74,9 @@ class RequestEvents:
         """The events of one walk output (none when the client does not want it)."""
         self.num_outputs += 1
         kind = self.model.output_kinds.get(name, "")
+        if kind == "text":  # made, so counted, whether or not the client wants it
+            numel = getattr(value, "numel", 0)  # a tensor's method, a TensorRef's property
+            self.completion_tokens += int(numel() if callable(numel) else numel)
         if not self.wanted.wants(name, kind):
             return []
         if name in self.wanted.raw or kind not in TYPED_EVENT:
@@ -79,7 +89,6 @@ class RequestEvents:
 
     def _text(self, name: str, ids, now: float) -> pb.GenerateEvent:
         ids = [int(i) for i in ids.reshape(-1).tolist()]
-        self.completion_tokens += len(ids)
         text = self.detokenizer.push(ids) if self.detokenizer is not None else ""
         return self._event(text=pb.TextDelta(token_ids=ids, text=text))
 

@@ -64,8 +64,10 @@ class Executor:
 
     # ---- front: one request -------------------------------------------------------
 
-    async def generate(self, request_id: str, inputs: dict[str, tuple], params=None) -> AsyncIterator[tuple[str, Any]]:
-        """Runs a request through its walks; yields (output name, value) as produced."""
+    async def generate(self, request_id: str, inputs: dict[str, tuple], params=None,
+                       wanted: frozenset[str] = frozenset()) -> AsyncIterator[tuple[str, Any]]:
+        """Runs a request through its walks; yields (output name, value) as produced.
+        `wanted`: the output kinds it asks for (graph.walk.FirstWalk; empty: all)."""
         if request_id in self.requests:
             raise RequestFailed("ALREADY_EXISTS", f"request_id {request_id!r} is already running")
         first_chunk_param(dict(params or {}))  # a bad per-request chunk override fails before any work
@@ -73,7 +75,7 @@ class Executor:
         self.requests[request_id] = run
         run.spans.append(self.tracer.start_span("request", attributes={"starmesh.request_id": request_id}))
         try:
-            self._enter_walk(run, self.graph.start(run.inputs), run.inputs)
+            self._enter_walk(run, self.graph.start(run.inputs, wanted), run.inputs)
             self._pump(run)
             self._flush()
             while True:

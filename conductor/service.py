@@ -57,7 +57,8 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
                                    tokenizer if model.decode_text else None, parsed.wanted, t0,
                                    prompt_tokens=_num_ids(parsed.inputs))
             async with self.service.admission.admit(model.name):  # waits for a slot, or Overloaded
-                async for name, value in executor.generate(parsed.request_id, parsed.inputs, parsed.params):
+                async for name, value in executor.generate(parsed.request_id, parsed.inputs, parsed.params,
+                                                            parsed.wanted.kinds(model.output_kinds)):
                     now = time.perf_counter()
                     meter.output(name, value, now)
                     if events.is_heavy(name):  # PNG encoding: off the event loop other streams share

@@ -60,8 +60,11 @@ class Walk:
         return sorted({e.dst_port for e in self.edges if e.dst_node == WALK_OUTPUT})
 
 
-# first_walk(request_inputs) -> walk name; next_walk(request_inputs, walk, outputs) -> walk name | None
-FirstWalk = Callable[[dict[str, Any]], str]
+# first_walk(request_inputs, wanted) -> walk name, where `wanted` is the output kinds the
+# request asks for ("text", "audio", ...; empty: everything the model makes), so a request
+# for text alone can skip the nodes that only make audio;
+# next_walk(request_inputs, walk, outputs) -> walk name | None
+FirstWalk = Callable[[dict[str, Any], frozenset[str]], str]
 NextWalk = Callable[[dict[str, Any], str, dict[str, Any]], "str | None"]
 
 
@@ -74,7 +77,7 @@ class WalkGraph:
     """A model: nodes, named walks and the state machine over them.
 
     `first_walk` picks the walk a request starts with (a name, or a function of the
-    request's inputs); `next_walk(inputs, finished_walk, its_outputs)` the one after,
+    request's inputs and the output kinds it wants); `next_walk(inputs, finished_walk, its_outputs)` the one after,
     None when the request is complete. Validated at construction (graph.validate).
     """
 
@@ -99,8 +102,10 @@ class WalkGraph:
             object.__setattr__(self, "first_walk", self.walks[0].name)
         validate_graph(self)
 
-    def start(self, inputs: dict[str, Any]) -> str:
-        name = self.first_walk if isinstance(self.first_walk, str) else self.first_walk(inputs)
+    def start(self, inputs: dict[str, Any], wanted: frozenset[str] = frozenset()) -> str:
+        """The first walk of a request with `inputs` that wants outputs of kinds `wanted`
+        (empty: all)."""
+        name = self.first_walk if isinstance(self.first_walk, str) else self.first_walk(inputs, frozenset(wanted))
         if name not in self.walk_by_name:
             raise GraphError(f"graph {self.name}: first walk {name!r} is not a walk")
         return name

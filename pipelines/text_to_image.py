@@ -99,7 +99,7 @@ def _embeds_walk(max_steps: int, fused: bool) -> Walk:
     return Walk("image_gen_embeds", body, _loop_edges(inputs, fused))
 
 
-def _first_walk(inputs) -> str:
+def _first_walk(inputs, wanted) -> str:
     return "image_gen_embeds" if "prompt_embeds" in inputs else "image_gen"
 
 

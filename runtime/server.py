@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from runtime.decode_guard import DecodeGuard
+from runtime.health_list import ListingHealthServicer
 from runtime.telemetry import Telemetry
 from runtime.tls import TlsConfig
 
@@ -117,7 +118,7 @@ class GrpcServer:
         self.config = config
         self.telemetry = telemetry
         self.port: int | None = None
-        self.health = health.aio.HealthServicer()
+        self.health = ListingHealthServicer()
         self._server: grpc.aio.Server | None = None
         self._watcher: asyncio.Task | None = None
         self._serving = asyncio.Event()

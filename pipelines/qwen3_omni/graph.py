@@ -9,6 +9,9 @@ code2wav -> audio to the client.
 The talker opens on the thinker's prompt rows and starts speaking on the first text
 token's row; code2wav starts on the first window of C frames (`first_chunk` frames when
 set, to cut time to first audio). C and L are per deployment.
+
+A request that wants text alone runs the `chat` walk: prefill and the decode loop, the
+same thinker work (so the same text ids), without the talker and code2wav.
 """
 from __future__ import annotations
 
@@ -52,4 +55,15 @@ def speech_graph(chunk_size: int = 300, left_context: int = 25, first_chunk: int
         E("talker.codes", "output.codes"),
         E("code2wav.audio", "output.audio"),
     ])
-    return WalkGraph(name, nodes, [walk])
+    chat = Walk("chat", Sequential("prefill", decode), [
+        E("input.input_ids", "prefill.input_ids"),
+        E("prefill.token", "decode.token"),
+        E("prefill.token", "output.first_token"),
+        E("decode.token", "output.token"),
+    ])
+    return WalkGraph(name, nodes, [walk, chat], first_walk=speech_or_chat)
+
+
+def speech_or_chat(inputs: dict, wanted: frozenset[str]) -> str:
+    """`chat` when the request wants text and nothing else; `speak` otherwise."""
+    return "chat" if wanted == {"text"} else "speak"

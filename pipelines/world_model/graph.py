@@ -60,7 +60,7 @@ def _plan_walk() -> Walk:
     ])
 
 
-def _first_walk(inputs) -> str:
+def _first_walk(inputs, wanted) -> str:
     return "plan" if "goal" in inputs else "rollout"
 
 

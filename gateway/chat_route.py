@@ -1,0 +1,158 @@
+"""POST /v1/chat/completions: messages in, text (and audio) out, as OpenAI's chat API.
+
+`modalities` ["text"] (the default) or ["text", "audio"] with `audio: {voice, format}`.
+The text is the message's `content` (streamed as `delta.content`); the audio rides
+beside it in `message.audio` ({id, data: base64, expires_at, transcript}), streamed as
+`delta.audio.data` deltas of 16-bit PCM (format pcm16 or wav: the header first).
+`max_tokens` / `max_completion_tokens`, `temperature`, `top_p` and `seed` map to the
+model's params of those names (max_new_tokens for the first two).
+"""
+from __future__ import annotations
+
+import base64
+import time
+from dataclasses import dataclass, field
+
+from client.events import AudioChunk, TextDelta, Usage
+from client.generate_call import GenerateCall, Message
+from client.model_card import ModelCard
+from gateway.api_error import bad_field
+from gateway.audio_encoding import check_format, encode, pcm16, wav_header
+from gateway.bodies import ChatBody
+from gateway.conductor_calls import Primed
+from gateway.extensions import request_params
+from gateway.sse import DONE, event
+
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+CHAT_AUDIO_FORMATS = {"pcm16": "pcm", "wav": "wav", "mp3": "mp3", "flac": "flac", "opus": "opus"}
+STREAM_AUDIO_FORMATS = ("pcm16", "wav")
+
+
+def chat_call(body: ChatBody, card: ModelCard, request_id: str) -> tuple[GenerateCall, dict[str, str]]:
+    modalities = tuple(body.modalities or ("text",))
+    for i, m in enumerate(modalities):
+        if m not in ("text", "audio") or not card.makes(m):
+            raise bad_field("modalities", f"modalities[{i}] {m!r}: model {card.name!r} makes "
+                                          f"{[x for x in card.output_modalities if x != 'image']}")
+    if "audio" in modalities and body.audio is None:
+        raise bad_field("audio", "audio is required when modalities include 'audio' ({voice, format})")
+    if body.n != 1:
+        raise bad_field("n", f"n must be 1, got {body.n}")
+    if not card.accepts_text:
+        raise bad_field("messages", f"model {card.name!r} takes no text on this conductor")
+    mapped = {"max_new_tokens": body.max_completion_tokens or body.max_tokens, "temperature": body.temperature,
+              "top_p": body.top_p, "seed": body.seed}
+    fields = {"params.max_new_tokens": "max_completion_tokens" if body.max_completion_tokens else "max_tokens",
+              "output_modalities": "modalities"}
+    for key in [k for k, v in mapped.items() if v is not None and k not in card.params]:
+        raise bad_field(fields.get(f"params.{key}", key), f"model {card.name!r} takes no {key}")
+    if "audio" in modalities:
+        _check_audio(body, card, mapped)
+        fields[f"params.{card.voice_param}"] = "audio.voice"
+    params = request_params(card, body.extensions(), mapped)
+    return GenerateCall(card.name, messages=_messages(body), params=params, output_modalities=modalities,
+                        request_id=request_id), fields
+
+
+def _check_audio(body: ChatBody, card: ModelCard, mapped: dict) -> None:
+    fmt = body.audio.format
+    allowed = STREAM_AUDIO_FORMATS if body.stream else tuple(CHAT_AUDIO_FORMATS)
+    if fmt not in allowed:
+        raise bad_field("audio.format", f"audio.format must be one of {list(allowed)}"
+                                        f"{' when streaming' if body.stream else ''}, got {fmt!r}")
+    if body.audio.voice is not None:
+        if body.audio.voice not in card.voices:
+            raise bad_field("audio.voice", f"voice {body.audio.voice!r} is not a voice of model {card.name!r} "
+                                           f"(voices: {list(card.voices)})")
+        mapped[card.voice_param] = body.audio.voice
+
+
+def _messages(body: ChatBody) -> tuple[Message, ...]:
+    out = []
+    for i, m in enumerate(body.messages):
+        if m.role not in ROLES:
+            raise bad_field(f"messages[{i}].role", f"messages[{i}].role must be one of {sorted(ROLES)}, got {m.role!r}")
+        if isinstance(m.content, list):
+            for j, part in enumerate(m.content):
+                if part.type != "text" or part.text is None:
+                    raise bad_field(f"messages[{i}].content[{j}]", f"messages[{i}].content[{j}]: only text parts "
+                                                                   f"are supported, got type {part.type!r}")
+            text = "".join(part.text for part in m.content)
+        else:
+            text = m.content or ""
+        out.append(Message(ROLES[m.role], text))
+    return tuple(out)
+
+
+@dataclass
+class ChatResult:
+    """What a chat request made: its text, 16-bit PCM and usage."""
+    text: list[str] = field(default_factory=list)
+    pcm: list[bytes] = field(default_factory=list)
+    sample_rate: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+    def add(self, ev) -> None:
+        if isinstance(ev, TextDelta):
+            self.text.append(ev.text)
+        elif isinstance(ev, AudioChunk):
+            self.pcm.append(pcm16(ev.samples))
+            self.sample_rate = ev.sample_rate
+        elif isinstance(ev, Usage):
+            self.usage = ev
+
+
+def finish_reason(body: ChatBody, card: ModelCard, usage: Usage) -> str:
+    """"length" when the text reached its token budget, "stop" otherwise."""
+    limit = body.max_completion_tokens or body.max_tokens
+    if limit is None and "max_new_tokens" in card.params:
+        limit = card.params["max_new_tokens"].default
+    return "length" if limit and usage.completion_tokens >= int(limit) else "stop"
+
+
+def usage_json(usage: Usage) -> dict:
+    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens}
+
+
+async def chat_response(body: ChatBody, card: ModelCard, request_id: str, primed: Primed) -> dict:
+    result = ChatResult()
+    async for ev in primed.all():
+        result.add(ev)
+    text = "".join(result.text)
+    message = {"role": "assistant", "content": text}
+    if body.modalities and "audio" in body.modalities:
+        fmt = CHAT_AUDIO_FORMATS[body.audio.format]
+        data = encode(fmt, b"".join(result.pcm), result.sample_rate or card.sample_rate)
+        message["audio"] = {"id": f"audio-{request_id}", "data": base64.b64encode(data).decode(),
+                            "expires_at": int(time.time()) + 3600, "transcript": text}
+    return {"id": f"chatcmpl-{request_id}", "object": "chat.completion", "created": int(time.time()),
+            "model": card.name, "choices": [{"index": 0, "message": message, "logprobs": None,
+                                             "finish_reason": finish_reason(body, card, result.usage)}],
+            "usage": usage_json(result.usage)}
+
+
+async def chat_stream(body: ChatBody, card: ModelCard, request_id: str, primed: Primed):
+    """SSE chunks: the role, content and audio deltas, the finish reason, usage (when
+    stream_options.include_usage), [DONE]."""
+    head = {"id": f"chatcmpl-{request_id}", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": card.name}
+
+    def chunk(delta: dict, finish: str | None = None) -> bytes:
+        return event({**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+
+    yield chunk({"role": "assistant", "content": ""})
+    usage, audio_id = Usage(), f"audio-{request_id}"
+    if body.modalities and "audio" in body.modalities and body.audio.format == "wav":
+        yield chunk({"audio": {"id": audio_id, "data": base64.b64encode(wav_header(card.sample_rate)).decode()}})
+    async for ev in primed.all():
+        if isinstance(ev, TextDelta) and ev.text:
+            yield chunk({"content": ev.text})
+        elif isinstance(ev, AudioChunk):
+            yield chunk({"audio": {"id": audio_id, "data": base64.b64encode(pcm16(ev.samples)).decode()}})
+        elif isinstance(ev, Usage):
+            usage = ev
+    yield chunk({}, finish_reason(body, card, usage))
+    if body.stream_options is not None and body.stream_options.include_usage:
+        yield event({**head, "choices": [], "usage": usage_json(usage)})
+    yield DONE

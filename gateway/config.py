@@ -1,0 +1,31 @@
+"""What `starmesh gateway` runs with, checked once."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_ADDRESS = "127.0.0.1:8000"
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """host, port: where it listens (port 0: any free one); timeout_s: each request's
+    deadline at the conductor (504 past it); max_body_bytes: the largest request body
+    (413 past it); grace_s: how long SIGTERM lets open responses finish."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    timeout_s: float = 600.0
+    max_body_bytes: int = 32 << 20
+    grace_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ValueError("gateway.host is empty")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"gateway.port must be in [0, 65535], got {self.port}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"gateway.timeout_s must be > 0, got {self.timeout_s}")
+        if self.max_body_bytes < 1024:
+            raise ValueError(f"gateway.max_body_bytes must be >= 1024, got {self.max_body_bytes}")
+        if self.grace_s < 0:
+            raise ValueError(f"gateway.grace_s must be >= 0, got {self.grace_s}")

@@ -1,0 +1,29 @@
+"""Extension fields: keys of an OpenAI body that OpenAI does not define here, passed to
+the conductor as the model's request params (ListModels' params). A key the model does
+not take is a 400 naming it; a field sent at its neutral value (frameworks send
+`presence_penalty: 0`, `stop: null`) asks for nothing and is dropped."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from client.model_card import ModelCard
+from gateway.api_error import bad_field
+
+NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": False, "stop": [], "logit_bias": {},
+           "parallel_tool_calls": True, "stream_options": {}}
+
+
+def request_params(card: ModelCard, extensions: Mapping[str, Any], mapped: Mapping[str, Any]) -> dict[str, Any]:
+    """The conductor's params: `mapped` (OpenAI fields this route translated, by param
+    name; None values dropped) and the body's extensions."""
+    out = {key: value for key, value in mapped.items() if value is not None}
+    for key, value in extensions.items():
+        if value is None or (key in NEUTRAL and NEUTRAL[key] == value):
+            continue
+        if key not in card.params:
+            raise bad_field(key, f"{key} is not supported for model {card.name!r} (its extension params: "
+                                 f"{sorted(card.params)})")
+        if key in out:
+            raise bad_field(key, f"{key} is set twice: as an extension and by the field that maps to it")
+        out[key] = value
+    return out

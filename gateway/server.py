@@ -1,0 +1,42 @@
+"""Serves the gateway app with uvicorn on a socket bound here (port 0 picks a free one),
+calls on_ready(port) once it accepts connections (`starmesh gateway` writes its port
+file then: how `starmesh up` and the tests wait for it), and stops on SIGTERM / SIGINT: uvicorn stops accepting, lets open
+responses finish for `grace_s`, then cancels them (and so their conductor calls).
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from client.connection import Connection
+from gateway.app import make_app
+from gateway.config import GatewayConfig
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def serve(connection: Connection, config: GatewayConfig, on_ready=None) -> None:
+    """Blocks until the server stops."""
+    asyncio.run(_serve(connection, config, on_ready))
+
+
+async def _serve(connection: Connection, config: GatewayConfig, on_ready) -> None:
+    import uvicorn
+
+    sock = bind(config.host, config.port)
+    port = sock.getsockname()[1]
+    uv = uvicorn.Config(make_app(connection, config), loop="asyncio", http="httptools", lifespan="on",
+                        access_log=False, log_level="warning", timeout_graceful_shutdown=config.grace_s)
+    server = uvicorn.Server(uv)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.02)  # uvicorn has no started event; its startup takes milliseconds
+    if server.started and on_ready is not None:
+        on_ready(port)
+    await task
