@@ -6,7 +6,8 @@ RateLimitError, ...):
 
 A conductor failure (client.call_failed.CallFailed) maps by its gRPC status; its message
 names the bad field in the conductor's terms (`params.speaker`), which `fields` turns
-back into the name the HTTP caller used (`voice`).
+back into the name the HTTP caller used (`voice`); an extension param is its own name
+(`params.max_frames` -> `max_frames`).
 """
 from __future__ import annotations
 
@@ -70,5 +71,5 @@ def from_call_failed(e: CallFailed, fields: Mapping[str, str] = {}) -> ApiError:
         found = _FIELD.match(e.message)
         if found:
             name = found.group(1)
-            param = fields.get(name) or fields.get(name.split("[")[0]) or name
+            param = fields.get(name) or fields.get(name.split("[")[0]) or name.removeprefix("params.")
     return ApiError(status, e.message, type_, param, e.code.lower(), headers)
