@@ -3,8 +3,9 @@
     with Cluster(read_launchable(path), path) as cluster:
         print(cluster.conductor_address)
 
-Every service replica is `starmesh serve <component>` on its endpoint's port and the
-conductor `starmesh conductor --deployment FILE`, each serving /metrics on the port its
+Every service replica is `starmesh serve <component>` on its endpoint's port, the
+conductor `starmesh conductor --deployment FILE` and, when the file names one, the HTTP
+gateway `starmesh gateway --conductor ...` (started last, stopped first); each serving /metrics on the port its
 deployment names (or derives: conductor/metrics_address.py); each child's output is
 relayed line by line, prefixed with its name. Every port is checked first (cluster.ports: one in use is
 an error naming it). Children are tethered (they die with this process, even by
@@ -67,6 +68,7 @@ class Cluster:
             self.env[TRACE_STORE_ENV] = trace_store
         self.services: list[ServiceProcess] = []
         self.conductor: ServiceProcess | None = None
+        self.gateway: ServiceProcess | None = None
         self.checkpoints: dict[str, Path] = {}
         self.metrics: dict[str, str] = {}  # process name -> its Prometheus /metrics URL
 
@@ -92,7 +94,9 @@ class Cluster:
             self.conductor = ServiceProcess("", args, env, "conductor", self.start_timeout_s, int(port),
                                             "conductor", self.log, die_with_parent=True)
             self.conductor.launch().wait_serving()
-            for proc in [self.conductor, *self.services]:
+            if self.deployment.gateway:
+                self.gateway = self._gateway().launch().wait_serving()
+            for proc in [*([self.gateway] if self.gateway else []), self.conductor, *self.services]:
                 self.supervisor.watch(proc)
             self.supervisor.start()
         except BaseException:
@@ -105,6 +109,8 @@ class Cluster:
         """Process name (+ " metrics") -> the address the deployment gives it: the
         conductor's and every replica's gRPC and /metrics addresses."""
         out = {"conductor": self.deployment.conductor, "conductor metrics": self.deployment.conductor_metrics}
+        if self.deployment.gateway:
+            out["gateway"] = self.deployment.gateway
         for s in self.deployment.services.values():
             for name, (endpoint, metrics) in _replicas(s).items():
                 out[name] = endpoint
@@ -137,6 +143,18 @@ class Cluster:
         return ServiceProcess(s.component, args, self.env, name, self.start_timeout_s, int(port), log=self.log,
                               die_with_parent=True)
 
+    def _gateway(self) -> ServiceProcess:
+        """The HTTP gateway in front of the conductor: the conductor's clients' tokens pass
+        through it, so it holds no key; with TLS it presents the mesh certificate."""
+        host, _, port = self.deployment.gateway.rpartition(":")
+        conductor_host = self.deployment.conductor.rpartition(":")[0]
+        if conductor_host in ("0.0.0.0", "[::]", "::"):  # bound everywhere: reached on loopback
+            conductor_host = "127.0.0.1"
+        args = ["--conductor", f"{conductor_host}:{self.conductor.port}", "--host", host, *self._tls_args()]
+        self.metrics["gateway"] = f"http://{host}:{port}/metrics"
+        return ServiceProcess("", args, self.env, "gateway", self.start_timeout_s, int(port), "gateway", self.log,
+                              die_with_parent=True)
+
     def _tls_args(self) -> list[str]:
         return self.tls.cli_args() if self.tls is not None else []
 
@@ -150,13 +168,15 @@ class Cluster:
 
     def endpoints(self) -> dict[str, str]:
         out = {"conductor": self.conductor.address} if self.conductor and self.conductor.port else {}
+        if self.gateway is not None and self.gateway.port:
+            out["gateway"] = f"http://{self.deployment.gateway.rpartition(':')[0]}:{self.gateway.port}"
         return {**out, **{p.name: p.address for p in self.services if p.port}}
 
     def stop(self) -> None:
-        """Conductor first (no new work reaches the services), then every service; the
+        """Gateway and conductor first (no new work reaches the services), then every service; the
         supervisor restarts nothing meanwhile and ends last (module docstring)."""
         self.supervisor.hold()
-        procs = ([self.conductor] if self.conductor else []) + self.services
+        procs = [p for p in (self.gateway, self.conductor) if p is not None] + self.services
         for proc in procs:
             proc.terminate()
         for proc in procs:

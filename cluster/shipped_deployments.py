@@ -38,11 +38,11 @@ def rewrite_shipped(name: str, checkpoints: dict[str, str], models: tuple[str, .
 
 
 def with_free_ports(data: dict) -> dict:
-    """A deployment mapping whose conductor, replicas, their /metrics and dlo_group
-    rendezvous are on distinct free loopback ports (a derived metrics port, gRPC + 1000,
-    is not known to be free)."""
+    """A deployment mapping whose conductor, gateway, replicas, their /metrics and
+    dlo_group rendezvous are on distinct free loopback ports (a derived metrics port,
+    gRPC + 1000, is not known to be free)."""
     groups = data.get("dlo_groups") or {}
-    ports = iter(free_ports(2 + 2 * sum(len(spec["replicas"]) for spec in data["services"].values()) + len(groups)))
+    ports = iter(free_ports(3 + 2 * sum(len(spec["replicas"]) for spec in data["services"].values()) + len(groups)))
 
     def free() -> str:
         return f"127.0.0.1:{next(ports)}"
@@ -52,6 +52,8 @@ def with_free_ports(data: dict) -> dict:
     out = {**data, "conductor": {"address": free(), "metrics": free()}, "services": services}
     if groups:
         out["dlo_groups"] = {g: {**v, "address": free()} for g, v in groups.items()}
+    if "gateway" in data:
+        out["gateway"] = {"address": free()}
     return out
 
 

@@ -12,6 +12,8 @@ A file has one of two shapes. Served models, what `starmesh up` launches and
     checkpoints:                   # optional: name -> {tiny: KIND} (built once, cached) or {path: DIR}
       omni: {tiny: qwen3-omni}
     conductor: {address: "127.0.0.1:50050", metrics: "127.0.0.1:51050"}   # optional, these defaults
+    gateway: {address: "127.0.0.1:8000"}   # optional: `starmesh up` starts the OpenAI-compatible
+                                   #   HTTP gateway there, in front of the conductor
     tls: {cert: mesh.pem, key: mesh.key, ca: ca.pem}   # optional: every server and stream of the
                                    #   deployment uses TLS (mutual with ca); paths relative to the file
     services:                      # required: service name -> spec; one process per replica
@@ -141,6 +143,7 @@ class Deployment:
     dlo_groups: Mapping[str, DloGroupSpec] = field(default_factory=dict)
     tls: TlsConfig | None = None          # runtime/tls.py; None: plaintext
     conductor_metrics: str = ""           # its /metrics host:port; "": derived (conductor/metrics_address.py)
+    gateway: str = ""                     # host:port of the HTTP gateway `starmesh up` starts; "": none
     _placements: Mapping[str, Placement] = field(init=False, repr=False, compare=False)
 
     __hash__ = None  # mappings inside: compare by value, never hash
@@ -152,6 +155,10 @@ class Deployment:
         metrics = self.conductor_metrics or derived_metrics("conductor", self.conductor)
         check_metrics("conductor", self.conductor, metrics)
         object.__setattr__(self, "conductor_metrics", metrics)
+        if self.gateway:
+            host, sep, port = str(self.gateway).rpartition(":")
+            if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+                raise GraphError(f"gateway.address {self.gateway!r} is not 'host:port'")
         if self.tls is not None and not isinstance(self.tls, TlsConfig):
             raise GraphError(f"deployment: tls must be a runtime.tls.TlsConfig, got {type(self.tls).__name__}")
         object.__setattr__(self, "checkpoints", _frozen({n: _frozen(ck) for n, ck in self.checkpoints.items()}))
@@ -169,6 +176,8 @@ class Deployment:
         """Every address a launch of this deployment binds, keyed by where the file
         gives it ("services.thinker.metrics[0]"): gRPC, /metrics, dlo_group rendezvous."""
         out = {"conductor.address": self.conductor, "conductor.metrics": self.conductor_metrics}
+        if self.gateway:
+            out["gateway.address"] = self.gateway
         for name, s in self.services.items():
             out.update({f"services.{name}.replicas[{i}]": e for i, e in enumerate(s.replicas)})
             out.update({f"services.{name}.metrics[{i}]": m for i, m in enumerate(s.metrics) if m})

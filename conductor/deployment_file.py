@@ -21,7 +21,7 @@ from runtime.tls import TlsConfig, tls_config
 
 SERVED_KEYS = ("models", "dlo_groups")                                  # served models
 SINGLE_KEYS = ("model", "placement", "kv_contexts", "lockstep_groups")  # one model's placement
-TOP_KEYS = {"name", "checkpoints", "conductor", "services", "tls", *SERVED_KEYS, *SINGLE_KEYS}
+TOP_KEYS = {"name", "checkpoints", "conductor", "gateway", "services", "tls", *SERVED_KEYS, *SINGLE_KEYS}
 SERVICE_KEYS = {"replicas", "device", "options", "components", "component", "checkpoint", "host_id", "mooncake",
                 "transport_mode", "metrics"}
 MODEL_KEYS = {"pipeline", "options", "placement", "kv_contexts", "admission"}
@@ -31,6 +31,7 @@ GROUP_KEYS = {"address", "world_size", "members", "timeout_s"}
 CHECKPOINT_KEYS = {"tiny", "path"}
 TLS_KEYS = ("cert", "key", "ca")
 CONDUCTOR_KEYS = {"address", "metrics"}
+GATEWAY_KEYS = {"address"}
 
 
 def read_deployment(text_or_path: "str | Path") -> Deployment:
@@ -80,9 +81,13 @@ def deployment_from_dict(data: Any, base_dir: "Path | None" = None) -> Deploymen
     models = _models(data["models"], groups) if served else _single_model(data, services)
     address = _mapping(data.get("conductor") or {}, "conductor")
     _no_unknown(address, CONDUCTOR_KEYS, "conductor")
+    gateway = _mapping(data.get("gateway") or {}, "gateway")
+    _no_unknown(gateway, GATEWAY_KEYS, "gateway")
+    if "gateway" in data and "address" not in gateway:
+        raise GraphError("gateway: missing key 'address' (HOST:PORT the HTTP gateway listens on)")
     return Deployment(services, models, name=str(data.get("name", "local")),
                       conductor=str(address.get("address", DEFAULT_CONDUCTOR)),
-                      conductor_metrics=str(address.get("metrics", "")),
+                      conductor_metrics=str(address.get("metrics", "")), gateway=str(gateway.get("address", "")),
                       checkpoints=_checkpoints(data.get("checkpoints")), dlo_groups=groups,
                       tls=_tls(data.get("tls"), base_dir or Path.cwd()))
 

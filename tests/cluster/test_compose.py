@@ -93,6 +93,23 @@ def test_compose_services_run_the_launchers_commands():
         assert _parsed(service["command"]) == _parsed(expected[name]), name
 
 
+def test_compose_gateway_runs_the_launchers_command():
+    """The gateway container is the one `starmesh up` starts for compose.yaml's `gateway:`,
+    in front of the conductor's container."""
+    spec = read_launchable(IN_COMPOSE)
+    cluster = Cluster(spec, str(IN_COMPOSE), log=lambda line: None)
+    host, _, port = spec.conductor.rpartition(":")
+    cluster.conductor = type("Conductor", (), {"port": int(port)})()
+    proc = cluster._gateway()
+    proc._tmp.cleanup()
+    gateway = _services()["gateway"]
+    assert gateway["command"][0] == "gateway" and spec.gateway == "gateway:8000"
+    parse = lambda argv: vars(build_parser().parse_args([str(a) for a in argv]))  # noqa: E731
+    expected = ["gateway", "--port", spec.gateway.rpartition(":")[2], *proc.args]
+    assert {**parse(gateway["command"]), "host": "gateway"} == parse(expected)
+    assert gateway["depends_on"]["conductor"] == {"condition": "service_healthy"}
+
+
 def test_compose_services_share_memory_health_and_tracing():
     services = _services()
     starmesh = _starmesh(services)
