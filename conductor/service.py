@@ -128,6 +128,8 @@ class ConductorService:
         self.telemetry = telemetry
         self.metrics = metrics
         self.admission = admission or Admission()
+        if metrics is not None:
+            metrics.watch_admission(self.admission, self.served)
         self.run_timeout_s = run_timeout_s
         self.executors: dict[str, Executor] = {}
         self.selectors = {m.name: ReplicaSelector(m.placement) for m in models}
