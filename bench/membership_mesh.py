@@ -1,7 +1,7 @@
 """A mesh whose replicas come from DNS, for the membership benchmark and tests: a real
 DNS server on loopback (bench.loopback_dns) answering for one name, `starmesh serve`
 replicas of the slow echo on 127.0.0.2, .3, ... sharing one port (A records carry no
-port), and an in-process conductor resolving the name every REFRESH_S.
+port), and an in-process conductor resolving the name every `refresh_s`.
 
 Requests are the slow echo's: `delay_s` after open the input comes back.
 """
@@ -51,10 +51,10 @@ def shared_port(hosts: list[str]) -> int:
     raise RuntimeError(f"no port free on all of {hosts}")
 
 
-def dns_model(port: int, nameserver: str) -> ServedModel:
+def dns_model(port: int, nameserver: str, refresh_s: float = REFRESH_S) -> ServedModel:
     graph = WalkGraph(MODEL, [N("echo", ("x",), ("x",))],
                       [Walk("w", "echo", [E("input.x", "echo.x"), E("echo.x", "output.x")])])
-    replicas = {"dns": f"{NAME}:{port}", "nameserver": nameserver, "refresh_s": REFRESH_S}
+    replicas = {"dns": f"{NAME}:{port}", "nameserver": nameserver, "refresh_s": refresh_s}
     placement = Placement.from_dict({"services": {SERVICE: {"replicas": replicas}}, "placement": {"echo": SERVICE}})
     return ServedModel(MODEL, graph, placement)
 
@@ -70,7 +70,8 @@ class MembershipMesh:
     """replicas: host -> its ServiceProcess; dns: the LoopbackDns; conductor: the
     BackgroundServer of the ConductorService; send(): one request on a worker thread."""
 
-    def __init__(self, num_replicas: int, grace_s: float = 10.0) -> None:
+    def __init__(self, num_replicas: int, grace_s: float = 10.0, refresh_s: float = REFRESH_S) -> None:
+        self.refresh_s = refresh_s
         self.hosts = [f"127.0.0.{i + 2}" for i in range(num_replicas)]
         self.port = shared_port(self.hosts)
         self.replicas = {h: ServiceProcess("bench.echo_components:make_slow", ["--grace-s", str(grace_s)],
@@ -86,7 +87,7 @@ class MembershipMesh:
                 self._stack.callback(proc.stop)
             for proc in self.replicas.values():
                 proc.wait_serving()
-            service = ConductorService([dns_model(self.port, self.dns.address)])
+            service = ConductorService([dns_model(self.port, self.dns.address, self.refresh_s)])
             self.conductor = BackgroundServer(service)
             self.conductor.start()
             self._stack.callback(self.conductor.stop)
@@ -127,15 +128,17 @@ class MembershipMesh:
         """Requests with state on the replica at `host` now (its Describe); -1 when down."""
         return replica_status(self.endpoint(host)).get("open_requests", -1)
 
+    def call(self, rid: str, **params):
+        """One Generate: "ok", or (status name, details)."""
+        try:
+            events = list(self.stub.Generate(request(rid, **params), timeout=120))
+        except grpc.RpcError as e:
+            return e.code().name, e.details()
+        return "ok" if any(ev.WhichOneof("kind") == "tensor" for ev in events) else ("NO_OUTPUT", "")
+
     def send(self, rid: str, **params) -> concurrent.futures.Future:
-        """A Generate on a worker thread; its result: "ok", or (status name, details)."""
-        def call():
-            try:
-                events = list(self.stub.Generate(request(rid, **params), timeout=120))
-            except grpc.RpcError as e:
-                return e.code().name, e.details()
-            return "ok" if any(ev.WhichOneof("kind") == "tensor" for ev in events) else ("NO_OUTPUT", "")
-        return self.pool.submit(call)
+        """call() on a worker thread."""
+        return self.pool.submit(self.call, rid, **params)
 
     def reached(self, rid: str) -> set[str]:
         """The replicas an open request was sent to (empty once it ended)."""
