@@ -6,6 +6,8 @@ Each finishes a node run in the step after its open: one NodeOutput, then NodeDo
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 from core.errors import InvalidArgument
@@ -75,9 +77,47 @@ class Sum(QueuedComponent):
         }
 
 
+class Slow(Echo):
+    """Echo whose result is due params["delay_s"] after open, or after params["busy_s"] of
+    this replica's time: busy requests are served one after another, as an engine at
+    capacity would (what makes throughput grow with replicas in bench.membership)."""
+
+    def __init__(self) -> None:
+        super().__init__("slow")
+        self._due: list[tuple[float, list[OutboundEvent]]] = []
+        self._free_at = 0.0  # when the busy requests queued so far are done
+
+    def open(self, item, inputs):
+        super().open(item, inputs)
+        events, self._events = self._events, []
+        now = time.monotonic()
+        due = now + float(item.params.get("delay_s", 0))
+        busy_s = float(item.params.get("busy_s", 0))
+        if busy_s > 0:
+            self._free_at = due = max(self._free_at, now) + busy_s
+        self._due.append((due, events))
+
+    def cancel(self, request_id):
+        self._due = [(t, evs) for t, evs in self._due if evs[0].request_id != request_id]
+
+    def has_work(self) -> bool:
+        return bool(self._due)
+
+    def step(self):
+        time.sleep(0.005)  # the engine would compute here; keeps the wait off a busy loop
+        now = time.monotonic()
+        ready = [evs for t, evs in self._due if t <= now]
+        self._due = [(t, evs) for t, evs in self._due if t > now]
+        return [ev for evs in ready for ev in evs]
+
+
 def make_echo() -> Echo:
     return Echo()
 
 
 def make_sum() -> Sum:
     return Sum()
+
+
+def make_slow() -> Slow:
+    return Slow()

@@ -12,7 +12,8 @@ COMMANDS = ("cli.version", "cli.serve", "cli.health", "cli.generate",
             "cli.imagine", "cli.conductor", "cli.up",
             "cli.status", "cli.trace",
             "cli.speak", "cli.demo",
-            "cli.rollout", "cli.plan", "cli.gateway")
+            "cli.rollout", "cli.plan",
+            "cli.render", "cli.gateway")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -42,6 +42,9 @@ def add_parser(sub) -> None:
     p.add_argument("--host-id", help="transport host id (default $STARMESH_HOST_ID or the hostname)")
     p.add_argument("--transport-mode", choices=("auto", "inline", "shm", "mooncake"), default="auto")
     p.add_argument("--mooncake", action="store_true", help="start a Mooncake transfer engine")
+    p.add_argument("--mooncake-hostname", default=os.environ.get("STARMESH_MOONCAKE_HOSTNAME", "127.0.0.1"),
+                   metavar="ADDR", help="the address other hosts reach this process's transfer engine at "
+                   "(default $STARMESH_MOONCAKE_HOSTNAME or 127.0.0.1; a pod's IP in Kubernetes)")
     p.add_argument("--arena-bytes", type=int, metavar="N", help="size of this process's shm arena")
     p.add_argument("--arena-full-wait-s", type=float, metavar="S",
                    help="how long an output waits for arena space before RESOURCE_EXHAUSTED")
@@ -58,7 +61,8 @@ def add_parser(sub) -> None:
 def _transport_config(args: argparse.Namespace):
     from transport.config import TransportConfig
 
-    kwargs = {"mode": args.transport_mode, "enable_mooncake": args.mooncake}
+    kwargs = {"mode": args.transport_mode, "enable_mooncake": args.mooncake,
+              "mooncake_hostname": args.mooncake_hostname}
     if args.host_id:
         kwargs["host_id"] = args.host_id
     if args.arena_bytes is not None:

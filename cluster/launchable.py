@@ -32,6 +32,9 @@ def check_launchable(deployment: Deployment) -> Deployment:
             raise GraphError("deployment: a top-level placement places one model on running services; "
                              "`starmesh up` needs `models:`, each with its pipeline")
     for name, service in deployment.services.items():
+        if service.dns is not None:
+            raise GraphError(f"services.{name}.replicas: replicas from dns ({service.dns.dns}) are started by "
+                             "their cluster; `starmesh up` needs a list of endpoints")
         if not service.component:
             raise GraphError(f"services.{name}: missing key 'component' (the registered component "
                              "`starmesh serve` runs)")

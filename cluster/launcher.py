@@ -23,15 +23,14 @@ conductor only, through its environment (an argument would show in `ps`).
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 from pathlib import Path
 
 from cluster.checkpoints import resolve
-from cluster.dlo_groups import member_args
 from cluster.ports import check_free
+from cluster.serve_args import serve_args
 from cluster.supervisor import Supervisor, SupervisorConfig
 from core.bearer import API_KEY_ENV
 from conductor.deployment import Deployment
@@ -127,19 +126,8 @@ class Cluster:
         """The replica process `name` on `endpoint`, serving /metrics on `metrics`'s port ("": none)."""
         host, _, port = endpoint.rpartition(":")
         args = ["--host", host, *self._metrics_args(name, metrics), *self._tls_args()]
-        if s.device != "cpu":  # "cpu" is every factory's default: left out, as compose/ writes the commands
-            args += ["--device", s.device]
-        if s.checkpoint:
-            args += ["--checkpoint", str(self.checkpoints[s.checkpoint])]
-        if s.host_id:
-            args += ["--host-id", s.host_id]
-        if s.mooncake:
-            args += ["--mooncake"]
-        if s.transport_mode != "auto":
-            args += ["--transport-mode", s.transport_mode]
-        for key, value in s.options.items():  # `serve` parses each value as JSON when it can
-            args += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
-        args += member_args(self.deployment.dlo_groups, s.name)  # rank, world and rendezvous of a dlo_group member
+        checkpoint = str(self.checkpoints[s.checkpoint]) if s.checkpoint else ""
+        args += serve_args(s, self.deployment, checkpoint)
         return ServiceProcess(s.component, args, self.env, name, self.start_timeout_s, int(port), log=self.log,
                               die_with_parent=True)
 

@@ -15,6 +15,7 @@ import yaml
 from conductor.admission import AdmissionConfig
 from conductor.deployment import DEFAULT_CONDUCTOR, Deployment, ModelSpec
 from conductor.dlo_group_spec import DloGroupSpec
+from conductor.dns_replicas import DNS_KEYS, DnsReplicas
 from conductor.service_spec import ServiceSpec
 from core.errors import GraphError, InvalidArgument
 from runtime.tls import TlsConfig, tls_config
@@ -108,9 +109,11 @@ def _service(name: str, data: Any) -> ServiceSpec:
     _no_unknown(data, SERVICE_KEYS, where)
     if "replicas" not in data:
         raise GraphError(f"{where}: missing key 'replicas'")
+    dns = _dns_replicas(data["replicas"], f"services.{name}.replicas")
     return ServiceSpec(
         name=name,
-        replicas=_str_list(data["replicas"], f"{where}: replicas"),
+        replicas=() if dns else _str_list(data["replicas"], f"{where}: replicas"),
+        dns=dns,
         device=data.get("device", "cpu"),
         options=_mapping(data.get("options") or {}, f"{where}: options"),
         components=_str_list(data.get("components", []), f"{where}: components"),
@@ -121,6 +124,16 @@ def _service(name: str, data: Any) -> ServiceSpec:
         transport_mode=str(data.get("transport_mode", "auto")),
         metrics=_str_list(data.get("metrics", []), f"{where}: metrics"),
     )
+
+
+def _dns_replicas(data: Any, where: str) -> "DnsReplicas | None":
+    """`replicas: {dns: "name:port", refresh_s: 2, nameserver: "host:port"}` (a list is static)."""
+    if not isinstance(data, Mapping):
+        return None
+    _no_unknown(data, DNS_KEYS, where)
+    if "dns" not in data:
+        raise GraphError(f"{where}: missing key 'dns' (or give a list of endpoints)")
+    return DnsReplicas(data["dns"], data.get("refresh_s", 2.0), data.get("nameserver", ""), where)
 
 
 def _checkpoints(data: Any) -> dict[str, dict]:

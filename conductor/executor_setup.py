@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 from typing import AsyncIterator, Callable
 
 from conductor.executor import Executor
 from conductor.executor_hooks import ExecutorHooks, Sink, ignore_edge
 from conductor.lockstep import LockstepPadder
 from conductor.placement import Placement
+from conductor.replica_targets import ReplicaTargets
 from conductor.replicas import ReplicaSelector
-from conductor.targets import InProcessTarget, RemoteTarget
+from conductor.targets import InProcessTarget
 from core.errors import GraphError
 from graph.walk import Walk, WalkGraph
 
@@ -68,7 +68,8 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
                           on_edge: Callable[[str, float], None] | None = None,
                           direct_edges: bool = True, tls=None, run_timeout_s: float = 10.0,
                           selector: ReplicaSelector | None = None,
-                          max_message_bytes: int = 64 << 20) -> AsyncIterator[Executor]:
+                          max_message_bytes: int = 64 << 20,
+                          targets: ReplicaTargets | None = None) -> AsyncIterator[Executor]:
     """Nodes run on the replicas the placement names; one Run stream per replica.
     lockstep_nodes: runs padded across the placement's lockstep groups (conductor.lockstep);
     on_edge(edge, seconds): every hop's and chunk's latency (the metrics histogram);
@@ -77,36 +78,34 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
     tls: the runtime.tls.TlsConfig of the Run streams (None: plaintext);
     run_timeout_s: a request a replica's heartbeats stop listing fails after this long;
     selector: the replica choice (shared with a health watcher that marks replicas down);
-    max_message_bytes: the Run streams' message limit (larger batches go as several)."""
+    max_message_bytes: the Run streams' message limit (larger batches go as several);
+    targets: the streams (conductor.replica_targets), shared with whoever adds and drains
+    replicas while it runs (conductor.membership); made here when None."""
     placement.validate(graph)
     selector = selector or ReplicaSelector(placement)
-    targets: dict[str, RemoteTarget] = {}
+    targets = targets or ReplicaTargets(max_message_bytes, interceptors, tls)
 
-    def route(node: str, walk: str, request_id: str) -> RemoteTarget:
+    def route(node: str, walk: str, request_id: str):
         return targets[selector.choose(request_id, graph.node_by_name[node], walk).endpoint]
 
-    @functools.lru_cache(maxsize=None)
-    def hosts(node: str, walk: str) -> tuple[str, ...]:  # first asked once the targets know their hosts
-        return consumer_hosts(graph.walk_by_name[walk], placement, targets, node)
+    def hosts(node: str, walk: str) -> tuple[str, ...]:  # the replicas of now: membership changes
+        return consumer_hosts(graph.walk_by_name[walk], placement, targets, node, selector.members)
 
     def connect(sink: Sink) -> ExecutorHooks:  # the streams open below, once the executor exists
-        targets.update({endpoint: RemoteTarget(endpoint, sink, max_message_bytes, interceptors, tls)
-                        for spec in placement.services.values() for endpoint in spec.replicas})
+        targets.bind(sink, (endpoint for spec in placement.services.values() for endpoint in spec.replicas))
         return ExecutorHooks(route, placement.is_colocated, hosts, _materialize, on_edge or ignore_edge,
                              _lockstep(placement, targets, lockstep_nodes), peer_routes=direct_edges)
 
     liveness = None
     try:
         executor = Executor(graph, connect, inner_loops, tracer, speculate=speculate, run_timeout_s=run_timeout_s)
-        for target in targets.values():
-            await target.start()
+        await targets.start()
         liveness = asyncio.create_task(_check_liveness(executor))
         yield executor
     finally:
         if liveness is not None:
             liveness.cancel()
-        for target in targets.values():
-            await target.close()
+        await targets.close()
 
 
 async def _check_liveness(executor: Executor) -> None:
@@ -116,7 +115,7 @@ async def _check_liveness(executor: Executor) -> None:
         executor.check_liveness()
 
 
-def _lockstep(placement: Placement, targets: dict[str, RemoteTarget], nodes) -> LockstepPadder | None:
+def _lockstep(placement: Placement, targets: ReplicaTargets, nodes) -> LockstepPadder | None:
     """Padding for the placement's lockstep groups; a group's rank is its service's one replica."""
     if not placement.lockstep_groups or not nodes:
         return None
@@ -125,8 +124,8 @@ def _lockstep(placement: Placement, targets: dict[str, RemoteTarget], nodes) -> 
     return LockstepPadder(groups, nodes)
 
 
-def consumer_hosts(walk: Walk, placement: Placement, targets: dict, node: str) -> tuple[str, ...]:
-    """Host ids of every replica that may consume `node`'s outputs in `walk`, and the
+def consumer_hosts(walk: Walk, placement: Placement, targets, node: str, members=None) -> tuple[str, ...]:
+    """members(service): the replicas of a service now (default: the placement's). Host ids of every replica that may consume `node`'s outputs in `walk`, and the
     client's marker when a walk output reads them (the transport picks inline, shm or
     Mooncake from these)."""
     from graph.node import WALK_OUTPUT
@@ -139,5 +138,7 @@ def consumer_hosts(walk: Walk, placement: Placement, targets: dict, node: str) -
         if edge.dst_node == WALK_OUTPUT:
             hosts.add(CLIENT_HOST)
         else:
-            hosts |= {targets[ep].host_id for ep in placement.service_for(edge.dst_node, walk.name).replicas}
+            service = placement.service_name_for(edge.dst_node, walk.name)
+            replicas = members(service) if members else placement.services[service].replicas
+            hosts |= {targets[ep].host_id for ep in replicas if ep in targets}
     return tuple(sorted(h for h in hosts if h))

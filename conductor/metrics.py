@@ -1,10 +1,12 @@
 """The conductor's Prometheus metrics: requests by model and outcome, time to first
 audio and real-time factor of requests with audio outputs, latency of requests with
-image outputs, per-edge latency. Which outputs are audio or images, and the audio's
+image outputs, per-edge latency, and per model the requests waiting for an admission
+slot (what an autoscaler scales the front of the mesh on). Which outputs are audio or images, and the audio's
 sample rate, is what the model declares (ServedModel.output_kinds, .sample_rate)."""
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 
 from conductor.model import ServedModel
 from runtime.metrics import process_registry
@@ -33,8 +35,25 @@ class ConductorMetrics:
         self.edge_latency = Histogram("starmesh_edge_latency_seconds", "production -> dispatch per hop or chunk",
                                       ["model", "edge"], buckets=LATENCY_BUCKETS, registry=r)
 
+    def watch_admission(self, admission, models) -> None:
+        """Exports `admission`'s (conductor.admission.Admission) waiting requests per model
+        of `models` (names), read at scrape time."""
+        self.registry.register(_AdmissionCollector(admission, tuple(models)))
+
     def edge_observer(self, model: str):
         return lambda edge, seconds: self.edge_latency.labels(model, edge).observe(seconds)
+
+
+class _AdmissionCollector:
+    def __init__(self, admission, models: tuple[str, ...]) -> None:
+        self.admission, self.models = admission, models
+
+    def collect(self):
+        waiting = GaugeMetricFamily("starmesh_admission_waiting", "requests waiting for an admission slot",
+                                    labels=["model"])
+        for model in self.models:
+            waiting.add_metric([model], self.admission.stats(model)["waiting"])
+        yield waiting
 
 
 class RequestMeter:

@@ -5,7 +5,8 @@ a broken watch (a dead process) or a refused connection mark it down at once, an
 is watched again with a capped backoff until it answers (a restarted replica rejoins
 without anything else restarting). Each change goes to `on_change(endpoint,
 is_serving)`: the replica selectors stop choosing a replica that is down, and the
-conductor's per-model health follows.
+conductor's per-model health follows. Replicas that join while it runs are watched
+from `watch` (down until their first SERVING) and forgotten at `unwatch`.
 """
 from __future__ import annotations
 
@@ -38,19 +39,36 @@ class ReplicaHealth:
         self._on_change = on_change
         self._tls = tls
         self._retry_s, self._max_retry_s = retry_s, max_retry_s
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: dict[str, asyncio.Task] = {}
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._watch(e), name=f"health-{e}") for e in self.serving]
+        for endpoint in self.serving:
+            self._start_watch(endpoint)
+
+    def _start_watch(self, endpoint: str) -> None:
+        self._tasks[endpoint] = asyncio.create_task(self._watch(endpoint), name=f"health-{endpoint}")
+
+    def watch(self, endpoint: str) -> None:
+        """Watches a replica that joined (down until it says SERVING); a no-op when watched."""
+        if endpoint not in self._tasks:
+            self.serving[endpoint] = False
+            self._start_watch(endpoint)
+
+    def unwatch(self, endpoint: str) -> None:
+        """Stops watching a replica that left; nothing more is said about it."""
+        task = self._tasks.pop(endpoint, None)
+        if task is not None:
+            task.cancel()
+        self.serving.pop(endpoint, None)
 
     async def close(self) -> None:
-        for task in self._tasks:
+        tasks, self._tasks = list(self._tasks.values()), {}
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _set(self, endpoint: str, is_serving: bool, why: str) -> None:
-        if self.serving.get(endpoint) == is_serving:
+        if endpoint not in self._tasks or self.serving.get(endpoint) == is_serving:
             return
         self.serving[endpoint] = is_serving
         (log.info if is_serving else log.warning)("replica %s is %s%s", endpoint,

@@ -19,6 +19,11 @@ request's KV context; load balancing happens at admission and for stateless node
    dead one fails the request at once, UNAVAILABLE naming it). A pinned request stays
    where its state is (if that replica died, its stream's failure fails the request).
 
+5. Membership may change while requests run (conductor/membership.py): `add` makes a
+   replica a candidate; `retire` drains one: never chosen again by rules 2 and 3, while
+   requests pinned there keep it (they finish or fail there) until the last is released,
+   and then it is gone.
+
 Load is the number of open requests pinned to a replica (the selector's own
 count; stateless runs are short and have no completion signal here, so they
 are not counted: a stateless-only service is served round-robin).
@@ -32,6 +37,7 @@ import threading
 from dataclasses import dataclass
 
 from conductor.placement import Placement
+from core.errors import Unavailable
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class ReplicaSelector:
         self._load = {name: dict.fromkeys(spec.replicas, 0) for name, spec in placement.services.items()}
         self._cursor = dict.fromkeys(placement.services, 0)  # round-robin start per service
         self._down: set[str] = set()  # endpoints not serving (health watcher)
+        self._retired: set[str] = set()  # draining: still in _load while requests are pinned there
 
     # --- check / act -------------------------------------------------------------
 
@@ -87,9 +94,11 @@ class ReplicaSelector:
         if pinned is not None:
             return pinned, None
         load = self._load[service]
-        if prefer is not None and prefer in load and prefer not in self._down:
+        if prefer is not None and prefer in load and prefer not in self._down and prefer not in self._retired:
             return prefer, None
-        replicas = self.placement.services[service].replicas
+        replicas = [r for r in load if r not in self._retired]
+        if not replicas:
+            raise Unavailable(f"service {service} has no replica (none has joined yet, or every one left)")
         # With every replica down, try them anyway: one that just came back serves at once
         # (the health watch notices it a little later), a dead one fails the request fast.
         up = [i for i, r in enumerate(replicas) if r not in self._down] or list(range(len(replicas)))
@@ -107,7 +116,39 @@ class ReplicaSelector:
             for service in services:
                 endpoint = self._pins.pop((service, request_id))
                 self._load[service][endpoint] -= 1
+                self._drop_if_drained(service, endpoint)
         return len(services)
+
+    def add(self, service: str, endpoint: str, is_serving: bool = False) -> None:
+        """A replica joins `service` (or a draining one is taken back); `is_serving`: its
+        health so far (a joining replica is a candidate of its own once it passes)."""
+        with self._lock:
+            self._retired.discard(endpoint)
+            self._load[service].setdefault(endpoint, 0)
+            (self._down.discard if is_serving else self._down.add)(endpoint)
+
+    def retire(self, service: str, endpoint: str) -> None:
+        """Drains a replica of `service` (rule 5); an endpoint it does not have is a no-op."""
+        with self._lock:
+            if endpoint in self._load[service]:
+                self._retired.add(endpoint)
+                self._drop_if_drained(service, endpoint)
+
+    def _drop_if_drained(self, service: str, endpoint: str) -> None:
+        if endpoint in self._retired and self._load[service][endpoint] == 0:
+            del self._load[service][endpoint]
+            self._retired.discard(endpoint)
+            self._down.discard(endpoint)
+
+    def members(self, service: str) -> tuple[str, ...]:
+        """The replicas of `service` that new requests may be sent to (not draining)."""
+        with self._lock:
+            return tuple(r for r in self._load[service] if r not in self._retired)
+
+    def endpoints(self) -> set[str]:
+        """Every replica still known here, draining ones included."""
+        with self._lock:
+            return {r for load in self._load.values() for r in load}
 
     def set_serving(self, endpoint: str, is_serving: bool) -> None:
         """The health watcher's news about a replica (an endpoint of no service here is ignored)."""
@@ -120,8 +161,8 @@ class ReplicaSelector:
     def unserved(self) -> list[str]:
         """Services with no serving replica (the model is NOT_SERVING while any is)."""
         with self._lock:
-            return sorted(name for name, spec in self.placement.services.items()
-                          if all(r in self._down for r in spec.replicas))
+            return sorted(name for name, load in self._load.items()
+                          if all(r in self._down or r in self._retired for r in load))
 
     # --- introspection -------------------------------------------------------------
 
@@ -152,3 +193,6 @@ class ReplicaSelector:
             index = {(s, r) for r, services in self._services_of.items() for s in services}
             assert index == set(self._pins), "per-request index does not match the pins"
             assert all(self._services_of.values()), "a request with no pins is still indexed"
+            for endpoint in self._retired:
+                assert any(load.get(endpoint) for load in self._load.values()), \
+                    f"drained replica {endpoint} is still held"

@@ -23,7 +23,9 @@ from conductor.metrics import ConductorMetrics, RequestMeter
 from conductor.model import ServedModel
 from conductor.model_info import model_info
 from conductor.executor_setup import remote_executor
+from conductor.membership import Membership
 from conductor.replica_health import ReplicaHealth
+from conductor.replica_targets import ReplicaTargets
 from conductor.replicas import ReplicaSelector
 from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc
@@ -100,6 +102,11 @@ class ConductorService:
     SERVING while every service the model needs has a serving replica (one gRPC health
     watch per replica, conductor.replica_health).
 
+    Membership: a service whose replicas come from DNS (ServiceSpec.dns) gains and drains
+    replicas while it runs (conductor.membership): a joining replica gets a Run stream
+    and a health watch, and takes requests once SERVING; one that leaves takes no new
+    requests and its stream closes once no open request reached it.
+
     tls: the runtime.tls.TlsConfig of the Run streams to replicas (None: plaintext);
     api_key: the token every Conductor call must carry (conductor/auth.py); "" for none."""
 
@@ -122,11 +129,16 @@ class ConductorService:
         self.telemetry = telemetry
         self.metrics = metrics
         self.admission = admission or Admission()
+        if metrics is not None:
+            metrics.watch_admission(self.admission, self.served)
         self.run_timeout_s = run_timeout_s
         self.executors: dict[str, Executor] = {}
         self.selectors = {m.name: ReplicaSelector(m.placement) for m in models}
         endpoints = {r for m in models for spec in m.placement.services.values() for r in spec.replicas}
         self.replica_health = ReplicaHealth(endpoints, self._replica_changed, tls)
+        self.targets: dict[str, ReplicaTargets] = {}  # model -> its executor's streams
+        dns = {name: spec.dns for m in models for name, spec in m.placement.services.items() if spec.dns}
+        self.membership = Membership(dns, self._replica_joined, self._replica_left, self._sweep)
         self.outputs = ClientOutputs()
         # One tokenizer per model, loaded here once: text deltas are decoded with it.
         tokenizers = {m.name: load_tokenizer(m.name, m.tokenizer_dir) for m in models if m.tokenizer_dir}
@@ -149,6 +161,29 @@ class ConductorService:
             selector.set_serving(endpoint, is_serving)
         self._publish_health()
 
+    def _models_on(self, service: str) -> list[str]:
+        return [m.name for m in self.models if service in m.placement.services and m.name in self.targets]
+
+    async def _replica_joined(self, service: str, endpoint: str) -> None:
+        for name in self._models_on(service):
+            await self.targets[name].add(endpoint)  # the stream first: the selector may choose it
+            self.selectors[name].add(service, endpoint, is_serving=False)
+        self.replica_health.watch(endpoint)  # SERVING makes it a candidate of its own
+        self._publish_health()
+
+    def _replica_left(self, service: str, endpoint: str) -> None:
+        for name in self._models_on(service):
+            self.selectors[name].retire(service, endpoint)
+            self.targets[name].leave(endpoint)
+        self.replica_health.unwatch(endpoint)
+        self._publish_health()
+
+    async def _sweep(self) -> None:
+        for name, targets in self.targets.items():
+            executor = self.executors.get(name)
+            in_use = {e for run in executor.requests.values() for e in run.reached} if executor else set()
+            await targets.sweep(in_use)
+
     def _publish_health(self) -> None:
         if self._set_health is None:
             return
@@ -164,13 +199,16 @@ class ConductorService:
             tracer = self.telemetry.tracer if self.telemetry else None
             interceptors = self.telemetry.client_interceptors() if self.telemetry else None
             on_edge = self.metrics.edge_observer(model.name) if self.metrics is not None else None
+            self.targets[model.name] = ReplicaTargets(self.max_message_bytes, interceptors, self.tls)
             executor = await self._stack.enter_async_context(
                 remote_executor(model.graph, model.placement, model.inner_loops, tracer, interceptors,
                                 lockstep_nodes=model.lockstep_nodes, on_edge=on_edge,
                                 direct_edges=model.direct_edges, tls=self.tls, run_timeout_s=self.run_timeout_s,
-                                selector=self.selectors[model.name], max_message_bytes=self.max_message_bytes))
+                                selector=self.selectors[model.name], max_message_bytes=self.max_message_bytes,
+                                targets=self.targets[model.name]))
             self.executors[model.name] = executor
         self._publish_health()
+        self.membership.start()
 
     def ready(self) -> bool:
         return len(self.executors) == len(self.models)
@@ -181,6 +219,7 @@ class ConductorService:
             if asyncio.get_running_loop().time() > deadline:
                 break
             await asyncio.sleep(0.05)
+        await self.membership.close()
         await self.replica_health.close()
         await self._stack.aclose()
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from conductor.dns_replicas import DnsReplicas
 from conductor.metrics_address import check_metrics, derived_metrics
 from core.errors import GraphError
 from graph.node import check_name
@@ -40,6 +41,9 @@ class ServiceSpec:
     host_id, mooncake, transport_mode: the process's transport flags.
     metrics: each replica's Prometheus /metrics address, in replica order; empty means
         the derived ones (conductor/metrics_address.py), which it then holds.
+    dns: replicas that come and go (conductor/dns_replicas.py); `replicas` is then empty
+        and the conductor adds and drains replicas as the name's records change. Such a
+        service is launched by its cluster (Kubernetes), never by `starmesh up`.
     """
 
     name: str
@@ -53,6 +57,7 @@ class ServiceSpec:
     mooncake: bool = False
     transport_mode: str = "auto"
     metrics: tuple[str, ...] = ()
+    dns: DnsReplicas | None = None
 
     def __post_init__(self) -> None:
         check_name("service", self.name)
@@ -79,6 +84,13 @@ class ServiceSpec:
         if isinstance(self.replicas, str):  # a bare string would iterate per character
             raise GraphError(f"service {self.name}: replicas must be a list of endpoints")
         object.__setattr__(self, "replicas", tuple(self.replicas))
+        if self.dns is not None:
+            if not isinstance(self.dns, DnsReplicas):
+                raise GraphError(f"service {self.name}: dns must be a DnsReplicas, got {type(self.dns).__name__}")
+            if self.replicas or self.metrics:
+                raise GraphError(f"service {self.name}: replicas come from dns {self.dns.dns}; "
+                                 "list no replicas or metrics addresses beside it")
+            return
         if not self.replicas:
             raise GraphError(f"service {self.name}: needs at least one replica")
         seen = set()

@@ -3,7 +3,9 @@
 Every process's registry holds the standard collectors (`process_*`: CPU, memory, file
 descriptors, start time; `python_info`; `python_gc_*`) beside its own families. A
 service exports its component's load (Component.load(), typed by
-runtime/load_families.py), its open requests and its arena leases, read at scrape time.
+runtime/load_families.py), its open requests, the messages queued for its engine
+thread, the engine's busy time in steps (its rate is the step utilisation an
+autoscaler reads) and its arena leases, read at scrape time.
 The conductor's request metrics live in conductor/metrics.py. Each process builds its
 own registry (no process-global state, so tests can hold several).
 """
@@ -36,6 +38,17 @@ class ServiceCollector:
                                           labels=labels)
         open_requests.add_metric([self.name], self.step_loop.num_open_requests)
         yield open_requests
+        queued = GaugeMetricFamily("starmesh_engine_queued", "messages waiting for the engine thread",
+                                   labels=labels)
+        queued.add_metric([self.name], self.step_loop.num_queued)
+        yield queued
+        busy = CounterMetricFamily("starmesh_step_busy_seconds", "engine time spent in component steps",
+                                   labels=labels)
+        busy.add_metric([self.name], self.step_loop.busy_s)
+        yield busy
+        steps = CounterMetricFamily("starmesh_steps", "component steps taken", labels=labels)
+        steps.add_metric([self.name], self.step_loop.num_steps)
+        yield steps
         leases = GaugeMetricFamily("starmesh_arena_leases", "live leases of this process's arena", labels=labels)
         leases.add_metric([self.name], self.transport.stats().get("num_leases", 0))
         yield leases

@@ -33,8 +33,11 @@ class ServiceProcess:
 
     def __init__(self, component: str, args: list[str] = (), env: dict[str, str] | None = None,
                  name: str | None = None, start_timeout_s: float = 60.0, port: int = 0,
-                 command: str = "serve", log=None, die_with_parent: bool = False) -> None:
+                 command: str = "serve", log=None, die_with_parent: bool = False,
+                 host: str = "127.0.0.1") -> None:
+        """host: the address it binds (`--host` when not the default 127.0.0.1)."""
         self.component = component
+        self.host = host
         self.die_with_parent = die_with_parent
         self.command = command
         self.log = log
@@ -50,7 +53,7 @@ class ServiceProcess:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -68,7 +71,7 @@ class ServiceProcess:
         self._terminated = False
         target = [self.component] if self.component else []
         cmd = [sys.executable, "-m", "cli", self.command, *target, "--port", str(self.port or 0),
-               "--port-file", port_file, *self.args]
+               "--port-file", port_file, *(("--host", self.host) if self.host != "127.0.0.1" else ()), *self.args]
         self._cmd = cmd
         # process_group=0: the child leads a group of its own (what stop() kills), and a
         # Ctrl-C at the terminal reaches only the parent, which stops children in order

@@ -59,6 +59,11 @@ class StepLoop:
         self._outbox = Outbox()
         self._queued = QueuedOpens()
         self._is_draining = False
+        # Engine-thread time inside component.step() and steps taken, since start: the
+        # rate of busy_s is the step utilisation (1.0: the engine never waits for work).
+        # Written on the engine thread only; a float read elsewhere is a momentary value.
+        self.busy_s = 0.0
+        self.num_steps = 0
         self._thread = threading.Thread(target=self._run, name=f"step-loop-{component.name}", daemon=True)
 
     # ---- called from the event loop (thread-safe, never blocks) ----------------
@@ -284,11 +289,15 @@ class StepLoop:
             return False
 
     def _step(self) -> None:
+        t0 = time.perf_counter()
         try:
             events = self.component.step()
         except Exception as e:
             self._fail_everything(e, "component.step")
             return
+        finally:
+            self.busy_s += time.perf_counter() - t0
+            self.num_steps += 1
         for ev in events:
             self._postprocess(ev)
 

@@ -106,12 +106,29 @@ def _served_with(change) -> dict:
     (lambda d: d["models"]["m1"].update(kv_contexts={"ctx": "n1"}), "models.m1: kv_context ctx must be a list"),
     (lambda d: d["services"]["a"].update(checkpoint="nope"), "services.a.checkpoint 'nope' is not under checkpoints"),
     (lambda d: d["services"]["a"].update(replica=[]), "service a: unknown key 'replica'"),
+    (lambda d: d["services"]["a"].update(replicas={"dns": "a.mesh"}), r"services.a.replicas.dns must be 'host:port'"),
+    (lambda d: d["services"]["a"].update(replicas={"dns": "a.mesh:1", "refresh_s": 0}),
+     r"services.a.replicas.refresh_s must be a number > 0"),
+    (lambda d: d["services"]["a"].update(replicas={"dns": "a.mesh:1", "nameserver": 53}),
+     r"services.a.replicas.nameserver must be 'host:port'"),
+    (lambda d: d["services"]["a"].update(replicas={"dsn": "a.mesh:1"}), r"services.a.replicas: unknown key 'dsn'"),
+    (lambda d: d["services"]["a"].update(replicas={"refresh_s": 1}), r"services.a.replicas: missing key 'dns'"),
+    (lambda d: d["services"]["a"].update(replicas={"dns": "a.mesh:1"}, metrics=["127.0.0.1:9"]),
+     r"service a: replicas come from dns a.mesh:1; list no replicas or metrics"),
     (lambda d: d["checkpoints"].update(ck={"tiny": "toy", "path": "/x"}),
      "checkpoints.ck: give exactly one of tiny or path"),
     (lambda d: d["checkpoints"].update(ck={"tin": "toy"}), "checkpoints.ck: unknown key 'tin'"),
 ])
 def test_served_errors_name_the_key(change, match):
     rejects(_served_with(change), match)
+
+
+def test_dns_replicas_parse_into_the_service():
+    spec = deployment_from_dict(_served_with(lambda d: d["services"]["a"].update(
+        replicas={"dns": "a.mesh.svc:50061", "refresh_s": 0.5, "nameserver": "127.0.0.1:5353"}))).services["a"]
+    assert spec.replicas == () and spec.metrics == ()
+    assert (spec.dns.name, spec.dns.port, spec.dns.refresh_s, spec.dns.nameserver) == \
+        ("a.mesh.svc", 50061, 0.5, "127.0.0.1:5353")
 
 
 def test_a_single_placement_takes_no_dlo_groups_and_needs_a_placement():

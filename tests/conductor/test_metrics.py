@@ -46,3 +46,36 @@ def test_an_output_named_audio_is_not_audio_unless_declared():
     meter.end("ok", 1.0)
     assert _value(metrics, "starmesh_ttfa_seconds", "_count") == 0
     assert _value(metrics, "starmesh_rtf_ratio", "_count") == 0
+
+
+def test_requests_waiting_for_admission_are_a_gauge_per_model():
+    import asyncio
+
+    from conductor.admission import Admission, AdmissionConfig
+    from tests.fixtures.exposition_lint import lint, promtool_problems
+    from prometheus_client import generate_latest
+
+    metrics = ConductorMetrics()
+    admission = Admission({"m": AdmissionConfig(max_in_flight=1, max_waiting=2)})
+    metrics.watch_admission(admission, ["m", "other"])
+
+    async def main() -> float:
+        release = asyncio.Event()
+
+        async def hold():
+            async with admission.admit("m"):
+                await release.wait()
+
+        tasks = [asyncio.create_task(hold()) for _ in range(3)]  # 1 in flight, 2 wait
+        while admission.stats("m")["waiting"] < 2:
+            await asyncio.sleep(0.01)
+        seen = _value(metrics, "starmesh_admission_waiting", "")
+        release.set()
+        await asyncio.gather(*tasks)
+        return seen
+
+    assert asyncio.run(main()) == 2
+    assert _value(metrics, "starmesh_admission_waiting", "") == 0
+    text = generate_latest(metrics.registry).decode()
+    assert 'starmesh_admission_waiting{model="other"} 0.0' in text
+    assert lint(text) == [] and promtool_problems(text) == ""

@@ -120,3 +120,39 @@ def test_concurrent_choose_and_release_keep_integrity():
     assert not errors
     sel.check_integrity()
     assert sel.num_pinned == 0 and sel.load("svc_bc") == {B1: 0, B2: 0}
+
+
+def dns_selector() -> ReplicaSelector:
+    return ReplicaSelector(Placement.from_dict({"services": {"svc": {"replicas": {"dns": "svc.mesh.test:50061"}}},
+                                                "placement": {"b": "svc", "c": "svc"}}))
+
+
+def test_a_service_with_no_member_yet_is_unserved_and_refuses():
+    from core.errors import Unavailable
+
+    sel = dns_selector()
+    assert sel.members("svc") == () and sel.unserved() == ["svc"]
+    with pytest.raises(Unavailable, match="service svc has no replica"):
+        sel.choose("r1", B, "gen")
+
+
+def test_a_joining_replica_is_chosen_once_serving_and_a_retired_one_never_again():
+    sel = dns_selector()
+    sel.add("svc", B1, is_serving=True)
+    sel.add("svc", B2)  # joined, health not yet passed
+    assert {sel.choose(f"s{i}", C, "gen").endpoint for i in range(4)} == {B1}
+    sel.set_serving(B2, True)
+    assert {sel.choose(f"t{i}", C, "gen").endpoint for i in range(4)} == {B1, B2}
+    pinned = next(f"p{i}" for i in range(4) if sel.choose(f"p{i}", B, "gen").endpoint == B2)
+    sel.retire("svc", B2)
+    assert sel.members("svc") == (B1,)
+    assert {sel.choose(f"u{i}", C, "gen").endpoint for i in range(4)} == {B1}
+    assert sel.choose(pinned, B, "gen").endpoint == B2  # its state stays where it is
+    assert B2 in sel.endpoints()
+    sel.check_integrity()
+    for i in range(4):
+        sel.release(f"p{i}")
+    assert B2 not in sel.endpoints()  # drained: gone with its last pin
+    sel.add("svc", B2, is_serving=True)  # and it may come back
+    assert sel.members("svc") == (B1, B2)
+    sel.check_integrity()

@@ -5,13 +5,15 @@ each convention a bad exposition breaks (so a clean scrape means something)."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from cluster.launcher import free_port
 from runtime.load_families import FAMILIES, LoadFamily, load_family
 from runtime.metrics import ServiceCollector, process_registry, serve_metrics
-from tests.fixtures.components import Echo
+from runtime.items import OpenNode
+from tests.fixtures.components import Echo, inline_ref
 from tests.fixtures.exposition_lint import lint, promtool_problems, scrape
-from tests.fixtures.services import start_in_process
+from tests.fixtures.services import RunStream, start_in_process
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,6 +28,9 @@ class Loaded(Echo):
 def test_a_services_metrics_pass_the_lints_with_the_standard_collectors():
     server = start_in_process(Loaded())
     service = server.hosted
+    with RunStream(server.address) as stream:  # one step: the engine's busy time grows
+        stream.send(OpenNode(request_id="m", node="echo", inputs={"x": inline_ref(torch.ones(2))}))
+        stream.events()
     registry = process_registry()
     registry.register(ServiceCollector("loaded", service.component, service.step_loop, service.transport))
     port = free_port()
@@ -40,8 +45,11 @@ def test_a_services_metrics_pass_the_lints_with_the_standard_collectors():
     for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds",
                  "python_info", "python_gc_collections_total", "starmesh_kv_blocks_capacity",
                  "starmesh_lockstep_rounds_total", "starmesh_new_thing", "starmesh_spares_total_value",
-                 "starmesh_odd_key"):
+                 "starmesh_odd_key", "starmesh_open_requests", "starmesh_engine_queued",
+                 "starmesh_step_busy_seconds_total", "starmesh_steps_total"):
         assert f"\n{name}" in text, name
+    steps = next(ln for ln in text.splitlines() if ln.startswith("starmesh_steps_total{"))
+    assert float(steps.split()[-1]) >= 1
     assert "starmesh_kv_blocks_total" not in text
 
 

@@ -1,0 +1,1 @@
+"""Kubernetes manifests from a deployment file (`starmesh render kubernetes`): render.py."""
