@@ -32,6 +32,8 @@ def test_up_serves_speech_and_image_then_stops_clean(tiny_omni, tmp_path):
         lines = _wait_for_line(up, "Ctrl-C stops everything", 300)
         endpoints = printed_endpoints(lines)
         conductor = endpoints.pop("conductor")
+        gateway = endpoints.pop("gateway")  # http://HOST:PORT: the deployment's gateway, in front of the conductor
+        assert _gateway_ready(gateway)
         arenas = {describe(a).arena for a in endpoints.values()}
         children = _children(up.pid)
         summary = asyncio.run(speak(conductor, "qwen3-omni", chat_prompt("hi"), {"max_new_tokens": 8,
@@ -47,10 +49,18 @@ def test_up_serves_speech_and_image_then_stops_clean(tiny_omni, tmp_path):
         up.send_signal(signal.SIGTERM)
         rest = up.communicate(timeout=120)[0]
     assert up.returncode == 0, rest[-3000:]
-    assert len(children) == len(endpoints) + 1  # every service and the conductor
+    assert len(children) == len(endpoints) + 2  # every service, the conductor and the gateway
     assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")]
-    assert not [a for a in [conductor, *endpoints.values()] if _port_open(a)]
+    assert not [a for a in [conductor, gateway.removeprefix("http://"), *endpoints.values()] if _port_open(a)]
     assert not [a for a in arenas if os.path.exists(f"/dev/shm/{a}")]
+
+
+def _gateway_ready(url: str) -> bool:
+    """The gateway answers /health (no token) with every model of the deployment SERVING."""
+    import httpx
+
+    health = httpx.get(f"{url}/health", timeout=30)
+    return health.status_code == 200 and set(health.json()["models"]) == {"qwen3-omni", "sd3", "orpheus", "vjepa2-ac"}
 
 
 def _rollout(conductor: str, tmp_path) -> None:
