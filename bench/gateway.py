@@ -1,0 +1,161 @@
+"""The HTTP gateway's cost over the gRPC API it translates, on the same requests.
+
+    python -m bench.gateway --json bench-results/gateway.json [--rounds 20] [--frames 64]
+
+A deployment of Qwen3-Omni (thinker, talker, codec: one process each) with its conductor
+and gateway, started as `starmesh up` starts them (cluster.launcher; tiny checkpoint).
+Every request: "Hello there", greedy, 8 text tokens, exactly --frames codec frames,
+audio only, PCM. The gRPC client is client.session (what the gateway itself calls); the
+HTTP client is httpx, streaming POST /v1/audio/speech with response_format pcm and
+stream_format audio. Both run in this process, alternating request by request.
+
+Keys (flat):
+- added_ttfa_ms_p50 / _p99: time to the first audio byte at the HTTP client minus the
+  time to the first AudioChunk at the gRPC client, over paired rounds at concurrency 1.
+- gateway_cpu_us_per_chunk: the gateway process's CPU (user + system) over its rounds,
+  per audio chunk delivered (chunks per request counted at the gRPC client).
+- gateway_over_grpc_c16: audio seconds per second through the gateway over the same
+  through gRPC, 16 streams at once; the median of paired waves.
+- cancel_free_ms: an HTTP client that leaves after its first audio bytes -> every
+  service reports no open request (median).
+Targets: added_ttfa_ms_p50 <= 5; gateway_over_grpc_c16 >= 0.95.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+
+from bench.conductor_client import proc_cpu_s
+from bench.output import print_table, write_json
+
+TEXT = "Hello there"
+
+
+def deployment(ckpt: str | None) -> dict:
+    """ckpt None: the tiny checkpoint `starmesh up` builds and caches."""
+    svc = lambda component: {"component": component, "checkpoint": "omni", "replicas": ["x"]}  # noqa: E731
+    omni = {"path": ckpt} if ckpt else {"tiny": "qwen3-omni"}
+    return {"name": "bench-gateway", "checkpoints": {"omni": omni}, "gateway": {"address": "x"},
+            "services": {"thinker": svc("thinker"), "talker": svc("talker"), "codec": svc("codec")},
+            "models": {"qwen3-omni": {"pipeline": "qwen3_omni",
+                                      "options": {"chunk_size": 25, "left_context": 25, "first_chunk": 4},
+                                      "placement": {"prefill": "thinker", "decode": "thinker", "talker": "talker",
+                                                    "code2wav": "codec"},
+                                      "kv_contexts": {"thinker": ["prefill", "decode"]}}}}
+
+
+def params(frames: int) -> dict:
+    return {"max_new_tokens": 8, "max_frames": frames, "min_frames": frames}
+
+
+async def grpc_request(session, frames: int) -> tuple[float, int, float]:
+    """(seconds to the first audio chunk, chunks, audio seconds)."""
+    from client.events import AudioChunk
+    from client.generate_call import GenerateCall
+
+    t0, first, chunks, samples = time.perf_counter(), None, 0, 0
+    call = GenerateCall("qwen3-omni", text=TEXT, params=params(frames), output_modalities=("audio",))
+    async for ev in session.generate(call):
+        if isinstance(ev, AudioChunk):
+            first = first if first is not None else time.perf_counter() - t0
+            chunks, samples = chunks + 1, samples + ev.num_samples
+    return first, chunks, samples / 24000
+
+
+async def http_request(http, url: str, frames: int, leave_early: bool = False) -> tuple[float, int, float]:
+    """(seconds to the first audio byte, 0, audio seconds); leave_early: close after it."""
+    body = {"model": "qwen3-omni", "input": TEXT, "voice": "ethan", "response_format": "pcm", **params(frames)}
+    t0, first, size = time.perf_counter(), None, 0
+    async with http.stream("POST", f"{url}/v1/audio/speech", json=body) as response:
+        assert response.status_code == 200, await response.aread()
+        async for data in response.aiter_raw():
+            first = first if first is not None else time.perf_counter() - t0
+            size += len(data)
+            if leave_early:
+                break
+    return first, 0, size / 2 / 24000
+
+
+async def measure(cluster, args) -> dict:
+    import httpx
+
+    from client.connection import Connection
+    from client.session import ConductorSession
+
+    url, gateway_pid = cluster.endpoints()["gateway"], cluster.gateway.pid
+    async with ConductorSession(Connection(cluster.conductor_address)) as session, \
+            httpx.AsyncClient(timeout=300) as http:
+        for _ in range(2):  # warm both paths (first requests compile, connect, fill caches)
+            await grpc_request(session, args.frames), await http_request(http, url, args.frames)
+        added, gateway_cpu, chunks = [], 0.0, 0
+        for _ in range(args.rounds):
+            g_first, g_chunks, _ = await grpc_request(session, args.frames)
+            cpu0 = proc_cpu_s(gateway_pid)
+            h_first, _, _ = await http_request(http, url, args.frames)
+            gateway_cpu += proc_cpu_s(gateway_pid) - cpu0
+            added.append(1000 * (h_first - g_first))
+            chunks += g_chunks
+        ratios = []
+        for _ in range(args.waves):
+            grpc_rate = await _wave(lambda: grpc_request(session, args.frames), args.streams)
+            http_rate = await _wave(lambda: http_request(http, url, args.frames), args.streams)
+            ratios.append(http_rate / grpc_rate)
+        frees = [await _cancel_free_ms(http, url, cluster, args.frames * 8) for _ in range(args.cancels)]
+    added.sort()
+    return {"added_ttfa_ms_p50": statistics.median(added), "added_ttfa_ms_p99": added[min(len(added) - 1,
+                                                                                          int(0.99 * len(added)))],
+            "gateway_cpu_us_per_chunk": 1e6 * gateway_cpu / max(chunks, 1),
+            "gateway_over_grpc_c16": statistics.median(ratios), "cancel_free_ms": statistics.median(frees),
+            "rounds": args.rounds, "waves": args.waves, "streams": args.streams, "frames": args.frames}
+
+
+async def _wave(request, n: int) -> float:
+    """Audio seconds per second of n requests at once."""
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(request() for _ in range(n)))
+    return sum(r[2] for r in results) / (time.perf_counter() - t0)
+
+
+async def _cancel_free_ms(http, url: str, cluster, frames: int) -> float:
+    from runtime.run_client import ComponentClient
+
+    await http_request(http, url, frames, leave_early=True)
+    t0 = time.perf_counter()
+    while True:
+        open_ = 0
+        for proc in cluster.services:
+            async with ComponentClient(proc.address) as client:
+                open_ += (await client.describe()).num_open_requests
+        if open_ == 0:
+            return 1000 * (time.perf_counter() - t0)
+        await asyncio.sleep(0.005)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", help="write the figures here")
+    p.add_argument("--checkpoint", help="a Qwen3-Omni checkpoint directory (default: the tiny one)")
+    p.add_argument("--rounds", type=int, default=20, help="paired requests at concurrency 1")
+    p.add_argument("--waves", type=int, default=3, help="paired waves of --streams requests")
+    p.add_argument("--streams", type=int, default=16)
+    p.add_argument("--frames", type=int, default=64, help="codec frames per request (12.5 per second of audio)")
+    p.add_argument("--cancels", type=int, default=5)
+    args = p.parse_args()
+    from cluster.launchable import read_launchable
+    from cluster.launcher import Cluster
+    from cluster.shipped_deployments import with_free_ports, write_deployment
+
+    path = write_deployment(with_free_ports(deployment(args.checkpoint)))
+    with Cluster(read_launchable(path), path, log=lambda line: None) as cluster:
+        results = asyncio.run(measure(cluster, args))
+    print_table([("added ttfa p50", "added_ttfa_ms_p50", "ms"), ("added ttfa p99", "added_ttfa_ms_p99", "ms"),
+                 ("gateway CPU per chunk", "gateway_cpu_us_per_chunk", "us"),
+                 ("gateway / gRPC at c16", "gateway_over_grpc_c16", "x"), ("cancel -> freed", "cancel_free_ms", "ms")],
+                 results)
+    write_json(args.json, results)
+
+
+if __name__ == "__main__":
+    main()
