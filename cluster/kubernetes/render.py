@@ -7,7 +7,8 @@ Per service: a Deployment of as many pods as the file lists replicas (a Stateful
 one for a lockstep group's member, whose rank needs a stable name), a headless Service
 (one A record per ready pod: what the conductor's DNS membership follows) and a
 PodDisruptionBudget. The conductor: a ConfigMap holding the in-cluster deployment file,
-a Deployment, a ClusterIP Service and a PodDisruptionBudget.
+a Deployment, a ClusterIP Service and a PodDisruptionBudget. The HTTP gateway, when the
+file names one: a Deployment, a ClusterIP Service and a PodDisruptionBudget.
 
 No second source of truth: the in-cluster file is the same file with each service's
 replica list replaced by its headless Service's name (conductor/dns_replicas.py), and
@@ -20,8 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from cluster.kubernetes.cluster_names import (CONFIG_DIR, METRICS_PORT, k8s_name, pod_host, service_host,
-                                              service_port)
+from cluster.kubernetes.cluster_names import (CLUSTER_DOMAIN, CONFIG_DIR, METRICS_PORT, k8s_name, pod_host,
+                                              service_host, service_port)
 from cluster.kubernetes.pod_spec import GRACE_S, PodSpec, tls_args, tls_paths
 from cluster.launchable import check_launchable
 from cluster.serve_args import serve_args
@@ -60,7 +61,7 @@ def manifests(path: "str | Path", image: str, namespace: str = "default", otlp: 
     out = [scope.config_map(in_cluster)]
     for spec in deployment.services.values():
         out += scope.service(spec)
-    return out + scope.conductor()
+    return out + scope.conductor() + scope.gateway()
 
 
 def _without_tls(raw: dict) -> dict:
@@ -89,6 +90,8 @@ def in_cluster_file(raw: dict, deployment: Deployment, namespace: str) -> dict:
     for group in data.get("dlo_groups", {}).values():  # rank 0 binds the rendezvous
         group["address"] = f"{pod_host(group['members'][0], namespace)}:{_port(group['address'])}"
     data["conductor"] = {"address": f"0.0.0.0:{_port(deployment.conductor)}", "metrics": f"0.0.0.0:{METRICS_PORT}"}
+    if deployment.gateway:
+        data["gateway"] = {"address": f"0.0.0.0:{_port(deployment.gateway)}"}
     if "tls" in data:
         data["tls"] = tls_paths()
     return data
@@ -182,3 +185,26 @@ class _Scope:
         workload = {"replicas": 1, "selector": {"matchLabels": selector}, "template": template}
         return [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": self.meta("conductor", "conductor"),
                  "spec": workload}, service, self.budget("conductor")]
+
+    def gateway(self) -> list[dict]:
+        """The HTTP gateway in front of the conductor's ClusterIP Service (none when the file
+        names none). Ready once it listens (TCP): its own /health reports the models, and one
+        model down must not take the front door out of its Service."""
+        if not self.deployment.gateway:
+            return []
+        port = _port(self.deployment.gateway)
+        conductor = f"conductor.{self.namespace}.{CLUSTER_DOMAIN}:{_port(self.deployment.conductor)}"
+        args = ["gateway", "--conductor", conductor, "--host", "0.0.0.0", "--port", str(port),
+                *tls_args(self.is_tls)]
+        selector = self.labels("gateway")
+        template = PodSpec(self.image, tuple(args), port, self.is_tls, otlp=self.otlp).template(selector)
+        template["metadata"]["annotations"]["prometheus.io/port"] = str(port)  # /metrics on its HTTP port
+        container = template["spec"]["containers"][0]
+        container["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+        container["readinessProbe"] = {"tcpSocket": {"port": port}, "periodSeconds": 2, "failureThreshold": 1}
+        service = {"apiVersion": "v1", "kind": "Service", "metadata": self.meta("gateway", "gateway"),
+                   "spec": {"type": "ClusterIP", "selector": selector,
+                            "ports": [{"name": "http", "port": port, "targetPort": port}]}}
+        workload = {"replicas": 1, "selector": {"matchLabels": selector}, "template": template}
+        return [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": self.meta("gateway", "gateway"),
+                 "spec": workload}, service, self.budget("gateway")]

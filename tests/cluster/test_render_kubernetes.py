@@ -41,6 +41,17 @@ def test_every_shipped_deployment_renders_valid_deterministic_manifests(path):
             assert spec.replicas[0].startswith(f"{k8s}-0.{k8s}.mesh.svc.cluster.local:")
 
 
+def test_the_gateway_runs_in_front_of_the_conductors_service():
+    docs = manifests(SHIPPED_DIR / "local.yaml", "starmesh:cpu", "mesh")
+    pod = _by_name(docs, "Deployment", "gateway")["spec"]["template"]
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[:3] == ["gateway", "--conductor", "conductor.mesh.svc.cluster.local:50050"]
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == "8000"  # /metrics on its HTTP port
+    service = _by_name(docs, "Service", "gateway")["spec"]
+    assert service["type"] == "ClusterIP" and service["ports"] == [{"name": "http", "port": 8000, "targetPort": 8000}]
+    assert not any(d["metadata"]["name"] == "gateway" for d in manifests(SHIPPED_DIR / "colocated.yaml", "i", "mesh"))
+
+
 def _by_name(docs, kind, name):
     return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
 
