@@ -12,8 +12,10 @@ stream_format audio. Both run in this process, alternating request by request.
 Keys (flat):
 - added_ttfa_ms_p50 / _p99: time to the first audio byte at the HTTP client minus the
   time to the first AudioChunk at the gRPC client, over paired rounds at concurrency 1.
-- gateway_cpu_us_per_chunk: the gateway process's CPU (user + system) over its rounds,
-  per audio chunk delivered (chunks per request counted at the gRPC client).
+- gateway_cpu_us_per_chunk: the gateway process's CPU (every thread, schedstat) over
+  its rounds, per audio chunk delivered (chunks per request counted at the gRPC
+  client); per-request work (HTTP parsing, validation, the call) is included.
+  gateway_cpu_us_per_request: the same per request.
 - gateway_over_grpc_c16: audio seconds per second through the gateway over the same
   through gRPC, 16 streams at once; the median of paired waves.
 - cancel_free_ms: an HTTP client that leaves after its first audio bytes -> every
@@ -27,7 +29,6 @@ import asyncio
 import statistics
 import time
 
-from bench.conductor_client import proc_cpu_s
 from bench.output import print_table, write_json
 
 TEXT = "Hello there"
@@ -44,6 +45,21 @@ def deployment(ckpt: str | None) -> dict:
                                       "placement": {"prefill": "thinker", "decode": "thinker", "talker": "talker",
                                                     "code2wav": "codec"},
                                       "kv_contexts": {"thinker": ["prefill", "decode"]}}}}
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds every thread of a process has run (Linux schedstat: nanoseconds, where
+    /proc/PID/stat counts 10 ms ticks)."""
+    import os
+
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return total / 1e9
 
 
 def params(frames: int) -> dict:
@@ -90,23 +106,28 @@ async def measure(cluster, args) -> dict:
         for _ in range(2):  # warm both paths (first requests compile, connect, fill caches)
             await grpc_request(session, args.frames), await http_request(http, url, args.frames)
         added, gateway_cpu, chunks = [], 0.0, 0
-        for _ in range(args.rounds):
-            g_first, g_chunks, _ = await grpc_request(session, args.frames)
-            cpu0 = proc_cpu_s(gateway_pid)
+        for i in range(args.rounds):  # pairs, the order alternating: drift cancels in the differences
+            if i % 2:
+                g_first, g_chunks, _ = await grpc_request(session, args.frames)
+            cpu0 = cpu_s(gateway_pid)
             h_first, _, _ = await http_request(http, url, args.frames)
-            gateway_cpu += proc_cpu_s(gateway_pid) - cpu0
+            gateway_cpu += cpu_s(gateway_pid) - cpu0
+            if not i % 2:
+                g_first, g_chunks, _ = await grpc_request(session, args.frames)
             added.append(1000 * (h_first - g_first))
             chunks += g_chunks
         ratios = []
-        for _ in range(args.waves):
-            grpc_rate = await _wave(lambda: grpc_request(session, args.frames), args.streams)
-            http_rate = await _wave(lambda: http_request(http, url, args.frames), args.streams)
+        for i in range(args.waves):
+            waves = [lambda: grpc_request(session, args.frames), lambda: http_request(http, url, args.frames)]
+            rates = [await _wave(w, args.streams) for w in (waves if i % 2 == 0 else waves[::-1])]
+            grpc_rate, http_rate = rates if i % 2 == 0 else rates[::-1]
             ratios.append(http_rate / grpc_rate)
         frees = [await _cancel_free_ms(http, url, cluster, args.frames * 8) for _ in range(args.cancels)]
     added.sort()
     return {"added_ttfa_ms_p50": statistics.median(added), "added_ttfa_ms_p99": added[min(len(added) - 1,
                                                                                           int(0.99 * len(added)))],
             "gateway_cpu_us_per_chunk": 1e6 * gateway_cpu / max(chunks, 1),
+            "gateway_cpu_us_per_request": 1e6 * gateway_cpu / args.rounds, "chunks_per_request": chunks / args.rounds,
             "gateway_over_grpc_c16": statistics.median(ratios), "cancel_free_ms": statistics.median(frees),
             "rounds": args.rounds, "waves": args.waves, "streams": args.streams, "frames": args.frames}
 
@@ -138,7 +159,7 @@ def main() -> None:
     p.add_argument("--json", help="write the figures here")
     p.add_argument("--checkpoint", help="a Qwen3-Omni checkpoint directory (default: the tiny one)")
     p.add_argument("--rounds", type=int, default=20, help="paired requests at concurrency 1")
-    p.add_argument("--waves", type=int, default=3, help="paired waves of --streams requests")
+    p.add_argument("--waves", type=int, default=4, help="paired waves of --streams requests")
     p.add_argument("--streams", type=int, default=16)
     p.add_argument("--frames", type=int, default=64, help="codec frames per request (12.5 per second of audio)")
     p.add_argument("--cancels", type=int, default=5)
