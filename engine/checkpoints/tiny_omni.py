@@ -2,7 +2,8 @@
 
 Written by transformers' own `Qwen3OmniMoeForConditionalGeneration` with a fixed seed
 (fp32, `save_pretrained`), plus a byte-level tokenizer whose chat-template words
-(<|im_start|>, user, assistant, ...) are single added tokens, as in the real model.
+(<|im_start|>, user, assistant, ...) are single added tokens, as in the real model, and
+the processor configuration of its audio and vision towers (tiny_omni_processor.py).
 
 Token layout of the thinker vocabulary (TOKENS): ids 0..255 are bytes, the special
 tokens follow. The talker vocabulary is `1024 + CODEBOOK`: ids below CODEBOOK are codec
@@ -17,7 +18,8 @@ from pathlib import Path
 import torch
 
 SPECIAL = ("<|im_start|>", "<|im_end|>", "system", "user", "assistant", "<|audio_pad|>", "<|image_pad|>",
-           "<|video_pad|>", "<|vision_start|>", "<|audio_start|>", "<|tts_pad|>", "<|tts_bos|>", "<|tts_eos|>")
+           "<|video_pad|>", "<|vision_start|>", "<|audio_start|>", "<|tts_pad|>", "<|tts_bos|>", "<|tts_eos|>",
+           "<|audio_end|>", "<|vision_end|>")  # new names only ever go last: the ids above are fixed
 TOKENS = {name: 256 + i for i, name in enumerate(SPECIAL)}
 THINKER_VOCAB = 272
 CODEBOOK = 64
@@ -110,12 +112,15 @@ def make_tiny_omni(directory: str | Path, *, seed: int = 0, with_tokenizer: bool
     """Write the tiny random fp32 Qwen3-Omni checkpoint to `directory`; returns the path."""
     import transformers as tf
 
+    from engine.checkpoints.tiny_omni_processor import write_processor_config
+
     directory = Path(directory)
     torch.manual_seed(seed)
     model = tf.Qwen3OmniMoeForConditionalGeneration(omni_config(**talker_overrides)).to(torch.float32).eval()
     _randomize_snake(model)
     _init_talker_experts(model, seed)
     model.save_pretrained(str(directory), safe_serialization=True)
+    write_processor_config(directory, model.config.thinker_config)
     if with_tokenizer:
         write_omni_tokenizer(directory)
     return directory
