@@ -132,3 +132,17 @@ def chat_prompt(text: str | bytes) -> list[int]:
     nl = ord("\n")
     return ([TOKENS["<|im_start|>"], TOKENS["user"], nl, *body, TOKENS["<|im_end|>"], nl,
              TOKENS["<|im_start|>"], TOKENS["assistant"], nl])
+
+
+def media_chat_prompt(text: str | bytes, audio_tokens: tuple[int, ...] = (), image_tokens: tuple[int, ...] = ()
+                      ) -> list[int]:
+    """chat_prompt with the user turn opening on each clip's and image's placeholder run, as
+    Qwen3-Omni's processor lays them out: <|audio_start|> <|audio_pad|> x n <|audio_end|>,
+    then <|vision_start|> <|image_pad|> x n <|vision_end|>, then the text."""
+    media = []
+    for n in audio_tokens:
+        media += [TOKENS["<|audio_start|>"], *[TOKENS["<|audio_pad|>"]] * n, TOKENS["<|audio_end|>"]]
+    for n in image_tokens:
+        media += [TOKENS["<|vision_start|>"], *[TOKENS["<|image_pad|>"]] * n, TOKENS["<|vision_end|>"]]
+    ids = chat_prompt(text)
+    return ids[:3] + media + ids[3:]
