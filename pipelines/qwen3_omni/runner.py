@@ -67,7 +67,7 @@ class SpeechRunner:
             min_new_tokens=req.min_frames)
         self.talker.add_request(req.request_id, list(req.prompt_ids), talk, req.speaker)
         try:
-            self.thinker.add_request(req.request_id, list(req.prompt_ids), text)
+            self.thinker.add_request(req.request_id, list(req.prompt_ids), text, media=req.media)
         except Exception:
             self.talker.abort(req.request_id)
             raise
