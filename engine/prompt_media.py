@@ -6,6 +6,9 @@ the output of the first decoder layers there, and every position has three rope 
 (time, height, width). Decode positions past the prompt move on together, shifted by
 `delta`: position p >= num_prompt has ids (p + delta) on all three axes.
 
+A prompt whose inputs are all embedding rows (the talker's) has no rows here: only its
+rope ids.
+
 Invariants: rows_at and deepstack_at are sorted prompt positions; rows[i] is the input of
 position rows_at[i]; deepstack[layer][i] is added at deepstack_at[i].
 """
@@ -27,6 +30,7 @@ class PromptMedia:
     rows: torch.Tensor                      # [m, hidden]
     deepstack_at: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))  # [v] long
     deepstack: list[torch.Tensor] = field(default_factory=list)                              # per layer [v, hidden]
+    image_grids: tuple = ()                 # (t, h, w) patches per image, prompt order: the talker's rope needs them
 
     def __post_init__(self) -> None:
         if self.positions.dim() != 2 or self.positions.shape[0] != 3:

@@ -14,6 +14,9 @@ class OmniReference:
 
         self.model = tf.Qwen3OmniMoeForConditionalGeneration.from_pretrained(
             str(checkpoint), dtype=torch.float32).eval()
+        # transformers' talker rope reads audio_config for a prompt with audio and images, which
+        # its talker config lacks (AttributeError): give it the thinker's, the one the audio rows came from.
+        self.model.talker.config.audio_config = self.model.config.thinker_config.audio_config
         self.seconds = 0.0
 
     def generate(self, prompt: list[int], max_text: int, max_frames: int, stop_ids=(), **media) -> dict:

@@ -18,8 +18,10 @@ def media(tiny_omni):
     return Media(tiny_omni)
 
 
-def test_spoken_question_matches_transformers(media, tiny_omni):
-    ids, prompt_media, kwargs = media.inputs(5.0, None, text="")
+@pytest.mark.parametrize("seconds, image_size, text", [(5.0, None, ""), (None, (56, 42), "What is it?"),
+                                                       (2.0, (28, 28), "And this?")], ids=["audio", "image", "both"])
+def test_media_question_matches_transformers(media, tiny_omni, seconds, image_size, text):
+    ids, prompt_media, kwargs = media.inputs(seconds, image_size, text=text)
     ref = OmniReference(tiny_omni).generate(ids, 16, 40, **kwargs)
     runner = SpeechRunner.from_checkpoint(str(tiny_omni))
     ours = runner.generate([SpeechRequest("spoken", ids, max_text_tokens=16, max_frames=40, chunk_size=300,

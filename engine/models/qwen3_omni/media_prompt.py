@@ -91,6 +91,15 @@ def rope_positions(num_ids: int, image_runs: list[tuple[int, int]], grids: list[
     return positions, int(positions.max()) + 1 - num_ids
 
 
+def image_rope(ids: list[int], grids: list[tuple[int, int, int]], tokens: MediaTokens) -> tuple[torch.Tensor, int]:
+    """Rope ids and delta of `ids` whose image placeholder runs hold images of `grids`
+    (prompt order); InvalidArgument when they disagree."""
+    runs = _runs(ids, tokens.image_token_id)
+    merge2 = tokens.spatial_merge_size ** 2
+    _check_runs(runs, [t * h * w // merge2 for t, h, w in grids], "image")
+    return rope_positions(len(ids), runs, grids, tokens)
+
+
 def build_prompt_media(prompt_ids: list[int], tokens: MediaTokens, audio: list[torch.Tensor],
                        images: list[ImageRows]) -> PromptMedia:
     """The PromptMedia of a prompt whose placeholder runs hold `audio` clips' rows and
@@ -115,4 +124,5 @@ def build_prompt_media(prompt_ids: list[int], tokens: MediaTokens, audio: list[t
         else torch.zeros(0, dtype=torch.int64)
     layers = len(images[0].deepstack) if images else 0
     deepstack = [torch.cat([im.deepstack[k] for im in images]) for k in range(layers)]
-    return PromptMedia(positions, delta, rows_at, rows, deepstack_at, deepstack)
+    return PromptMedia(positions, delta, rows_at, rows, deepstack_at, deepstack,
+                       image_grids=tuple(tuple(int(v) for v in im.grid) for im in images))
