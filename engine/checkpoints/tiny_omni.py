@@ -94,16 +94,28 @@ def _init_talker_experts(model, seed: int) -> None:
                 param.copy_(torch.randn(param.shape, generator=gen) * std)
 
 
+# ChatML as Qwen3-Omni's template lays out a content list: each audio part is
+# <|audio_start|><|audio_pad|><|audio_end|>, each image <|vision_start|><|image_pad|><|vision_end|>
+# (one placeholder: the thinker widens it to the encoder's rows); a string content as is.
+OMNI_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'audio' %}{{ '<|audio_start|><|audio_pad|><|audio_end|>' }}"
+    "{% elif part['type'] == 'image' %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}{{ '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
 def write_omni_tokenizer(directory: str | Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
-    from engine.checkpoints.tiny_text import CHATML_TEMPLATE, write_byte_tokenizer
+    from engine.checkpoints.tiny_text import write_byte_tokenizer
 
     write_byte_tokenizer(directory)
     tok = PreTrainedTokenizerFast.from_pretrained(str(directory))
     tok.add_special_tokens({"additional_special_tokens": list(SPECIAL)})
     assert tok.convert_tokens_to_ids(list(SPECIAL)) == list(TOKENS.values()), "special ids must follow the bytes"
-    tok.chat_template = CHATML_TEMPLATE  # applied to a user turn it gives chat_prompt's ids
+    tok.chat_template = OMNI_TEMPLATE  # applied to a user turn it gives chat_prompt's ids
     tok.save_pretrained(str(directory))
 
 

@@ -9,6 +9,9 @@ code2wav -> audio to the client.
 The talker opens on the thinker's prompt rows and starts speaking on the first text
 token's row; code2wav starts on the first window of C frames (`first_chunk` frames when
 set, to cut time to first audio). C and L are per deployment.
+
+Requests with audio or an image take the media walks (pipelines.qwen3_omni.media_walks)
+when the graph is built with them (`media`: the combinations its placement can encode).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from graph.edge import GraphEdge as E
 from graph.edge import StreamingGraphEdge
 from graph.node import GraphNode
 from graph.walk import Walk, WalkGraph
+from pipelines.qwen3_omni.media_walks import media_nodes, media_walk, media_walk_name
 
 DECODE_LOOP = "decode_loop"   # runs inside the thinker
 TALKER_LOOP = "talker_loop"   # runs inside the talker
@@ -28,7 +32,8 @@ OUTPUT_KINDS = {"first_token": "text", "token": "text", "codes": "codes", "audio
 
 
 def speech_graph(chunk_size: int = 300, left_context: int = 25, first_chunk: int = 0,
-                 max_text_tokens: int = 4096, max_frames: int = 4096, name: str = "qwen3_omni") -> WalkGraph:
+                 max_text_tokens: int = 4096, max_frames: int = 4096, name: str = "qwen3_omni",
+                 media: tuple[tuple[str, ...], ...] = ()) -> WalkGraph:
     nodes = [
         GraphNode("prefill", ("input_ids",), ROWS, stateful=True),
         GraphNode("decode", ("token",), ROWS, stateful=True),
@@ -52,4 +57,13 @@ def speech_graph(chunk_size: int = 300, left_context: int = 25, first_chunk: int
         E("talker.codes", "output.codes"),
         E("code2wav.audio", "output.audio"),
     ])
-    return WalkGraph(name, nodes, [walk])
+    if not media:
+        return WalkGraph(name, nodes, [walk])
+    walks = [walk] + [media_walk(c, (DECODE_LOOP, TALKER_LOOP), (chunk_size, left_context, first_chunk),
+                                 max_text_tokens, max_frames) for c in media]
+    return WalkGraph(name, nodes + media_nodes(list(media)), walks, first_walk=speech_walk)
+
+
+def speech_walk(inputs: dict, wanted: frozenset[str] = frozenset()) -> str:
+    """The media walk of a request with audio/image inputs, else `speak`."""
+    return media_walk_name(inputs, "speak")
