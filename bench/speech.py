@@ -41,13 +41,14 @@ from bench.speech_mesh import CHUNK, FIRST, LEFT
 PROMPTS = ("Hello there", "Tell me a story", "abc", "sing a song")
 
 
-def checkpoint(args) -> str:
+def checkpoint(args, name: str = "starmesh-bench-omni", marker: str = "config.json") -> str:
+    """--checkpoint, or the tiny one cached under the temp dir as `name` (built unless `marker` is there)."""
     from engine.checkpoints.tiny_omni import make_tiny_omni
 
     if args.checkpoint:
         return args.checkpoint
-    path = os.path.join(tempfile.gettempdir(), "starmesh-bench-omni")
-    if not os.path.exists(os.path.join(path, "config.json")):
+    path = os.path.join(tempfile.gettempdir(), name)
+    if not os.path.exists(os.path.join(path, marker)):
         make_tiny_omni(path)
     return path
 

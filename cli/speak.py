@@ -5,6 +5,11 @@ a mono 16-bit WAV file (at the model's sample rate) as its chunks arrive.
     starmesh speak --model omni --tokenizer ckpt/qwen3-omni --text "Hello there" -o out.wav
     starmesh speak --model qwen3-omni --input-ids 256,259,10,97,257,10,256,260,10 -o out.wav --json
     starmesh speak --model orpheus --text "Hello there" --voice tara -o out.wav
+    starmesh speak --model qwen3-omni --audio question.wav -o answer.wav
+    starmesh speak --model qwen3-omni --image photo.png --text "What is this?" -o answer.wav
+
+--audio (a WAV file) and --image (PNG or JPEG) go to the conductor as content parts of
+one user message, before --text if given; the encoder service decodes them.
 
 --text goes to the conductor, which applies the checkpoint's own tokenizer and chat
 template; with --tokenizer DIR it is tokenized here instead (a conductor without the
@@ -33,10 +38,12 @@ def add_parser(sub) -> None:
     p = sub.add_parser("speak", help="speak through a conductor (streaming speech model) into a WAV file",
                        description="One streaming speech request; the WAV file grows as audio chunks arrive.")
     p.add_argument("--model", required=True, help="served model name, e.g. qwen3-omni")
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--text", help="user text, wrapped in the model's chat template and tokenized by the conductor "
                                     "(or here, with --tokenizer)")
     src.add_argument("--input-ids", help="comma-separated chat-formatted prompt ids, e.g. 256,259,10")
+    p.add_argument("--audio", metavar="IN.wav", help="a spoken question or sound (WAV) for the model to hear")
+    p.add_argument("--image", metavar="IN.png", help="an image (PNG or JPEG) for the model to see")
     p.add_argument("--tokenizer", metavar="DIR",
                    help="checkpoint directory whose tokenizer reads --text here (default: the conductor's)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write (mono PCM16)")
@@ -73,6 +80,13 @@ def orpheus_prompt_ids(args: argparse.Namespace) -> list[int]:
 def prompt_ids(args: argparse.Namespace) -> list[int] | None:
     """The request's prompt ids (None: --text goes to the conductor's tokenizer); ValueError
     naming the bad id or option."""
+    has_media = getattr(args, "audio", None) is not None or getattr(args, "image", None) is not None
+    if args.text is None and args.input_ids is None and not has_media:
+        raise ValueError("give --text, --input-ids, --audio or --image")
+    if has_media and (args.input_ids is not None or args.tokenizer):
+        raise ValueError("--audio/--image go to the conductor's chat template: not with --input-ids or --tokenizer")
+    if has_media:
+        return None
     if args.text is not None and not args.text:
         raise ValueError("--text is empty")
     if args.text is not None and not args.tokenizer:
@@ -98,6 +112,17 @@ def prompt_ids(args: argparse.Namespace) -> list[int] | None:
     if not ids:
         raise ValueError("--input-ids is empty")
     return ids
+
+
+def media_bytes(args: argparse.Namespace) -> dict:
+    """{"audio": bytes, "image": bytes} of the files given (OSError naming a missing one)."""
+    out = {}
+    for name in ("audio", "image"):
+        path = getattr(args, name, None)
+        if path is not None:
+            with open(path, "rb") as f:
+                out[name] = f.read()
+    return out
 
 
 def request_params(args: argparse.Namespace) -> dict:
@@ -172,7 +197,7 @@ def _describe(error, address: str, model: str) -> str:
     return f"request failed ({code.name}): {details}"
 
 
-async def _speak(args, connection, ids: list[int], params: dict, sink: WavSink):
+async def _speak(args, connection, ids: list[int], params: dict, sink: WavSink, media: dict):
     from client.speech import speak
 
     def on_event(ev) -> None:
@@ -180,7 +205,7 @@ async def _speak(args, connection, ids: list[int], params: dict, sink: WavSink):
             sink.write(ev.value)
 
     return await speak(connection, args.model, ids, params, on_event=on_event, timeout_s=args.timeout,
-                       request_id=args.request_id, text=args.text if ids is None else "")
+                       request_id=args.request_id, text=(args.text or "") if ids is None else "", **media)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -193,13 +218,13 @@ def run(args: argparse.Namespace) -> int:
     address = conductor_address(args)
     try:
         connection = connection_from_args(args, address)
-        ids, params = prompt_ids(args), request_params(args)
+        ids, params, media = prompt_ids(args), request_params(args), media_bytes(args)
         sink = WavSink(args.output)
     except (ValueError, OSError, StarmeshError) as e:
         print(f"starmesh speak: {e}", file=sys.stderr)
         return 2
     try:
-        summary = asyncio.run(_speak(args, connection, ids, params, sink))
+        summary = asyncio.run(_speak(args, connection, ids, params, sink, media))
     except grpc.aio.AioRpcError as e:
         sink.close(keep=sink.num_samples > 0)  # the audio that arrived stays playable
         print(f"starmesh speak: {_describe(e, address, args.model)}", file=sys.stderr)

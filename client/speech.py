@@ -83,15 +83,37 @@ def speech_event(ev, t_s: float) -> SpeechEvent | None:
     return None
 
 
+def media_message(text: str = "", audio: bytes | None = None, image: bytes | None = None):
+    """One user ChatMessage: the audio clip (WAV bytes), then the image (PNG/JPEG bytes),
+    then the text, as the conductor's chat template lays them out."""
+    from protos.starmesh.v1 import conductor_pb2 as pb
+
+    parts = []
+    if audio is not None:
+        parts.append(pb.ContentPart(audio=pb.MediaPart(data=audio)))
+    if image is not None:
+        parts.append(pb.ContentPart(image=pb.MediaPart(data=image)))
+    if text:
+        parts.append(pb.ContentPart(text=text))
+    return pb.ChatMessage(role="user", content=parts)
+
+
 async def speak_stream(conductor: "str | Connection", model: str, input_ids: list[int] | None = None,
                        params: dict | None = None, request_id: str = "", timeout_s: float | None = None,
-                       text: str = "") -> AsyncIterator[SpeechEvent]:
+                       text: str = "", audio: bytes | None = None,
+                       image: bytes | None = None) -> AsyncIterator[SpeechEvent]:
     """Yields the request's events in order; raises grpc.aio.AioRpcError on failure. The
-    prompt is `input_ids` (chat-formatted ids), or `text` for the server's chat template."""
+    prompt is `input_ids` (chat-formatted ids), or `text` for the server's chat template;
+    `audio` (WAV bytes) and/or `image` (PNG/JPEG bytes) make it one user message with
+    those parts before the text."""
     from protos.starmesh.v1 import conductor_pb2 as pb
     from protos.starmesh.v1 import conductor_pb2_grpc
 
-    req = pb.GenerateRequest(model=model, request_id=request_id, input_ids=list(input_ids or ()), text=text)
+    if audio is None and image is None:
+        req = pb.GenerateRequest(model=model, request_id=request_id, input_ids=list(input_ids or ()), text=text)
+    else:
+        req = pb.GenerateRequest(model=model, request_id=request_id, input_ids=list(input_ids or ()),
+                                 messages=[media_message(text, audio, image)])
     req.params.update(params or {})
     conn = conductor if isinstance(conductor, Connection) else Connection.from_env(conductor)
     t0 = time.perf_counter()

@@ -4,21 +4,27 @@ makes (ServedModel.prompt: pipelines/prompt_format.py), checked before any work.
     inputs = prompt_inputs(req, model, tokenizer, params, limits)   # {} when neither is set
 
 Either `text` (one user turn) or `messages`, never both, and never with `input_ids` or
-an input of the same name; every message has a known role and text content parts.
+an input of the same name; every message has a known role and text, audio or image
+content parts. A message with media has its content as the parts' list
+([{"type": "audio"}, {"type": "image"}, {"type": "text", "text": ...}], in the client's
+order), which the checkpoint's chat template renders as one placeholder per medium; the
+media's bytes become the walk inputs `audio` and `image` (conductor.media_parts).
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from conductor.input_limits import InputLimits
+from conductor.media_parts import MediaParts
 from conductor.model import ServedModel
 from core.errors import InvalidArgument
 
 ROLES = ("system", "user", "assistant")
 
 
-def chat_messages(req, limits: InputLimits) -> list[dict]:
-    """[{"role", "content"}] of `text` or `messages` ([] when neither is set)."""
+def chat_messages(req, limits: InputLimits, media: MediaParts | None = None) -> list[dict]:
+    """[{"role", "content"}] of `text` or `messages` ([] when neither is set); media parts
+    go to `media` (refused when it is None)."""
     if req.text and len(req.messages):
         raise InvalidArgument("text and messages are both set: give one")
     if req.text:
@@ -32,10 +38,20 @@ def chat_messages(req, limits: InputLimits) -> list[dict]:
             raise InvalidArgument(f"messages[{i}].role must be one of {list(ROLES)}, got {message.role[:32]!r}")
         parts = []
         for j, part in enumerate(message.content):
-            if part.WhichOneof("part") != "text":
-                raise InvalidArgument(f"messages[{i}].content[{j}] has no part set (text parts only, for now)")
-            parts.append(part.text)
-        out.append({"role": message.role, "content": "".join(parts)})
+            kind, where = part.WhichOneof("part"), f"messages[{i}].content[{j}]"
+            if kind is None:
+                raise InvalidArgument(f"{where} has no part set (text, audio or image)")
+            if kind == "text":
+                parts.append({"type": "text", "text": part.text})
+                continue
+            if media is None:
+                raise InvalidArgument(f"{where}: {kind} parts are not taken here")
+            media.add(kind, getattr(part, kind), where)
+            parts.append({"type": kind})
+        if all(p["type"] == "text" for p in parts):
+            out.append({"role": message.role, "content": "".join(p["text"] for p in parts)})
+        else:
+            out.append({"role": message.role, "content": parts})
     return out
 
 
@@ -45,9 +61,11 @@ def prompt_inputs(req, model: ServedModel, tokenizer, params: Mapping[str, Any],
 
     from conductor.generate_request import input_ids_tensor
 
-    messages = chat_messages(req, limits)
+    media = MediaParts(limits)
+    messages = chat_messages(req, limits, media)
     if not messages:
         return {}
+    media.check_model(_input_names(model), model.name)
     fmt = model.prompt
     if fmt is None:
         raise InvalidArgument(f"text/messages: model {model.name!r} takes no text; send its inputs "
@@ -59,7 +77,7 @@ def prompt_inputs(req, model: ServedModel, tokenizer, params: Mapping[str, Any],
                               "send input_ids")
     if fmt.needs_tokenizer:
         ids, _ = input_ids_tensor(fmt.ids(tokenizer, messages, params), limits)
-        return {fmt.input_name: (ids,)}
+        return {fmt.input_name: (ids,), **media.inputs()}
     data = fmt.text(messages).encode()
     return {fmt.input_name: (torch.tensor(list(data), dtype=torch.uint8),)}
 

@@ -62,7 +62,7 @@ def parse_generate_request(req, model: ServedModel, limits: InputLimits, tokeniz
     messages: conductor.chat_request)."""
     request_id = _request_id(req.request_id, limits)
     wanted = wanted_outputs(req, model, limits)
-    total = len(req.text.encode()) + sum(len(p.text.encode()) for m in req.messages for p in m.content)
+    total = len(req.text.encode()) + sum(_part_bytes(p) for m in req.messages for p in m.content)
     inputs: dict[str, tuple] = {}
     if len(req.input_ids):
         ids, nbytes = input_ids_tensor(req.input_ids, limits)
@@ -80,6 +80,11 @@ def parse_generate_request(req, model: ServedModel, limits: InputLimits, tokeniz
                               f"{limits.max_request_bytes} (max_request_bytes)")
     inputs.update(prompt_inputs(req, model, tokenizer, params, limits))  # the text counted above; its ids bounded there
     return GenerateInputs(request_id, inputs, params, total, wanted)
+
+
+def _part_bytes(part) -> int:
+    kind = part.WhichOneof("part")
+    return len(part.text.encode()) if kind == "text" else len(getattr(part, kind).data) if kind else 0
 
 
 def _request_id(value: str, limits: InputLimits) -> str:

@@ -103,25 +103,28 @@ class CudaRunner:
         elif graph_sizes:
             log.warning("CUDA graphs off: they need the FlashInfer backend")
 
-    def run(self, batch, pool, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata):
-        """One step from host inputs (ModelRunner.prepare's) -> ForwardOutput with host logits."""
+    def run(self, batch, pool, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+            media=None):
+        """One step from host inputs (ModelRunner.prepare's) -> ForwardOutput with host logits.
+        media (engine.prompt_media.StepMedia): a step with audio/image rows runs eagerly."""
         embeds_in = self.runner.input_embeds(batch)
         keep = [i for i, m in enumerate(batch.sample_mask) if m]  # rows that sample
-        if self.graphs is not None and embeds_in is None and self.graphs.fits(meta):
+        if self.graphs is not None and embeds_in is None and media is None and self.graphs.fits(meta):
             logits, hidden, captured, embeds = self.graphs.run(input_ids, positions, meta)  # [n, ...] views
             if len(keep) < meta.num_seqs:
                 rows = to_device(torch.tensor(keep, dtype=torch.int64), self.device)
                 logits, hidden = logits.index_select(0, rows), hidden.index_select(0, rows)
             hidden = hidden.clone()  # the graph's static output is overwritten by the next replay
         else:
-            logits, hidden, captured, embeds = self._eager(input_ids, positions, meta, embeds_in, keep)
+            logits, hidden, captured, embeds = self._eager(input_ids, positions, meta, embeds_in, keep, media)
         self._plan_next(batch, pool)
         return self._output(logits, hidden, captured, embeds, meta)
 
-    def _eager(self, input_ids, positions, meta, embeds_in, keep) -> tuple:
+    def _eager(self, input_ids, positions, meta, embeds_in, keep, media=None) -> tuple:
         backend = self.model.attn_backend
         flashinfer = isinstance(backend, FlashInferBackend)
-        ids, pos = to_device(input_ids, self.device), to_device(positions, self.device)
+        ids = to_device(input_ids, self.device)
+        pos = to_device(positions if media is None else media.positions, self.device)
         dev_meta = device_meta(meta, self.device, full=not flashinfer)
         if flashinfer:
             backend.plan(dev_meta, meta)  # from the host metadata: no device sync
@@ -129,10 +132,15 @@ class CudaRunner:
         if len(keep) < meta.num_seqs:
             rows = rows[torch.tensor(keep, dtype=torch.int64)]
         inputs_embeds = None if embeds_in is None else to_device(embeds_in, self.device)
+        additions = None
+        if media is not None:
+            inputs_embeds = media.splice(self.model.embed(ids) if inputs_embeds is None else inputs_embeds)
+            additions = [(to_device(r, self.device), to_device(v, self.device)) for r, v in media.additions]
         on_device = nullcontext() if flashinfer or self.device.type == "cpu" else torch.device(self.device)
         with on_device:
             hidden, captured = self.model(ids, pos, dev_meta, self.runner.kv_caches,
-                                          capture_layer=self.runner.capture_layer, inputs_embeds=inputs_embeds)
+                                          capture_layer=self.runner.capture_layer, inputs_embeds=inputs_embeds,
+                                          layer_additions=additions)
             if rows.numel() == hidden.shape[0]:
                 sampled = hidden
             else:

@@ -20,6 +20,7 @@ from dataclasses import replace
 
 import torch
 
+from core.errors import InvalidArgument
 from engine.batch import ScheduledBatch
 from engine.engine_config import EngineConfig
 from engine.model_runner import ForwardOutput, ModelRunner
@@ -45,11 +46,17 @@ class EngineCore(ABC):
         return min(self.model.config.max_position, self.config.num_blocks * self.config.block_size)
 
     def _add_sequence(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-                      prompt_embeds: torch.Tensor | None = None) -> Sequence:
+                      prompt_embeds: torch.Tensor | None = None, media=None) -> Sequence:
         """Validates the request against the model and queues it; it joins at the next step.
-        prompt_embeds [len(prompt_ids), hidden], when given, are the prompt's input rows."""
+        prompt_embeds [len(prompt_ids), hidden], when given, are the prompt's input rows;
+        media (engine.prompt_media.PromptMedia), the rows and rope ids of its audio and images."""
+        if media is not None and media.rows.shape[1] != self.model.config.hidden_size:
+            raise InvalidArgument(f"media rows have width {media.rows.shape[1]}, the model "
+                                  f"{self.model.config.hidden_size}")
+        if media is not None and not self.model.config.mrope_section:
+            raise InvalidArgument("media: this model takes no audio or image input (no multimodal rope)")
         seq = Sequence(request_id, list(prompt_ids), params, next(self._arrivals), self.max_context,
-                       self.model.config.vocab_size, prompt_embeds)
+                       self.model.config.vocab_size, prompt_embeds, media)
         self.scheduler.add(seq)
         return seq
 

@@ -50,10 +50,11 @@ class LLMEngine(EngineCore):
         return cls(load_model(config.checkpoint, dtype=config.dtype, device=resolve_device(config.device)), config)
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-                    prompt_embeds=None) -> Sequence:
+                    prompt_embeds=None, media=None) -> Sequence:
         """Validates and queues a request; it joins at the next step. prompt_embeds
-        [len(prompt_ids), hidden], when given, are the prompt's input rows (not the ids')."""
-        return self._add_sequence(request_id, prompt_ids, params, prompt_embeds)
+        [len(prompt_ids), hidden], when given, are the prompt's input rows (not the ids');
+        media (engine.prompt_media.PromptMedia), its audio and image rows and rope ids."""
+        return self._add_sequence(request_id, prompt_ids, params, prompt_embeds, media)
 
     def _outputs(self, batch: ScheduledBatch, sampled: list[int | None], out: ForwardOutput) -> list[StepOutput]:
         return [StepOutput(seq.request_id, token, seq.is_finished, seq.finish_reason,

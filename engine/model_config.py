@@ -64,6 +64,9 @@ class ModelConfig:
     # Where the text model's tensors live in the checkpoint ("thinker." for Qwen3-Omni).
     weight_prefix: str = ""
     eos_token_ids: tuple[int, ...] = ()
+    # Multimodal rope (Qwen3-Omni's thinker): frequencies per axis (time, height, width),
+    # interleaved; () for 1-D rope. Text-only positions reduce it to 1-D rope exactly.
+    mrope_section: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -81,6 +84,10 @@ class ModelConfig:
             raise InvalidArgument(f"ModelConfig.head_dim must be even for rope, got {self.head_dim}")
         if self.rope_theta <= 0 or self.rms_eps <= 0:
             raise InvalidArgument("ModelConfig.rope_theta and rms_eps must be > 0")
+        if self.mrope_section and (len(self.mrope_section) != 3 or sum(self.mrope_section) > self.head_dim // 2
+                                   or min(self.mrope_section) < 0):
+            raise InvalidArgument(f"ModelConfig.mrope_section {self.mrope_section} must be 3 sizes >= 0 summing "
+                                  f"to at most head_dim / 2 = {self.head_dim // 2}")
         self._validate_moe()
 
     def _validate_moe(self) -> None:
@@ -193,6 +200,7 @@ def model_config_from_hf(cfg: dict, dtype: str | None = None, where: str = "conf
             qk_norm=family != "llama", attention_bias=bool(text.get("attention_bias", False)),
             mlp_bias=bool(text.get("mlp_bias", False)), weight_prefix=prefix,
             eos_token_ids=_eos_ids(text.get("eos_token_id", cfg.get("eos_token_id"))),
+            mrope_section=tuple(int(v) for v in (text.get("rope_parameters") or {}).get("mrope_section") or ()),
             **_moe_fields(text))
     except KeyError as e:
         raise InvalidArgument(f"{where}: missing field {e.args[0]!r}") from None

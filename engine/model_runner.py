@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from engine.attention.metadata import AttentionMetadata
+from engine.prompt_media import step_media
 
 
 @dataclass
@@ -99,10 +100,15 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, batch, pool) -> ForwardOutput:
         input_ids, positions, meta = self.prepare(batch, pool)
+        media = step_media(batch.seqs, np.asarray(batch.start_positions), batch.num_query_tokens, positions.numpy())
         if self.cuda is not None:
-            return self.cuda.run(batch, pool, input_ids, positions, meta)
+            return self.cuda.run(batch, pool, input_ids, positions, meta, media)
+        inputs_embeds, additions = self.input_embeds(batch), None
+        if media is not None:  # audio/image rows spliced in, 3-axis rope ids, deepstack additions
+            positions, additions = media.positions, media.additions
+            inputs_embeds = media.splice(self.model.embed(input_ids) if inputs_embeds is None else inputs_embeds)
         hidden, captured = self.model(input_ids, positions, meta, self.kv_caches, capture_layer=self.capture_layer,
-                                      inputs_embeds=self.input_embeds(batch))
+                                      inputs_embeds=inputs_embeds, layer_additions=additions)
         sample_mask = batch.sample_mask
         rows = meta.last_token_rows if all(sample_mask) else meta.last_token_rows[torch.tensor(sample_mask)]
         sampled_hidden = hidden if rows.numel() == hidden.shape[0] else hidden[rows]
@@ -111,6 +117,6 @@ class ModelRunner:
         if captured is not None:
             out.hidden = [captured[a:b] for a, b in zip(bounds, bounds[1:])]
         if self.return_embeddings:
-            embeds = self.model.embed(input_ids)
+            embeds = self.model.embed(input_ids)  # placeholder rows at media positions: the talker reads its hidden there
             out.embeds = [embeds[a:b] for a, b in zip(bounds, bounds[1:])]
         return out

@@ -30,6 +30,7 @@ class Sequence:
         max_context: int,
         vocab_size: int,
         prompt_embeds=None,
+        media=None,
     ) -> None:
         _validate(prompt_ids, params, max_context, vocab_size)
         self.request_id = request_id
@@ -52,6 +53,10 @@ class Sequence:
             self.input_embeds = EmbedRows(prompt_embeds)
             if len(self.input_embeds) != self._num_prompt:
                 raise InvalidArgument(f"prompt has {self._num_prompt} ids but {len(self.input_embeds)} embedding rows")
+        # Audio/image rows and multimodal rope ids of the prompt (engine.prompt_media.PromptMedia)
+        self.media = media
+        if media is not None and media.num_prompt != self._num_prompt:
+            raise InvalidArgument(f"prompt has {self._num_prompt} ids but media positions for {media.num_prompt}")
 
     def __repr__(self) -> str:
         return (f"Sequence({self.request_id!r}, {self.status.name}, tokens={self.num_tokens}, "

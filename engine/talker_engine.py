@@ -30,7 +30,7 @@ from engine.kv_pool import IntegrityError
 from engine.model_runner import ForwardOutput, ModelRunner
 from engine.models.qwen3_omni.params import DEFAULT_MAX_FRAMES
 from engine.models.qwen3_omni.talker import Talker
-from engine.models.qwen3_omni.talker_prompt import talker_prompt
+from engine.models.qwen3_omni.talker_prompt import talker_media, talker_prompt
 from engine.sampler import top_k_filter, top_p_filter
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
@@ -74,11 +74,14 @@ class TalkerEngine(EngineCore):
 
     # -- requests ----------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, speaker: str = "ethan",
-                    embeds: torch.Tensor | None = None, hidden: torch.Tensor | None = None) -> None:
-        """Opens a request from the thinker's prompt ids and (some of) its rows [n, thinker_hidden]."""
+                    embeds: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
+                    image_grids: tuple = ()) -> None:
+        """Opens a request from the thinker's prompt ids and (some of) its rows [n, thinker_hidden];
+        image_grids: (t, h, w) of each image in the prompt (they shape the talker's rope ids)."""
         if request_id in self.requests:
             raise InvalidArgument(f"request_id {request_id!r} is already on the talker")
-        req = TalkerRequest(request_id, prompt_ids, params, self.spec.speaker_id(speaker), self.spec.tokens)
+        req = TalkerRequest(request_id, prompt_ids, params, self.spec.speaker_id(speaker), self.spec.tokens,
+                            image_grids)
         self.requests[request_id] = req
         if embeds is not None:
             self.push_thinker(request_id, embeds, hidden)
@@ -125,7 +128,7 @@ class TalkerEngine(EngineCore):
     def _start(self, req: TalkerRequest) -> None:
         rows = talker_prompt(self.model, req)  # [P, hidden]
         ids = [self.spec.codec["codec_pad_id"]] * rows.shape[0]  # placeholders: the rows are the input
-        req.seq = self._add_sequence(req.request_id, ids, req.params, rows)
+        req.seq = self._add_sequence(req.request_id, ids, req.params, rows, talker_media(self.model, req, len(ids)))
 
     def _feed(self, req: TalkerRequest, seq: Sequence) -> bool:
         """Completes the next input row if its text row is known; False while it is not."""

@@ -25,8 +25,9 @@ HEAD_ROWS = 4  # <|im_start|> assistant \n + the first text token
 
 class TalkerRequest:
     def __init__(self, request_id: str, prompt_ids: list[int], params: SamplingParams, speaker_id: int,
-                 tokens: dict) -> None:
+                 tokens: dict, image_grids: tuple = ()) -> None:
         self.request_id = request_id
+        self.image_grids = tuple(tuple(int(v) for v in g) for g in image_grids)  # (t, h, w) per prompt image
         self.prompt_ids = [int(t) for t in prompt_ids]
         self.params = params
         self.speaker_id = speaker_id

@@ -20,6 +20,7 @@ _FACTORIES: dict[str, str] = {
     "text_encoder": "services.dit.text:TextEncoderComponent.from_checkpoint",
     "sd3": "services.dit.colocated:make_sd3",
     "codec": "services.codec.factory:codec_from_checkpoint",
+    "encoder": "services.encoder.component:encoders_from_checkpoint",
     "orpheus_lm": "services.orpheus.component:make_orpheus_lm",
     "world": "services.world.component:WorldComponent.from_checkpoint",
 }

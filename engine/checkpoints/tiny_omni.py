@@ -2,7 +2,8 @@
 
 Written by transformers' own `Qwen3OmniMoeForConditionalGeneration` with a fixed seed
 (fp32, `save_pretrained`), plus a byte-level tokenizer whose chat-template words
-(<|im_start|>, user, assistant, ...) are single added tokens, as in the real model.
+(<|im_start|>, user, assistant, ...) are single added tokens, as in the real model, and
+the processor configuration of its audio and vision towers (tiny_omni_processor.py).
 
 Token layout of the thinker vocabulary (TOKENS): ids 0..255 are bytes, the special
 tokens follow. The talker vocabulary is `1024 + CODEBOOK`: ids below CODEBOOK are codec
@@ -17,7 +18,8 @@ from pathlib import Path
 import torch
 
 SPECIAL = ("<|im_start|>", "<|im_end|>", "system", "user", "assistant", "<|audio_pad|>", "<|image_pad|>",
-           "<|video_pad|>", "<|vision_start|>", "<|audio_start|>", "<|tts_pad|>", "<|tts_bos|>", "<|tts_eos|>")
+           "<|video_pad|>", "<|vision_start|>", "<|audio_start|>", "<|tts_pad|>", "<|tts_bos|>", "<|tts_eos|>",
+           "<|audio_end|>", "<|vision_end|>")  # new names only ever go last: the ids above are fixed
 TOKENS = {name: 256 + i for i, name in enumerate(SPECIAL)}
 THINKER_VOCAB = 272
 CODEBOOK = 64
@@ -92,16 +94,28 @@ def _init_talker_experts(model, seed: int) -> None:
                 param.copy_(torch.randn(param.shape, generator=gen) * std)
 
 
+# ChatML as Qwen3-Omni's template lays out a content list: each audio part is
+# <|audio_start|><|audio_pad|><|audio_end|>, each image <|vision_start|><|image_pad|><|vision_end|>
+# (one placeholder: the thinker widens it to the encoder's rows); a string content as is.
+OMNI_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'audio' %}{{ '<|audio_start|><|audio_pad|><|audio_end|>' }}"
+    "{% elif part['type'] == 'image' %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}{{ '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
 def write_omni_tokenizer(directory: str | Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
-    from engine.checkpoints.tiny_text import CHATML_TEMPLATE, write_byte_tokenizer
+    from engine.checkpoints.tiny_text import write_byte_tokenizer
 
     write_byte_tokenizer(directory)
     tok = PreTrainedTokenizerFast.from_pretrained(str(directory))
     tok.add_special_tokens({"additional_special_tokens": list(SPECIAL)})
     assert tok.convert_tokens_to_ids(list(SPECIAL)) == list(TOKENS.values()), "special ids must follow the bytes"
-    tok.chat_template = CHATML_TEMPLATE  # applied to a user turn it gives chat_prompt's ids
+    tok.chat_template = OMNI_TEMPLATE  # applied to a user turn it gives chat_prompt's ids
     tok.save_pretrained(str(directory))
 
 
@@ -110,12 +124,15 @@ def make_tiny_omni(directory: str | Path, *, seed: int = 0, with_tokenizer: bool
     """Write the tiny random fp32 Qwen3-Omni checkpoint to `directory`; returns the path."""
     import transformers as tf
 
+    from engine.checkpoints.tiny_omni_processor import write_processor_config
+
     directory = Path(directory)
     torch.manual_seed(seed)
     model = tf.Qwen3OmniMoeForConditionalGeneration(omni_config(**talker_overrides)).to(torch.float32).eval()
     _randomize_snake(model)
     _init_talker_experts(model, seed)
     model.save_pretrained(str(directory), safe_serialization=True)
+    write_processor_config(directory, model.config.thinker_config)
     if with_tokenizer:
         write_omni_tokenizer(directory)
     return directory
@@ -127,3 +144,17 @@ def chat_prompt(text: str | bytes) -> list[int]:
     nl = ord("\n")
     return ([TOKENS["<|im_start|>"], TOKENS["user"], nl, *body, TOKENS["<|im_end|>"], nl,
              TOKENS["<|im_start|>"], TOKENS["assistant"], nl])
+
+
+def media_chat_prompt(text: str | bytes, audio_tokens: tuple[int, ...] = (), image_tokens: tuple[int, ...] = ()
+                      ) -> list[int]:
+    """chat_prompt with the user turn opening on each clip's and image's placeholder run, as
+    Qwen3-Omni's processor lays them out: <|audio_start|> <|audio_pad|> x n <|audio_end|>,
+    then <|vision_start|> <|image_pad|> x n <|vision_end|>, then the text."""
+    media = []
+    for n in audio_tokens:
+        media += [TOKENS["<|audio_start|>"], *[TOKENS["<|audio_pad|>"]] * n, TOKENS["<|audio_end|>"]]
+    for n in image_tokens:
+        media += [TOKENS["<|vision_start|>"], *[TOKENS["<|image_pad|>"]] * n, TOKENS["<|vision_end|>"]]
+    ids = chat_prompt(text)
+    return ids[:3] + media + ids[3:]

@@ -75,10 +75,14 @@ class CausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                 capture_layer: int | None = None,
-                inputs_embeds: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                inputs_embeds: torch.Tensor | None = None,
+                layer_additions: list | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """input_ids/positions [T] -> (final normed hidden [T, hidden], captured [T, hidden] | None).
 
-        inputs_embeds [T, hidden], when given, replaces the embedding of input_ids.
+        positions may be [3, T] (multimodal rope). inputs_embeds [T, hidden], when given,
+        replaces the embedding of input_ids. layer_additions[i] = (rows [k] long, values
+        [k, hidden]) is added to the output of layer i at those rows (the vision tower's
+        deepstack features), after that output is captured, as transformers records it.
 
         captured follows HF's hidden_states[capture_layer]: 0 = the input embeddings, i = the
         output of decoder layer i-1, num_layers = the final normed hidden (as HF returns it).
@@ -92,10 +96,14 @@ class CausalLM(nn.Module):
         x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds  # [T, hidden]
         cos_sin = self.rotary.rotation(positions, x.dtype)
         captured = x if capture_layer == 0 else None
+        additions = layer_additions or []
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos_sin, self.attn_backend, plan, kv_caches[i])
             if capture_layer == i + 1 and capture_layer < num_layers:
                 captured = x
+            if i < len(additions) and additions[i][0].numel():
+                rows, values = additions[i]
+                x = x.index_put((rows,), x[rows] + values.to(x.dtype))  # a new tensor: captured keeps its own
         x = self.model.norm(x)
         if capture_layer == num_layers:
             captured = x

@@ -2,8 +2,9 @@
 to the activation dtype, rotate-half layout), so fp32 logits match it exactly.
 
 Supported scalings: none ("default") and Llama 3.1 ("llama3"). The Qwen3-Omni thinker's
-multimodal rope reduces to this 1-D rope for text-only positions (all three position ids
-equal): see engine/checkpoint.py.
+multimodal rope (`rotation` of [3, T] positions: time, height, width) takes each
+frequency's angle from one axis, interleaved; with all three position ids equal it is
+this 1-D rope bit for bit.
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ class RotaryEmbedding:
         if config.rope_scaling is not None:
             inv_freq = llama3_inv_freq(inv_freq, config.rope_scaling)
         self._inv_freq = inv_freq  # fp32 [D/2], CPU master copy
+        # [D/2] or None; configs of models without multimodal rope (code2wav) lack the field
+        self._axis_of_freq = _interleaved_axes(getattr(config, "mrope_section", ()), config.head_dim // 2)
         self._by_device: dict[torch.device, torch.Tensor] = {}
 
     def inv_freq(self, device: torch.device) -> torch.Tensor:
@@ -51,9 +54,19 @@ class RotaryEmbedding:
             self._by_device[device] = self._inv_freq.to(device)
         return self._by_device[device]
 
+    def _freqs(self, positions: torch.Tensor) -> torch.Tensor:
+        """positions [T] or [3, T] -> angles [T, D/2] fp32."""
+        if positions.dim() == 1:
+            return positions[:, None].float() * self.inv_freq(positions.device)
+        if self._axis_of_freq is None:
+            raise ValueError("3-axis positions for a model without multimodal rope")
+        freqs = positions[..., None].float() * self.inv_freq(positions.device)  # [3, T, D/2]
+        axis = self._axis_of_freq.to(positions.device)
+        return freqs.gather(0, axis.view(1, 1, -1).expand(1, freqs.shape[1], -1))[0]
+
     def __call__(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [T] -> (cos, sin), each [T, 1, D] in `dtype` (broadcast over heads)."""
-        freqs = positions[:, None].float() * self.inv_freq(positions.device)  # [T, D/2]
+        """positions [T] (or [3, T]: multimodal rope) -> (cos, sin), each [T, 1, D] in `dtype`."""
+        freqs = self._freqs(positions)  # [T, D/2]
         emb = torch.cat((freqs, freqs), dim=-1)  # [T, D]
         return emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
 
@@ -62,6 +75,18 @@ class RotaryEmbedding:
         cos, sin = self(positions, dtype)
         half = sin.shape[-1] // 2
         return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def _interleaved_axes(section: tuple[int, ...], half: int) -> torch.Tensor | None:
+    """[half] long: the axis (0 time, 1 height, 2 width) frequency i takes its angle from.
+    Frequencies 1, 4, 7, ... (the first section[1]) are height's, 2, 5, 8, ... (the first
+    section[2]) width's, every other one time's."""
+    if not section:
+        return None
+    axis = torch.zeros(half, dtype=torch.int64, device="cpu")
+    for a in (1, 2):
+        axis[a:3 * section[a]:3] = a
+    return axis
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,9 @@ token's row; code2wav starts on the first window of C frames (`first_chunk` fram
 set, to cut time to first audio). C and L are per deployment.
 
 A request that wants text alone runs the `chat` walk: prefill and the decode loop, the
-same thinker work (so the same text ids), without the talker and code2wav.
+same thinker work (so the same text ids), without the talker and code2wav. Requests with
+audio or an image take the media walks (pipelines.qwen3_omni.media_walks) when the graph
+is built with them (`media`: the combinations its placement can encode).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from graph.edge import GraphEdge as E
 from graph.edge import StreamingGraphEdge
 from graph.node import GraphNode
 from graph.walk import Walk, WalkGraph
+from pipelines.qwen3_omni.media_walks import media_nodes, media_walk, media_walk_name
 
 DECODE_LOOP = "decode_loop"   # runs inside the thinker
 TALKER_LOOP = "talker_loop"   # runs inside the talker
@@ -31,7 +34,8 @@ OUTPUT_KINDS = {"first_token": "text", "token": "text", "codes": "codes", "audio
 
 
 def speech_graph(chunk_size: int = 300, left_context: int = 25, first_chunk: int = 0,
-                 max_text_tokens: int = 4096, max_frames: int = 4096, name: str = "qwen3_omni") -> WalkGraph:
+                 max_text_tokens: int = 4096, max_frames: int = 4096, name: str = "qwen3_omni",
+                 media: tuple[tuple[str, ...], ...] = ()) -> WalkGraph:
     nodes = [
         GraphNode("prefill", ("input_ids",), ROWS, stateful=True),
         GraphNode("decode", ("token",), ROWS, stateful=True),
@@ -61,9 +65,16 @@ def speech_graph(chunk_size: int = 300, left_context: int = 25, first_chunk: int
         E("prefill.token", "output.first_token"),
         E("decode.token", "output.token"),
     ])
-    return WalkGraph(name, nodes, [walk, chat], first_walk=speech_or_chat)
+    if not media:
+        return WalkGraph(name, nodes, [walk, chat], first_walk=speech_walk)
+    walks = [walk, chat] + [media_walk(c, (DECODE_LOOP, TALKER_LOOP), (chunk_size, left_context, first_chunk),
+                                       max_text_tokens, max_frames) for c in media]
+    return WalkGraph(name, nodes + media_nodes(list(media)), walks, first_walk=speech_walk)
 
 
-def speech_or_chat(inputs: dict, wanted: frozenset[str]) -> str:
-    """`chat` when the request wants text and nothing else; `speak` otherwise."""
-    return "chat" if wanted == {"text"} else "speak"
+def speech_walk(inputs: dict, wanted: frozenset[str] = frozenset()) -> str:
+    """The media walk of a request with audio/image inputs (its audio is made even when
+    only text is wanted: the media walks all speak); else `chat` when the request wants
+    text alone; else `speak`."""
+    name = media_walk_name(inputs, "speak")
+    return "chat" if name == "speak" and wanted == {"text"} else name

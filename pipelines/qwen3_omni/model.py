@@ -5,29 +5,53 @@ the graph is the same; only where the nodes run differs.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from conductor.model import ServedModel
 from conductor.placement import Placement
 from pipelines.prompt_format import ChatTemplate
 from engine.models.qwen3_omni import SAMPLE_RATE
 from graph.walk import WalkGraph
 from pipelines.qwen3_omni.graph import INNER_LOOPS, OUTPUT_KINDS, speech_graph
+from pipelines.qwen3_omni.media_walks import TALKER_MEDIA, media_combinations, prefill_node
 from pipelines.qwen3_omni.params import SpeechParams
 
 
-def speech_placement(thinker: list[str], talker: list[str], codec: list[str] | None = None) -> Placement:
-    """codec None: code2wav runs in the talker's processes (co-located)."""
+def speech_placement(thinker: list[str], talker: list[str], codec: list[str] | None = None,
+                     encoder: list[str] | None = None) -> Placement:
+    """codec None: code2wav runs in the talker's processes (co-located); encoder: replicas
+    of a service hosting both towers (audio_encoder, vision_encoder), None: no media walks."""
     services = {"thinker": {"replicas": thinker}, "talker": {"replicas": talker}}
     where = {"prefill": "thinker", "decode": "thinker", "talker": "talker", "code2wav": "talker"}
     if codec is not None:
         services["codec"] = {"replicas": codec}
         where["code2wav"] = "codec"
+    if encoder is not None:
+        services["encoder"] = {"replicas": encoder}
+        where.update(audio_encoder="encoder", vision_encoder="encoder")
     return Placement.from_dict({"services": services, "placement": where,
                                 "kv_contexts": {"thinker": ["prefill", "decode"]}})
 
 
 def speech_model(name: str, placement: Placement, chunk_size: int = 300, left_context: int = 25,
                  first_chunk: int = 0) -> ServedModel:
-    return served_speech_model(name, speech_graph(chunk_size, left_context, first_chunk, name=name), placement)
+    """With `audio_encoder` and/or `vision_encoder` placed, requests carrying media take the
+    media walks; their prefill nodes run where `prefill` does, talker_media where `talker` does."""
+    combos = media_combinations(set(placement.node_to_service))
+    graph = speech_graph(chunk_size, left_context, first_chunk, name=name, media=tuple(combos))
+    return served_speech_model(name, graph, with_media_nodes(placement, combos) if combos else placement)
+
+
+def with_media_nodes(placement: Placement, combos: list[tuple[str, ...]]) -> Placement:
+    """`placement` with the media walks' thinker and talker nodes beside prefill and talker."""
+    where = dict(placement.node_to_service)
+    prefills = [prefill_node(c) for c in combos]
+    for node in prefills:
+        where.setdefault(node, where.get("prefill", ""))
+    where.setdefault(TALKER_MEDIA, where.get("talker", ""))
+    groups = {g: tuple(nodes) + tuple(p for p in prefills if "prefill" in nodes and p not in nodes)
+              for g, nodes in placement.kv_contexts.items()}
+    return dataclasses.replace(placement, node_to_service=where, kv_contexts=groups)
 
 
 def served_speech_model(name: str, graph: WalkGraph, placement: Placement) -> ServedModel:

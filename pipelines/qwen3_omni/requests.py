@@ -33,6 +33,7 @@ class SpeechRequest:
     chunk_size: int = 300               # C: frames per code2wav window
     left_context: int = 25              # L: frames of left context per window
     first_chunk: int = 0                # 0: the first window is chunk_size frames too
+    media: object = None                # engine.prompt_media.PromptMedia: the prompt's audio/image rows
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt_ids", tuple(int(t) for t in self.prompt_ids))

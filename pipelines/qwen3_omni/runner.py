@@ -65,9 +65,10 @@ class SpeechRunner:
             max_new_tokens=req.max_frames, temperature=req.talker_temperature, top_k=req.talker_top_k,
             top_p=req.talker_top_p, repetition_penalty=req.repetition_penalty, seed=req.seed,
             min_new_tokens=req.min_frames)
-        self.talker.add_request(req.request_id, list(req.prompt_ids), talk, req.speaker)
+        grids = req.media.image_grids if req.media is not None else ()
+        self.talker.add_request(req.request_id, list(req.prompt_ids), talk, req.speaker, image_grids=grids)
         try:
-            self.thinker.add_request(req.request_id, list(req.prompt_ids), text)
+            self.thinker.add_request(req.request_id, list(req.prompt_ids), text, media=req.media)
         except Exception:
             self.talker.abort(req.request_id)
             raise

@@ -1,4 +1,6 @@
-"""The talker as a component: node `talker`, a loop run inside the service.
+"""The talker as a component: node `talker` (and `talker_media`, the same loop for a prompt
+with audio or images: it also takes prompt_hidden and image_grids [k, 3]), a loop run
+inside the service.
 
 open(inputs):  prompt_ids [P] (the chat prompt the thinker saw), prompt_embeds
                [n, thinker_hidden] (and optionally prompt_hidden): the thinker rows known so
@@ -32,9 +34,18 @@ class TalkerRun:
     num_frames: int = 0
 
 
+def _grids(grids) -> tuple:
+    """image_grids [k, 3] integer (t, h, w) -> ((t, h, w), ...)."""
+    if grids is None or grids.numel() == 0:
+        return ()
+    if grids.dtype.is_floating_point or grids.shape[-1] != 3:
+        raise InvalidArgument(f"open.inputs.image_grids must be integer [k, 3], got {grids.dtype} {tuple(grids.shape)}")
+    return tuple(tuple(g) for g in grids.reshape(-1, 3).tolist())
+
+
 class TalkerComponent:
     name = "talker"
-    nodes = ("talker",)
+    nodes = ("talker", "talker_media")
 
     def __init__(self, engine: TalkerEngine) -> None:
         self.engine = engine
@@ -45,8 +56,8 @@ class TalkerComponent:
         return cls(TalkerEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, **engine_options)))
 
     def open(self, item: OpenNode, inputs) -> None:
-        if item.node != "talker":
-            raise InvalidArgument(f"open.node {item.node!r}: the talker runs node 'talker'")
+        if item.node not in self.nodes:
+            raise InvalidArgument(f"open.node {item.node!r}: the talker runs {list(self.nodes)}")
         if "prompt_ids" not in inputs or "prompt_embeds" not in inputs:
             raise InvalidArgument("open.inputs: the talker needs prompt_ids and prompt_embeds (thinker rows)")
         prompt = inputs["prompt_ids"]
@@ -54,7 +65,8 @@ class TalkerComponent:
             raise InvalidArgument("open.inputs.prompt_ids must be non-empty integer ids")
         params = TalkerParams.from_params(item.params)
         sampling = self.engine.talker_params(**params.sampling_kwargs(item.max_iters))  # the loop's own bound
-        self.engine.add_request(item.request_id, prompt.reshape(-1).tolist(), sampling, params.speaker)
+        self.engine.add_request(item.request_id, prompt.reshape(-1).tolist(), sampling, params.speaker,
+                                image_grids=_grids(inputs.get("image_grids")))
         self.runs[item.request_id] = TalkerRun(item)
         try:
             self._rows(item.request_id, inputs.get("prompt_embeds"), inputs.get("prompt_hidden"))

@@ -1,6 +1,10 @@
 """The thinker as a component: `prefill` (prompt -> first token) and `decode` (a loop
 run inside the service: one token per engine step until a stop rule).
 
+The media prefills (`prefill_audio`, `prefill_image`, `prefill_audio_image`: a Qwen3-Omni
+checkpoint's) also take the encoders' rows (services/thinker/media_inputs.py) and add to
+their outputs the widened prompt ids [P'] and the image grids [k, 3] the talker needs.
+
 Between prefill and decode the request keeps its KV context and is parked (not
 polled) until decode opens. Every open request advances in the same engine step
 (continuous batching); one step's outputs leave as one batch of events.
@@ -16,18 +20,35 @@ from engine.llm_engine import EngineConfig, LLMEngine
 from engine.sampling_params import TextParams
 from runtime.items import NodeDone, NodeOutput, OpenNode
 from core.errors import InvalidArgument
+from services.thinker.media_inputs import media_prompt
+
+MEDIA_PREFILLS = ("prefill_audio", "prefill_image", "prefill_audio_image")  # pipelines.qwen3_omni.media_walks
+
+
+def _config(checkpoint: str) -> dict:
+    """The checkpoint's config.json ({} when unreadable: the loader reports a bad checkpoint)."""
+    import json
+    from pathlib import Path
+
+    try:
+        return json.loads((Path(checkpoint) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _media_tokens(checkpoint: str):
+    """The checkpoint's MediaTokens when its thinker has audio and vision towers, else None."""
+    from engine.models.qwen3_omni.media_prompt import media_tokens_from_hf
+
+    cfg = _config(checkpoint)
+    thinker = cfg.get("thinker_config") or {}
+    return media_tokens_from_hf(cfg) if "audio_token_id" in thinker and "image_token_id" in thinker else None
 
 
 def talker_feed_options(checkpoint: str) -> dict:
     """A Qwen3-Omni checkpoint with a talker: return what the talker consumes (the input
     embeddings, and the accept layer's hidden states) with every token."""
-    import json
-    from pathlib import Path
-
-    try:
-        cfg = json.loads((Path(checkpoint) / "config.json").read_text())
-    except (OSError, ValueError):
-        return {}  # the loader reports a bad checkpoint with a clear error
+    cfg = _config(checkpoint)
     talker = cfg.get("talker_config") if cfg.get("enable_audio_output", True) else None
     if not isinstance(talker, dict):
         return {}
@@ -43,15 +64,17 @@ class ThinkerRun:
     num_decoded: int = 0
     is_finished: bool = False     # the sequence stopped (at prefill or later)
     parts: dict = field(default_factory=lambda: {"hidden": [], "embeds": []})  # rows since the last token
+    prompt: dict = field(default_factory=dict)  # media prefills: prompt_ids, image_grids with the first token
 
 
 class ThinkerComponent:
     name = "thinker"
-    nodes = ("prefill", "decode")
+    nodes = ("prefill", *MEDIA_PREFILLS, "decode")
 
-    def __init__(self, engine: LLMEngine, eos_token_ids: tuple[int, ...] = ()) -> None:
+    def __init__(self, engine: LLMEngine, eos_token_ids: tuple[int, ...] = (), media_tokens=None) -> None:
         self.engine = engine
         self.eos_token_ids = eos_token_ids
+        self.media_tokens = media_tokens  # MediaTokens of a checkpoint with audio/vision towers, else None
         self.runs: dict[str, ThinkerRun] = {}
         self._events: list = []
 
@@ -61,10 +84,11 @@ class ThinkerComponent:
         InvalidArgument naming engine.device where that device is not available)."""
         engine_options = {**talker_feed_options(checkpoint), **engine_options}
         engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, device=device, **engine_options))
-        return cls(engine, engine.model.config.eos_token_ids)  # config + generation_config, as the loader read them
+        # eos: config + generation_config, as the loader read them
+        return cls(engine, engine.model.config.eos_token_ids, _media_tokens(checkpoint))
 
     def open(self, item: OpenNode, inputs) -> None:
-        if item.node == "prefill":
+        if item.node == "prefill" or item.node in MEDIA_PREFILLS:
             self._open_prefill(item, inputs)
         elif item.node == "decode":
             self._open_decode(item)
@@ -76,8 +100,15 @@ class ThinkerComponent:
             raise InvalidArgument("open.inputs: prefill needs input_ids")
         prompt = inputs["input_ids"].reshape(-1).tolist()
         params = TextParams.from_params(item.params).sampling(self.eos_token_ids, item.stop_rule.stop_token_ids)
-        self.engine.add_request(item.request_id, prompt, params)
-        self.runs[item.request_id] = ThinkerRun(item)
+        run, media = ThinkerRun(item), None
+        if item.node != "prefill":
+            if self.media_tokens is None:
+                raise InvalidArgument(f"open.node {item.node!r}: this checkpoint has no audio/vision towers")
+            prompt, media, grids = media_prompt(prompt, inputs, self.media_tokens)
+            run.prompt = {"prompt_ids": torch.tensor(prompt, dtype=torch.int64),
+                          "image_grids": torch.tensor(grids, dtype=torch.int64).reshape(-1, 3)}
+        self.engine.add_request(item.request_id, prompt, params, media=media)
+        self.runs[item.request_id] = run
 
     def _open_decode(self, item: OpenNode) -> None:
         run = self.runs.get(item.request_id)
@@ -123,8 +154,10 @@ class ThinkerComponent:
                 rows.clear()
         run.is_finished = out.is_finished
         if run.decode is None:  # the first token ends prefill; decode opens next
-            self._events += [NodeOutput(run.prefill.request_id, "prefill", tensors, run.prefill.iteration),
-                             NodeDone(run.prefill.request_id, "prefill", iteration=run.prefill.iteration)]
+            p = run.prefill
+            tensors.update(run.prompt)
+            self._events += [NodeOutput(p.request_id, p.node, tensors, p.iteration),
+                             NodeDone(p.request_id, p.node, iteration=p.iteration)]
             if not out.is_finished:
                 self.engine.park(out.request_id)
             return

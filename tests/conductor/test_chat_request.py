@@ -110,3 +110,42 @@ def test_list_models_describes_params_outputs_and_voices(models):
     assert (steps.min, steps.max, steps.default_value.number_value) == (1, 1000, 28)
     assert image.accepts_text and list(image.output_modalities) == [pb.MODALITY_IMAGE]
     assert not model_info(models["world"], has_tokenizer=False).accepts_text
+
+
+WAV = b"RIFF\x24\x00\x00\x00WAVEfmt "  # the header's magic is all the front door reads
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
+
+
+def _media_req(*parts, model="omni-media"):
+    return pb.GenerateRequest(model=model, messages=[pb.ChatMessage(role="user", content=list(parts))])
+
+
+@pytest.fixture(scope="module")
+def media_models(models):
+    nodes = SPEECH_NODES + ["audio_encoder", "vision_encoder"]
+    omni = build_model("qwen3_omni", "omni-media", _placement(nodes, kv_contexts={"s": ["prefill", "decode"]}), {})
+    return {**models, "omni-media": omni}
+
+
+def test_media_parts_become_placeholders_and_inputs(media_models, tokenizer):
+    from engine.checkpoints.tiny_omni import media_chat_prompt
+
+    req = _media_req(pb.ContentPart(audio=pb.MediaPart(data=WAV, mime_type="audio/wav")),
+                     pb.ContentPart(image=pb.MediaPart(data=PNG)), pb.ContentPart(text="hi"))
+    parsed = _parse(media_models, tokenizer, req)
+    assert parsed.inputs["input_ids"][0].tolist() == media_chat_prompt("hi", (1,), (1,))
+    assert bytes(parsed.inputs["audio"][0].numpy()) == WAV and bytes(parsed.inputs["image"][0].numpy()) == PNG
+    assert media_models["omni-media"].graph.start(parsed.inputs) == "speak_audio_image"
+
+
+@pytest.mark.parametrize("parts, model, field", [
+    ([pb.ContentPart(audio=pb.MediaPart(data=WAV, mime_type="image/png"))], "omni-media",
+     "messages[0].content[0].audio.mime_type"),
+    ([pb.ContentPart(image=pb.MediaPart(data=WAV))], "omni-media", "messages[0].content[0].image: unsupported"),
+    ([pb.ContentPart(audio=pb.MediaPart(data=WAV)), pb.ContentPart(audio=pb.MediaPart(data=WAV))], "omni-media",
+     "messages[0].content[1]: one audio part per request"),
+    ([pb.ContentPart(audio=pb.MediaPart(data=WAV))], "omni", "messages[0].content[0]: model 'omni' takes no audio"),
+])
+def test_bad_media_parts_name_the_part(media_models, tokenizer, parts, model, field):
+    with pytest.raises(InvalidArgument, match=field.replace("[", r"\[").replace("]", r"\]")):
+        _parse(media_models, tokenizer, _media_req(*parts, model=model))

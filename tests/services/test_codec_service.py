@@ -9,10 +9,10 @@ import torch
 from engine.models.qwen3_omni.code2wav import Code2Wav
 from engine.stateless_engine import StatelessConfig
 from services.codec.component import CodecComponent
-from runtime.items import ChunkInfo, NodeDone, NodeError, NodeOutput, OpenNode, Release
+from runtime.items import ChunkInfo, NodeDone, NodeError, NodeOutput, OpenNode
 from services.registry import resolve_factory
 from tests.fixtures import registry
-from tests.fixtures.services import RunStream, start_in_process
+from tests.fixtures.services import RunStream, copy_out, start_in_process
 from transport.codec import inline_ref
 from transport.config import TransportConfig
 from core.errors import InvalidArgument
@@ -60,12 +60,8 @@ def collect(stream: RunStream, num_runs: int, consumer: Transport, kinds: dict |
         for ev in stream.events():
             if isinstance(ev, NodeOutput):
                 ref = ev.tensors["audio"]
-                resolved = consumer.resolve(ref)
-                audio[ev.request_id] = resolved.tensor.clone()
+                audio[ev.request_id] = copy_out(stream, consumer, ev.request_id, ref)
                 kinds[ev.request_id] = ref.kind
-                resolved.close()
-                if ref.kind == "shm":
-                    stream.send(Release(ev.request_id, (ref.lease_id,)))
             elif isinstance(ev, NodeDone):
                 done.add(ev.request_id)
             elif isinstance(ev, NodeError):

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from engine.model_config import ModelConfig, model_config_from_hf
+from engine.models.qwen3_omni.media_prompt import MediaTokens
 from core.errors import InvalidArgument
 
 CODEC_FIELDS = ("codec_pad_id", "codec_bos_id", "codec_eos_token_id", "codec_nothink_id", "codec_think_bos_id",
@@ -31,6 +32,7 @@ class TalkerSpec:
     speakers: dict                # lower-case name -> codec id
     tokens: dict                  # TOKEN_FIELDS -> thinker vocabulary id
     multimodal_ids: tuple[int, ...]
+    media: MediaTokens            # the talker's own image rope (its config's merge size and time scale)
 
     def __post_init__(self) -> None:
         if self.num_code_groups < 2:
@@ -98,6 +100,8 @@ def talker_spec_from_hf(cfg: dict, dtype: str | None = None, where: str = "confi
             thinker_hidden_size=int(talker["thinker_hidden_size"]),
             accept_hidden_layer=int(talker["accept_hidden_layer"]), codec=_ids(talker, CODEC_FIELDS, where),
             speakers={str(k).lower(): int(v) for k, v in (talker.get("speaker_id") or {}).items()},
-            tokens=_ids(cfg, TOKEN_FIELDS, where), multimodal_ids=multimodal)
+            tokens=_ids(cfg, TOKEN_FIELDS, where), multimodal_ids=multimodal,
+            media=MediaTokens(multimodal[0], multimodal[1], int(talker.get("spatial_merge_size", 2)),
+                              int(talker.get("position_id_per_seconds", 25))))
     except KeyError as e:
         raise InvalidArgument(f"{where}: talker_config lacks {e.args[0]!r}") from None

@@ -28,10 +28,22 @@ AUDIO_FORMAT_UNSPECIFIED: AudioFormat
 AUDIO_FORMAT_PCM_F32LE: AudioFormat
 
 class ContentPart(_message.Message):
-    __slots__ = ("text",)
+    __slots__ = ("text", "audio", "image")
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
     text: str
-    def __init__(self, text: _Optional[str] = ...) -> None: ...
+    audio: MediaPart
+    image: MediaPart
+    def __init__(self, text: _Optional[str] = ..., audio: _Optional[_Union[MediaPart, _Mapping]] = ..., image: _Optional[_Union[MediaPart, _Mapping]] = ...) -> None: ...
+
+class MediaPart(_message.Message):
+    __slots__ = ("data", "mime_type")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    mime_type: str
+    def __init__(self, data: _Optional[bytes] = ..., mime_type: _Optional[str] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content")

@@ -1,0 +1,65 @@
+"""Chat content parts carrying media (ContentPart.audio / .image) checked at the front
+door, before any work: a known format read from the bytes (WAV; PNG or JPEG), not empty,
+within max_input_bytes, a mime_type that agrees, at most one of each kind per request.
+Decoding (and the limits on duration and pixels) happens on the encoder service.
+
+    media = MediaParts(limits)
+    media.add(kind, part, "messages[2].content[0]")   # InvalidArgument naming that field
+    media.inputs()                                    # {"audio": (uint8 [n],), "image": ...}
+"""
+from __future__ import annotations
+
+from conductor.input_limits import InputLimits
+from core.errors import InvalidArgument
+
+# format -> (magic test, mime types it answers to)
+FORMATS = {
+    "audio": {"wav": (lambda b: b[:4] == b"RIFF" and b[8:12] == b"WAVE", ("audio/wav", "audio/x-wav",
+                                                                          "audio/wave"))},
+    "image": {"png": (lambda b: b[:8] == b"\x89PNG\r\n\x1a\n", ("image/png",)),
+              "jpeg": (lambda b: b[:3] == b"\xff\xd8\xff", ("image/jpeg", "image/jpg"))},
+}
+
+
+def media_format(kind: str, data: bytes, mime_type: str, where: str) -> str:
+    """The format of `data` ("wav", "png", "jpeg"); InvalidArgument naming `where` otherwise."""
+    if not data:
+        raise InvalidArgument(f"{where}.{kind}.data is empty")
+    found = next((name for name, (test, _) in FORMATS[kind].items() if test(data)), None)
+    if found is None:
+        known = ", ".join(FORMATS[kind])
+        raise InvalidArgument(f"{where}.{kind}: unsupported or corrupt {kind} (the bytes are not {known})")
+    mimes = FORMATS[kind][found][1]
+    if mime_type and mime_type.lower() not in mimes:
+        raise InvalidArgument(f"{where}.{kind}.mime_type {mime_type[:64]!r} disagrees with the bytes ({found})")
+    return found
+
+
+class MediaParts:
+    def __init__(self, limits: InputLimits) -> None:
+        self.limits = limits
+        self.found: dict[str, tuple[bytes, str]] = {}  # kind -> (bytes, the field that sent them)
+
+    def add(self, kind: str, part, where: str) -> None:
+        data = bytes(part.data)
+        if len(data) > self.limits.max_input_bytes:
+            raise InvalidArgument(f"{where}.{kind} is {len(data)} bytes, over the limit of "
+                                  f"{self.limits.max_input_bytes} (max_input_bytes)")
+        media_format(kind, data, part.mime_type, where)
+        if kind in self.found:
+            raise InvalidArgument(f"{where}: one {kind} part per request (the first is {self.found[kind][1]})")
+        self.found[kind] = (data, where)
+
+    def check_model(self, input_names: set[str], model_name: str) -> None:
+        """Each kind sent is an input of one of the model's walks."""
+        for kind, (_, where) in self.found.items():
+            if kind not in input_names:
+                raise InvalidArgument(f"{where}: model {model_name!r} takes no {kind} here")
+
+    def inputs(self) -> dict:
+        import torch
+
+        return {kind: (torch.frombuffer(bytearray(data), dtype=torch.uint8),) for kind, (data, _) in self.found.items()}
+
+    def __bool__(self) -> bool:
+        return bool(self.found)

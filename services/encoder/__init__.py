@@ -1,0 +1,1 @@
+"""The encoder service: Qwen3-Omni's audio and vision towers (raw media -> thinker rows) on the stateless engine."""

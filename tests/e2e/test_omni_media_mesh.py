@@ -1,0 +1,129 @@
+"""Qwen3-Omni hearing and seeing through real services (thinker, talker, codec and one
+encoder service, as child processes): a clip, an image and both, sent as content parts,
+give transformers' generate(return_audio=True) text ids, codec codes and waveform (fp32);
+two models share the one encoder service; bad media is INVALID_ARGUMENT naming the part."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import io
+import wave
+
+import grpc
+import numpy as np
+import pytest
+import torch
+
+from client.speech import speak
+from conductor.service import ConductorService
+from engine.checkpoints.tiny_omni import media_chat_prompt
+from pipelines.qwen3_omni.model import speech_model, speech_placement
+from runtime.background import BackgroundServer
+from runtime.process import ServiceProcess
+from tests.e2e.speech_mesh import run, stop_procs
+from tests.engine.test_prompt_media import Media
+from tests.fixtures import registry
+from tests.fixtures.services import describe
+from tests.pipelines.omni_reference import OmniReference
+
+pytestmark = pytest.mark.timeout(300)
+
+PARAMS = {"max_new_tokens": 16, "max_frames": 40}
+CHUNK, LEFT = 300, 25  # transformers' own code2wav window: one window for 40 frames
+
+
+def wav_bytes(seconds: float, rate: int = 24000) -> bytes:
+    t = np.arange(int(seconds * rate)) / rate
+    pcm = (0.3 * np.sin(2 * np.pi * 220 * t) * 32767).astype("<i2")
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(rate)
+        w.writeframes(pcm.tobytes())
+    return out.getvalue()
+
+
+def png_bytes(width: int, height: int) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(np.random.default_rng(2).integers(0, 256, (height, width, 3), dtype=np.uint8)).save(out, "PNG")
+    return out.getvalue()
+
+
+CASES = {"audio": (wav_bytes(2.0), None, ""), "image": (None, png_bytes(56, 42), "What is it?"),
+         "both": (wav_bytes(1.0), png_bytes(28, 28), "And this?")}
+
+
+@pytest.fixture(scope="module")
+def mesh(tiny_omni):
+    ckpt, procs = str(tiny_omni), {}
+    try:
+        for name in ("thinker", "talker", "codec", "encoder"):
+            procs[name] = ServiceProcess(name, ["--checkpoint", ckpt], name=name).start()
+            registry.register(procs[name].address, describe(procs[name].address).arena)
+        a = [procs[n].address for n in ("thinker", "talker", "codec", "encoder")]
+        models = [dataclasses.replace(speech_model(m, speech_placement([a[0]], [a[1]], [a[2]], [a[3]]), CHUNK,
+                                                   LEFT), tokenizer_dir=ckpt) for m in ("omni", "omni-b")]
+        conductor = BackgroundServer(ConductorService(models))
+        conductor.start()
+    except BaseException:
+        stop_procs(procs)
+        raise
+    yield conductor
+    conductor.stop()
+    stop_procs(procs)
+
+
+@pytest.fixture(scope="module")
+def expected(tiny_omni):
+    """transformers' answers to each case, from the same bytes through the checkpoint's processor."""
+    media, ref = Media(tiny_omni), OmniReference(tiny_omni)
+    out = {}
+    for case, (wav, png, text) in CASES.items():
+        kwargs, audio_n, image_n = {}, (), ()
+        if wav is not None:
+            mel = media.features.audio(wav, "audio")
+            audio_n = (media.audio([mel])[0].shape[0],)
+            kwargs.update(input_features=mel[None], feature_attention_mask=torch.ones(1, mel.shape[1], dtype=torch.long))
+        if png is not None:
+            pixels, grid = media.features.image(png, "image")
+            image_n = (grid[0] * grid[1] * grid[2] // 4,)
+            kwargs.update(pixel_values=pixels, image_grid_thw=torch.tensor([grid]))
+        out[case] = ref.generate(media_chat_prompt(text, audio_n, image_n), 16, 40, **kwargs)
+    return out
+
+
+def _ask(conductor, model: str, case: str):
+    wav, png, text = CASES[case]
+    return speak(conductor.address, model, None, PARAMS, text=text, audio=wav, image=png)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_media_through_the_mesh_equals_transformers(mesh, expected, case):
+    summary = run(_ask(mesh, "omni", case))
+    ref = expected[case]
+    assert summary.text_ids == ref["text_ids"]
+    assert summary.codec_codes == ref["codes"].tolist()
+    torch.testing.assert_close(torch.cat(summary.chunks), ref["audio"], atol=1e-4, rtol=0)
+
+
+def test_two_models_share_one_encoder_service(mesh, expected):
+    async def main():
+        return await asyncio.gather(*(_ask(mesh, model, case) for model in ("omni", "omni-b") for case in CASES))
+
+    results = iter(run(main()))
+    for _model in ("omni", "omni-b"):
+        for case in CASES:
+            assert next(results).text_ids == expected[case]["text_ids"]
+
+
+@pytest.mark.parametrize("audio, image, field", [
+    (b"", None, "messages[0].content[0].audio.data is empty"),
+    (b"OggS not a wav", None, "messages[0].content[0].audio: unsupported"),
+    (None, b"\x89PNG\r\n\x1a\n truncated", "open.inputs[image]"),
+])
+def test_bad_media_is_invalid_argument_naming_the_part(mesh, audio, image, field):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        run(speak(mesh.address, "omni", None, PARAMS, text="hi", audio=audio, image=image))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in err.value.details()
