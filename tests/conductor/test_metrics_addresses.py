@@ -110,4 +110,5 @@ def test_the_documented_scrape_config_lists_the_default_deployments_targets():
     block = next(b for b in re.findall(r"```yaml\n(.*?)```", doc, re.S) if "scrape_configs" in b)
     targets = {t for c in yaml.safe_load(block)["scrape_configs"] for s in c["static_configs"] for t in s["targets"]}
     spec = read_launchable(SHIPPED_DIR / "local.yaml")
-    assert targets == {spec.conductor_metrics, *(m for s in spec.services.values() for m in s.metrics)}
+    # the gateway serves /metrics on its own HTTP address
+    assert targets == {spec.conductor_metrics, spec.gateway, *(m for s in spec.services.values() for m in s.metrics)}

@@ -75,7 +75,7 @@ def prefill_then_decode(inputs, walk, outputs):
 
 
 def test_state_machine_runs_walks_in_order():
-    graph = model(lambda inputs: "image_prefill" if "image" in inputs else "prefill", prefill_then_decode)
+    graph = model(lambda inputs, wanted: "image_prefill" if "image" in inputs else "prefill", prefill_then_decode)
     assert graph.start({"tok": 5}) == "prefill"
     assert graph.start({"image": 1}) == "image_prefill"
     seen, walk = [], graph.start({"tok": 5})
@@ -94,7 +94,7 @@ def test_single_walk_defaults_and_ends():
 
 
 def test_unknown_first_walk_from_a_function():
-    graph = model(lambda inputs: "video_prefill")
+    graph = model(lambda inputs, wanted: "video_prefill")
     with raises("graph toy: first walk 'video_prefill' is not a walk"):
         graph.start({})
 
