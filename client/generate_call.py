@@ -12,9 +12,25 @@ MODALITIES = ("text", "audio", "image")
 
 
 @dataclass(frozen=True)
+class Media:
+    """An encoded clip or image, as its file's bytes (the server reads the format)."""
+    kind: str              # "audio" (WAV) or "image" (PNG, JPEG)
+    data: bytes
+    mime_type: str = ""    # optional; one that disagrees with the bytes is refused
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("audio", "image"):
+            raise ValueError(f"media.kind must be 'audio' or 'image', got {self.kind!r}")
+
+
+@dataclass(frozen=True)
 class Message:
-    role: str              # "system", "user" or "assistant"
-    text: str              # the message's text parts, joined
+    role: str                          # "system", "user" or "assistant"
+    content: tuple[str | Media, ...]   # text and media parts, in prompt order
+
+    def __post_init__(self) -> None:
+        content = (self.content,) if isinstance(self.content, str) else tuple(self.content)
+        object.__setattr__(self, "content", content)
 
 
 @dataclass(frozen=True)
@@ -47,6 +63,12 @@ class GenerateCall:
                                  output_modalities=[pb.Modality.Value(f"MODALITY_{m.upper()}")
                                                     for m in self.output_modalities])
         for m in self.messages:
-            req.messages.add(role=m.role).content.add(text=m.text)
+            message = req.messages.add(role=m.role)
+            for part in m.content:
+                if isinstance(part, Media):
+                    getattr(message.content.add(), part.kind).CopyFrom(pb.MediaPart(data=part.data,
+                                                                                    mime_type=part.mime_type))
+                else:
+                    message.content.add(text=part)
         req.params.update(dict(self.params))
         return req

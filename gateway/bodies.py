@@ -27,16 +27,29 @@ class SpeechBody(Body):
     instructions: str | None = None
 
 
-class TextPart(BaseModel):
+class InputAudio(BaseModel):
+    data: str              # base64 of the file
+    format: str
+
+
+class ImageUrl(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    url: str               # a data URL: data:image/png;base64,...
+    detail: str | None = None
+
+
+class ContentPartBody(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: str
     text: str | None = None
+    input_audio: InputAudio | None = None
+    image_url: ImageUrl | None = None
 
 
 class ChatMessageBody(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: str
-    content: str | list[TextPart] | None = None
+    content: str | list[ContentPartBody] | None = None
 
 
 class ChatAudio(BaseModel):

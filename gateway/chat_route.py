@@ -5,7 +5,8 @@ The text is the message's `content` (streamed as `delta.content`); the audio rid
 beside it in `message.audio` ({id, data: base64, expires_at, transcript}), streamed as
 `delta.audio.data` deltas of 16-bit PCM (format pcm16 or wav: the header first).
 `max_tokens` / `max_completion_tokens`, `temperature`, `top_p` and `seed` map to the
-model's params of those names (max_new_tokens for the first two).
+model's params of those names (max_new_tokens for the first two). Content parts: text,
+`input_audio` and `image_url` data URLs (gateway.content_parts).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from gateway.api_error import bad_field
 from gateway.audio_encoding import check_format, encode, pcm16, wav_header
 from gateway.bodies import ChatBody
 from gateway.conductor_calls import Primed
+from gateway.content_parts import content_part
 from gateway.extensions import request_params
 from gateway.sse import DONE, event
 
@@ -73,14 +75,10 @@ def _messages(body: ChatBody) -> tuple[Message, ...]:
         if m.role not in ROLES:
             raise bad_field(f"messages[{i}].role", f"messages[{i}].role must be one of {sorted(ROLES)}, got {m.role!r}")
         if isinstance(m.content, list):
-            for j, part in enumerate(m.content):
-                if part.type != "text" or part.text is None:
-                    raise bad_field(f"messages[{i}].content[{j}]", f"messages[{i}].content[{j}]: only text parts "
-                                                                   f"are supported, got type {part.type!r}")
-            text = "".join(part.text for part in m.content)
+            content = tuple(content_part(part, f"messages[{i}].content[{j}]") for j, part in enumerate(m.content))
         else:
-            text = m.content or ""
-        out.append(Message(ROLES[m.role], text))
+            content = (m.content or "",)
+        out.append(Message(ROLES[m.role], content))
     return tuple(out)
 
 

@@ -1,6 +1,7 @@
 """A real mesh behind a real gateway for the gateway tests: Qwen3-Omni (thinker;
-talker + codec co-located) served as `omni` and as `omni-one` (one request at a time,
-none waiting: a second is refused for capacity), SD3 (fused, one process) as `sd3`, a
+talker + codec co-located; its audio and vision towers on an encoder service) served as
+`omni` and as `omni-one` (no encoder; one request at a time, none waiting: a second is
+refused for capacity), SD3 (fused, one process) as `sd3`, a
 conductor that requires an API key, and `starmesh gateway` in its own process."""
 from __future__ import annotations
 
@@ -34,16 +35,17 @@ def gateway_mesh(tiny_omni):
     from runtime.process import ServiceProcess
 
     def models(addresses):
-        thinker, talker, sd3 = addresses
+        thinker, talker, sd3, encoder = addresses
         out = []
-        for name in ("omni", "omni-one"):
-            speech = speech_model(name, speech_placement([thinker], [talker]), 4, 2)
+        for name, encoders in (("omni", [encoder]), ("omni-one", None)):
+            speech = speech_model(name, speech_placement([thinker], [talker], encoder=encoders), 4, 2)
             out.append(dataclasses.replace(speech, tokenizer_dir=str(tiny_omni), voices=speakers(str(tiny_omni))))
         return [*out, served_model("sd3", sd3, sd3, sd3, fused=True)]
 
     procs = [ServiceProcess("thinker", ["--checkpoint", str(tiny_omni)], name="thinker"),
              ServiceProcess("talker+codec", ["--checkpoint", str(tiny_omni)], name="talker+codec"),
-             ServiceProcess("sd3", ["--checkpoint", tiny_sd3.checkpoint()], name="sd3", start_timeout_s=120)]
+             ServiceProcess("sd3", ["--checkpoint", tiny_sd3.checkpoint()], name="sd3", start_timeout_s=120),
+             ServiceProcess("encoder", ["--checkpoint", str(tiny_omni)], name="encoder")]
     admission = Admission({"omni-one": AdmissionConfig(max_in_flight=1, max_waiting=0)})
     with conductor_over(procs, models, api_key=KEY, admission=admission) as address:
         gateway = ServiceProcess("", ["--conductor", address, "--host", "127.0.0.1"], name="gateway",
