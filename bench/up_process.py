@@ -33,7 +33,8 @@ class UpProcess:
         self.cmd = [sys.executable, "-m", "cli", "up", "--deployment", self.deployment, *args]
         self.start_timeout_s = start_timeout_s
         self.lines: list[str] = []  # everything `up` printed (its children's lines prefixed with their names)
-        self.endpoints: dict[str, str] = {}
+        self.endpoints: dict[str, str] = {}  # conductor and services: name -> HOST:PORT
+        self.gateway: str | None = None       # the HTTP gateway's URL, when the deployment names one
         self.proc: subprocess.Popen | None = None
         self._ready = threading.Event()
 
@@ -58,7 +59,10 @@ class UpProcess:
             self.lines.append(line)
             fields = line.split()
             if not self._ready.is_set() and line.startswith("  ") and len(fields) > 1 and ":" in fields[1]:
-                self.endpoints[fields[0]] = fields[1]
+                if fields[0] == "gateway":
+                    self.gateway = fields[1]
+                else:
+                    self.endpoints[fields[0]] = fields[1]
             if READY_LINE in line:
                 self._ready.set()
 

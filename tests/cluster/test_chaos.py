@@ -67,11 +67,12 @@ def test_a_killed_service_fails_only_its_requests_and_comes_back(up, victim, cap
 
 def test_sigkill_of_up_leaves_no_child(up):
     pids = children(up.proc.pid)
-    assert len(pids) == len(up.endpoints)  # every service and the conductor
+    assert len(pids) == len(up.endpoints) + (up.gateway is not None)  # every service, the conductor, the gateway
     arenas = {describe(a).arena for name, a in up.endpoints.items() if name != "conductor"}
     up.kill()
     assert wait_until(lambda: not [p for p in pids if is_alive(p)], 30), [p for p in pids if is_alive(p)]
-    assert wait_until(lambda: not [a for a in up.endpoints.values() if port_open(a)], 30)
+    gateway = [up.gateway.removeprefix("http://")] if up.gateway else []
+    assert wait_until(lambda: not [a for a in [*up.endpoints.values(), *gateway] if port_open(a)], 30)
     for address in up.endpoints.values():
         registry.unregister(address)
     sweep_stale_segments()  # what a later start does with the killed services' arenas
