@@ -31,8 +31,12 @@ def up(tiny_omni, tmp_path_factory):
     path = rewrite_shipped("local", {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint()}, ("qwen3-omni", "sd3"),
                            str(tmp))
     up = UpProcess(path).start()
-    up.deployment_spec, up.path = read_launchable(path), path
-    _register(up)
+    try:
+        up.deployment_spec, up.path = read_launchable(path), path
+        _register(up)
+    except BaseException:
+        up.stop()  # a setup that fails leaves no `up` (and its services) running
+        raise
     yield up
     for name, address in up.endpoints.items():
         registry.unregister(address)

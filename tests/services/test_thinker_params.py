@@ -15,7 +15,8 @@ class RecordingEngine:
     def __init__(self) -> None:
         self.added = []
 
-    def add_request(self, request_id, prompt, params) -> None:
+    def add_request(self, request_id, prompt, params, media=None) -> None:
+        assert media is None  # a text prompt
         self.added.append((request_id, prompt, params))
 
 
