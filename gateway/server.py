@@ -22,7 +22,17 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def serve(connection: Connection, config: GatewayConfig, on_ready=None) -> None:
-    """Blocks until the server stops."""
+    """Blocks until the server stops; a SIGTERM / SIGINT stop returns normally."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn handles the signal, stops gracefully, then raises it again under the
+        # handlers it found, so that the process would die by it (exit -15); with these
+        # no-op handlers installed first, that second raise does nothing and a graceful
+        # stop exits 0, as every service's does
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: None)
     asyncio.run(_serve(connection, config, on_ready))
 
 

@@ -108,3 +108,11 @@ def test_extensions_are_the_models_params_and_neutral_fields_ask_nothing():
 def test_config_names_the_bad_field(kwargs, field):
     with pytest.raises(ValueError, match=f"gateway.{field}"):
         GatewayConfig(**kwargs)
+
+
+def test_sigterm_stops_the_gateway_with_status_0():
+    """A graceful stop is a clean exit (`starmesh up` reports any other status)."""
+    from runtime.process import ServiceProcess
+
+    gateway = ServiceProcess("", ["--conductor", "127.0.0.1:1"], name="gateway", command="gateway").start()
+    assert gateway.stop(timeout_s=30) == 0
