@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
 
@@ -165,16 +166,13 @@ async def _wave(request, n: int) -> float:
 async def _cancel_free_ms(url: str, cluster, frames: int) -> float:
     from runtime.run_client import ComponentClient
 
-    await http_request(url, frames, leave_early=True)
-    t0 = time.perf_counter()
-    while True:
-        open_ = 0
-        for proc in cluster.services:
-            async with ComponentClient(proc.address) as client:
-                open_ += (await client.describe()).num_open_requests
-        if open_ == 0:
-            return 1000 * (time.perf_counter() - t0)
-        await asyncio.sleep(0.005)
+    async with contextlib.AsyncExitStack() as stack:  # connected before: the poll only asks
+        clients = [await stack.enter_async_context(ComponentClient(p.address)) for p in cluster.services]
+        await http_request(url, frames, leave_early=True)
+        t0 = time.perf_counter()
+        while sum([(await c.describe()).num_open_requests for c in clients]):
+            await asyncio.sleep(0.005)
+        return 1000 * (time.perf_counter() - t0)
 
 
 def main() -> None:

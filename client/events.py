@@ -79,7 +79,7 @@ def event_from_proto(ev) -> Event | None:
     if which == "usage":
         return _usage(ev.usage)
     if which == "tensor":
-        return RawTensor(ev.tensor.name, _tensor(ev.tensor))
+        return RawTensor(ev.tensor.name, tensor_of(ev.tensor))
     return None
 
 
@@ -90,7 +90,8 @@ def _usage(u) -> Usage:
                  u.real_time_factor, u.latency_ms, MessageToDict(u.metrics))
 
 
-def _tensor(named):
+def tensor_of(named):
+    """A NamedTensor's tensor, copied out (the conductor sends client outputs by value)."""
     from transport.codec import view
     from transport.ref_proto import ref_from_proto
 

@@ -62,13 +62,15 @@ class GenerateCall:
                                  input_ids=list(self.input_ids),
                                  output_modalities=[pb.Modality.Value(f"MODALITY_{m.upper()}")
                                                     for m in self.output_modalities])
-        for m in self.messages:
-            message = req.messages.add(role=m.role)
-            for part in m.content:
-                if isinstance(part, Media):
-                    getattr(message.content.add(), part.kind).CopyFrom(pb.MediaPart(data=part.data,
-                                                                                    mime_type=part.mime_type))
-                else:
-                    message.content.add(text=part)
+        req.messages.extend(message_proto(m) for m in self.messages)
         req.params.update(dict(self.params))
         return req
+
+
+def message_proto(m: Message):
+    """A Message as a starmesh.v1.ChatMessage, its parts in order."""
+    from protos.starmesh.v1 import conductor_pb2 as pb
+
+    parts = [pb.ContentPart(**{part.kind: pb.MediaPart(data=part.data, mime_type=part.mime_type)})
+             if isinstance(part, Media) else pb.ContentPart(text=part) for part in m.content]
+    return pb.ChatMessage(role=m.role, content=parts)

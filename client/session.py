@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import AsyncIterator
 
-from client.call_failed import CallFailed, call_failed
+from client.call_failed import call_failed
 from client.connection import Connection
 from client.events import Event, event_from_proto
 from client.generate_call import GenerateCall
@@ -106,5 +106,3 @@ class ConductorSession:
         name = health_pb2.HealthCheckResponse.ServingStatus.Name
         return {service: name(r.status) for service, r in reply.statuses.items()}
 
-
-__all__ = ["CallFailed", "ConductorSession"]

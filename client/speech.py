@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
 from client.connection import Connection
+from client.events import tensor_of
+from client.generate_call import Media, Message, message_proto
 from pipelines.qwen3_omni.graph import OUTPUT_KINDS as KINDS  # output name -> "text", "codes" or "audio"
 from pipelines.qwen3_omni.model import SAMPLE_RATE
 
@@ -58,15 +60,6 @@ class SpeechSummary:
                 "rtf": self.rtf, "audio_s": self.audio_s, "num_chunks": self.num_chunks}
 
 
-def _tensor(event):
-    """The event's tensor (the conductor sends client outputs by value)."""
-    from transport.codec import view
-    from transport.ref_proto import ref_from_proto
-
-    ref = ref_from_proto(event.tensor.tensor, f"event.tensor[{event.tensor.name}]")
-    return view(ref.location.data, ref.dtype, ref.shape).clone()
-
-
 def speech_event(ev, t_s: float) -> SpeechEvent | None:
     """A GenerateEvent as a SpeechEvent: TextDelta ids, AudioChunk samples, the codes tensor."""
     import numpy as np
@@ -79,23 +72,15 @@ def speech_event(ev, t_s: float) -> SpeechEvent | None:
         samples = torch.from_numpy(np.frombuffer(ev.audio.samples, dtype="<f4").copy())  # [S] float32
         return SpeechEvent("audio", samples, t_s)
     if which == "tensor" and KINDS.get(ev.tensor.name) == "codes":
-        return SpeechEvent("codes", _tensor(ev).reshape(-1).tolist(), t_s)
+        return SpeechEvent("codes", tensor_of(ev.tensor).reshape(-1).tolist(), t_s)
     return None
 
 
 def media_message(text: str = "", audio: bytes | None = None, image: bytes | None = None):
     """One user ChatMessage: the audio clip (WAV bytes), then the image (PNG/JPEG bytes),
     then the text, as the conductor's chat template lays them out."""
-    from protos.starmesh.v1 import conductor_pb2 as pb
-
-    parts = []
-    if audio is not None:
-        parts.append(pb.ContentPart(audio=pb.MediaPart(data=audio)))
-    if image is not None:
-        parts.append(pb.ContentPart(image=pb.MediaPart(data=image)))
-    if text:
-        parts.append(pb.ContentPart(text=text))
-    return pb.ChatMessage(role="user", content=parts)
+    parts = [Media(kind, data) for kind, data in (("audio", audio), ("image", image)) if data is not None]
+    return message_proto(Message("user", (*parts, *([text] if text else []))))
 
 
 async def speak_stream(conductor: "str | Connection", model: str, input_ids: list[int] | None = None,

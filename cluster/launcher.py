@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from cluster.checkpoints import resolve
-from cluster.ports import check_free
+from cluster.ports import WILDCARD_HOSTS, check_free
 from cluster.serve_args import serve_args
 from cluster.supervisor import Supervisor, SupervisorConfig
 from core.bearer import API_KEY_ENV
@@ -136,7 +136,7 @@ class Cluster:
         through it, so it holds no key; with TLS it presents the mesh certificate."""
         host, _, port = self.deployment.gateway.rpartition(":")
         conductor_host = self.deployment.conductor.rpartition(":")[0]
-        if conductor_host in ("0.0.0.0", "[::]", "::"):  # bound everywhere: reached on loopback
+        if conductor_host in WILDCARD_HOSTS:  # bound everywhere: reached on loopback
             conductor_host = "127.0.0.1"
         args = ["--conductor", f"{conductor_host}:{self.conductor.port}", "--host", host, *self._tls_args()]
         self.metrics["gateway"] = f"http://{host}:{port}/metrics"

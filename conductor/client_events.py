@@ -28,6 +28,12 @@ KIND_MODALITY = {"text": "text", "audio": "audio", "image": "image", "progress":
 TYPED_EVENT = {"text": "text", "audio": "audio", "image": "image", "progress": "step"}
 
 
+def numel(value) -> int:
+    """Elements of a tensor (a method) or of a TensorRef (a property)."""
+    n = getattr(value, "numel", 0)
+    return int(n() if callable(n) else n)
+
+
 @dataclass(frozen=True)
 class WantedOutputs:
     """modalities: "text", "audio", "image" (empty: all, and outputs of no modality too);
@@ -75,8 +81,7 @@ class RequestEvents:
         self.num_outputs += 1
         kind = self.model.output_kinds.get(name, "")
         if kind == "text":  # made, so counted, whether or not the client wants it
-            numel = getattr(value, "numel", 0)  # a tensor's method, a TensorRef's property
-            self.completion_tokens += int(numel() if callable(numel) else numel)
+            self.completion_tokens += numel(value)
         if not self.wanted.wants(name, kind):
             return []
         if name in self.wanted.raw or kind not in TYPED_EVENT:

@@ -16,7 +16,7 @@ import grpc
 
 from conductor.admission import Admission
 from conductor.auth import ApiKeyInterceptor
-from conductor.client_events import RequestEvents
+from conductor.client_events import RequestEvents, numel
 from conductor.client_outputs import ClientOutputs
 from conductor.executor import Executor
 from conductor.metrics import ConductorMetrics, RequestMeter
@@ -88,10 +88,7 @@ def _num_ids(inputs: dict) -> int:
     """Prompt tokens for Usage: input_ids as a tensor (ids the conductor parsed) or as a
     client's TensorRef (whose numel is a property)."""
     ids = inputs.get("input_ids")
-    if not ids:
-        return 0
-    numel = getattr(ids[0], "numel", 0)
-    return int(numel() if callable(numel) else numel)
+    return numel(ids[0]) if ids else 0
 
 
 class ConductorService:

@@ -21,16 +21,13 @@ class Catalog:
         self._fetched_at: float | None = None
 
     async def refresh(self, authorization: str = "") -> dict[str, ModelCard]:
+        """Every model, fresh from the conductor (the caller's token is checked there)."""
         try:
             self.cards = await self.session.models(authorization)
         except CallFailed as e:
             raise from_call_failed(e) from None
         self._fetched_at = self.clock()
         return self.cards
-
-    async def all(self, authorization: str = "") -> dict[str, ModelCard]:
-        """Every model, fresh from the conductor (the caller's token is checked there)."""
-        return await self.refresh(authorization)
 
     async def card(self, name: str, authorization: str = "", param: str = "model") -> ModelCard:
         """`name`'s card; ApiError 404 naming `param` when the conductor serves no such model."""

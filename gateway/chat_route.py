@@ -22,7 +22,7 @@ from gateway.audio_encoding import check_format, encode, pcm16, wav_header
 from gateway.bodies import ChatBody
 from gateway.conductor_calls import Primed
 from gateway.content_parts import content_part
-from gateway.extensions import request_params
+from gateway.extensions import request_params, voice_param
 from gateway.sse import DONE, event
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -62,11 +62,7 @@ def _check_audio(body: ChatBody, card: ModelCard, mapped: dict) -> None:
     if fmt not in allowed:
         raise bad_field("audio.format", f"audio.format must be one of {list(allowed)}"
                                         f"{' when streaming' if body.stream else ''}, got {fmt!r}")
-    if body.audio.voice is not None:
-        if body.audio.voice not in card.voices:
-            raise bad_field("audio.voice", f"voice {body.audio.voice!r} is not a voice of model {card.name!r} "
-                                           f"(voices: {list(card.voices)})")
-        mapped[card.voice_param] = body.audio.voice
+    mapped.update(voice_param(card, body.audio.voice, "audio.voice"))
 
 
 def _messages(body: ChatBody) -> tuple[Message, ...]:

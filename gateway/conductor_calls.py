@@ -10,7 +10,7 @@ from client.call_failed import CallFailed
 from client.events import Event
 from client.generate_call import GenerateCall
 from client.session import ConductorSession
-from gateway.api_error import ApiError, from_call_failed
+from gateway.api_error import from_call_failed
 
 
 class Primed:
@@ -57,5 +57,3 @@ class ConductorCalls:
             raise
         return Primed(first, events, fields)
 
-
-__all__ = ["ApiError", "ConductorCalls", "Primed"]

@@ -13,6 +13,18 @@ NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": False, "st
            "parallel_tool_calls": True, "stream_options": {}}
 
 
+def voice_param(card: ModelCard, voice: str | None, field: str) -> dict[str, str]:
+    """{the model's voice param: voice} for a voice the model has ({} for None); a 400
+    naming `field` otherwise."""
+    if voice is None:
+        return {}
+    if not card.voice_param:
+        raise bad_field(field, f"model {card.name!r} has no voices")
+    if voice not in card.voices:
+        raise bad_field(field, f"voice {voice!r} is not a voice of model {card.name!r} (voices: {list(card.voices)})")
+    return {card.voice_param: voice}
+
+
 def request_params(card: ModelCard, extensions: Mapping[str, Any], mapped: Mapping[str, Any]) -> dict[str, Any]:
     """The conductor's params: `mapped` (OpenAI fields this route translated, by param
     name; None values dropped) and the body's extensions."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 
+from gateway.api_error import ApiError
 from gateway.metrics import GatewayMetrics
 
 ROUTES = ("/v1/audio/speech", "/v1/chat/completions", "/v1/images/generations", "/v1/models", "/health",
@@ -52,8 +53,8 @@ class HttpMetrics:
 
 
 async def _too_large(send, limit: int) -> None:
-    body = json.dumps({"error": {"message": f"request body over the limit of {limit} bytes (max_body_bytes)",
-                                 "type": "invalid_request_error", "param": None, "code": "body_too_large"}}).encode()
+    body = json.dumps(ApiError(413, f"request body over the limit of {limit} bytes (max_body_bytes)",
+                               code="body_too_large").body()).encode()
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

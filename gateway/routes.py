@@ -59,15 +59,15 @@ async def images(body: ImageBody, request: Request) -> Response:
 
 @router.get("/v1/models")
 async def models(request: Request) -> JSONResponse:
-    cards = await gateway_of(request).catalog.all(authorization(request))
+    cards = await gateway_of(request).catalog.refresh(authorization(request))
     return JSONResponse({"object": "list", "data": [_model_json(card) for card in cards.values()]})
 
 
 @router.get("/v1/models/{model}")
 async def model(model: str, request: Request) -> JSONResponse:
-    gw = gateway_of(request)
-    await gw.catalog.all(authorization(request))
-    return JSONResponse(_model_json(await gw.catalog.card(model, authorization(request))))
+    gw, auth = gateway_of(request), authorization(request)
+    await gw.catalog.refresh(auth)
+    return JSONResponse(_model_json(await gw.catalog.card(model, auth)))
 
 
 def _model_json(card) -> dict:

@@ -18,7 +18,7 @@ from gateway.api_error import bad_field
 from gateway.audio_encoding import MEDIA_TYPES, STREAMABLE, check_format, encode, pcm16, wav_header
 from gateway.bodies import SpeechBody
 from gateway.conductor_calls import Primed
-from gateway.extensions import request_params
+from gateway.extensions import request_params, voice_param
 from gateway.sse import MEDIA_TYPE as SSE
 from gateway.sse import event
 
@@ -37,15 +37,7 @@ def speech_call(body: SpeechBody, card: ModelCard, request_id: str) -> tuple[Gen
         raise bad_field("speed", f"speed must be 1.0 (this gateway does not change tempo), got {body.speed}")
     if body.instructions:
         raise bad_field("instructions", f"instructions are not supported by model {card.name!r}")
-    mapped = {}
-    if body.voice is not None:
-        if not card.voice_param:
-            raise bad_field("voice", f"model {card.name!r} has no voices")
-        if body.voice not in card.voices:
-            raise bad_field("voice", f"voice {body.voice!r} is not a voice of model {card.name!r} "
-                                     f"(voices: {list(card.voices)})")
-        mapped[card.voice_param] = body.voice
-    params = request_params(card, body.extensions(), mapped)
+    params = request_params(card, body.extensions(), voice_param(card, body.voice, "voice"))
     fields = {f"params.{card.voice_param}": "voice"} if card.voice_param else {}
     return GenerateCall(card.name, text=body.input, params=params, output_modalities=("audio",),
                         request_id=request_id), fields
