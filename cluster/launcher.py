@@ -193,13 +193,38 @@ def free_port() -> int:
 
 
 def free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports: held open together while picked, since one port
-    closed and picked again is often the same one."""
+    """n distinct free loopback ports, picked below the kernel's ephemeral range: a port
+    from that range, released before its server binds it, can meanwhile become the local
+    port of any outgoing connection on the machine (a port race seen under a busy test
+    suite); ports outside it are only taken by listeners. Held open together while
+    picked, so the n are distinct."""
     import contextlib
+    import random
     import socket
 
+    low, high = _unclaimed_range()
     with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+        picked: list[int] = []
+        for port in random.sample(range(low, high), high - low):
+            if len(picked) == n:
+                break
+            s = stack.enter_context(socket.socket())
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            picked.append(port)
+        if len(picked) < n:
+            raise RuntimeError(f"only {len(picked)} of {n} free loopback ports in {low}-{high}")
+        return picked
+
+
+def _unclaimed_range() -> tuple[int, int]:
+    """[low, high) of ports the kernel never hands to outgoing connections: from 10000 to
+    the start of its ephemeral range (Linux), or 10000-30000 where it cannot be read."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 10000, 30000
+    return (10000, ephemeral_low) if ephemeral_low > 12000 else (1024, ephemeral_low)
