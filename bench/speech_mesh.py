@@ -29,10 +29,15 @@ SERVICES = ("thinker", "talker", "codec", "talker+codec")
 class SpeechMesh:
     """Context manager: the service processes and the conductor; all stopped on exit."""
 
-    def __init__(self, checkpoint: str, threads: int = 1, first_chunk: int = FIRST, admission=None) -> None:
-        """admission: the conductor's request limits (conductor.admission.Admission; default limits if None)."""
+    def __init__(self, checkpoint: str, threads: int = 1, first_chunk: int = FIRST, admission=None,
+                 split_only: bool = False, options: tuple[str, ...] = ()) -> None:
+        """admission: the conductor's request limits (conductor.admission.Admission; default limits if None);
+        split_only: only the thinker, talker and codec services and model `omni`; options: KEY=VALUE
+        engine options of every service (e.g. schedule=fcfs)."""
         self.checkpoint, self.threads, self.first_chunk = checkpoint, threads, first_chunk
         self.admission = admission
+        self.services = SERVICES[:3] if split_only else SERVICES
+        self.options = options
         self.procs: dict = {}
         self.arenas: list[str] = []  # the services' /dev/shm segments, gone once they stop
         self.conductor = None
@@ -55,17 +60,19 @@ class SpeechMesh:
         from runtime.process import ServiceProcess
 
         args = ["--checkpoint", self.checkpoint, "--torch-threads", str(self.threads), "--log-level", "WARNING"]
+        args += [a for option in self.options for a in ("--option", option)]
         self.procs = {name: ServiceProcess(name, args, name=f"bench-{name}", start_timeout_s=180)
-                      for name in SERVICES}
-        with ThreadPoolExecutor(len(SERVICES)) as pool:  # imports overlap: a quicker start
+                      for name in self.services}
+        with ThreadPoolExecutor(len(self.services)) as pool:  # imports overlap: a quicker start
             list(pool.map(lambda p: p.start(), self.procs.values()))
         addr = {name: proc.address for name, proc in self.procs.items()}
         self.arenas = [_arena(a) for a in addr.values()]
         split = speech_placement([addr["thinker"]], [addr["talker"]], [addr["codec"]])
-        colo = speech_placement([addr["thinker"]], [addr["talker+codec"]])
         first = self.first_chunk
-        models = [speech_model("omni", split, CHUNK, LEFT, first), speech_model("omni-colo", colo, CHUNK, LEFT, first),
-                  stage_model("omni-stage", split)]
+        models = [speech_model("omni", split, CHUNK, LEFT, first)]
+        if "talker+codec" in addr:
+            colo = speech_placement([addr["thinker"]], [addr["talker+codec"]])
+            models += [speech_model("omni-colo", colo, CHUNK, LEFT, first), stage_model("omni-stage", split)]
         self.conductor = BackgroundServer(ConductorService(models, admission=self.admission))
         self.conductor.start()
 

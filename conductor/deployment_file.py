@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import yaml
 
 from conductor.admission import AdmissionConfig
+from conductor.capacity import CapacityConfig
 from conductor.deployment import DEFAULT_CONDUCTOR, Deployment, ModelSpec
 from conductor.dlo_group_spec import DloGroupSpec
 from conductor.dns_replicas import DNS_KEYS, DnsReplicas
@@ -26,7 +27,8 @@ TOP_KEYS = {"name", "checkpoints", "conductor", "gateway", "services", "tls", *S
 SERVICE_KEYS = {"replicas", "device", "options", "components", "component", "checkpoint", "host_id", "mooncake",
                 "transport_mode", "metrics"}
 MODEL_KEYS = {"pipeline", "options", "placement", "kv_contexts", "admission"}
-ADMISSION_KEYS = {"max_in_flight", "max_waiting", "min_retry_ms", "max_retry_ms"}
+ADMISSION_KEYS = {"max_in_flight", "max_waiting", "min_retry_ms", "max_retry_ms", "capacity"}
+CAPACITY_KEYS = {"enabled", "headroom", "window_s", "smoothing"}
 NODE_KEYS = {"default", "walks"}
 GROUP_KEYS = {"address", "world_size", "members", "timeout_s"}
 CHECKPOINT_KEYS = {"tiny", "path"}
@@ -219,8 +221,13 @@ def _admission(data: Any, where: str) -> AdmissionConfig:
         return AdmissionConfig()
     data = _mapping(data, f"{where}.admission")
     _no_unknown(data, ADMISSION_KEYS, f"{where}.admission")
+    fields = {str(k): v for k, v in data.items()}
     try:
-        return AdmissionConfig(**{str(k): v for k, v in data.items()})
+        if "capacity" in fields:
+            capacity = _mapping(fields["capacity"], f"{where}.admission.capacity")
+            _no_unknown(capacity, CAPACITY_KEYS, f"{where}.admission.capacity")
+            fields["capacity"] = CapacityConfig(**{str(k): v for k, v in capacity.items()})
+        return AdmissionConfig(**fields)
     except ValueError as exc:
         raise GraphError(f"{where}: {exc}") from exc
 

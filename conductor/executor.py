@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Mapping
 
 from opentelemetry import trace
 
@@ -22,9 +22,10 @@ from conductor.targets import run_item
 from conductor.walk_scope import WalkScope
 from conductor.walk_state import WalkState
 from core.errors import InvalidArgument, StarmeshError
+from core.pace import NodePace
 from graph.validate import validate_inner_loops
 from graph.walk import WalkGraph
-from runtime.items import LOCKSTEP_PAD, Alive, Cancel, Credit, NodeDone, NodeError, NodeOutput, OutboundEvent
+from runtime.items import LOCKSTEP_PAD, Alive, Cancel, Credit, NodeDone, NodeError, NodeOutput, OutboundEvent, Repace
 from runtime.telemetry import inject_context
 
 log = logging.getLogger(__name__)
@@ -39,16 +40,18 @@ class RequestFailed(StarmeshError):
 class Executor:
     def __init__(self, graph: WalkGraph, connect: Connect, inner_loops=frozenset(),
                  tracer: trace.Tracer | None = None, speculate: bool = True, max_backlog: int = 256,
-                 run_timeout_s: float = 10.0) -> None:
+                 run_timeout_s: float = 10.0, pacing: Mapping[str, NodePace] | None = None) -> None:
         """connect(self.on_events) builds the targets and returns the hooks over them;
         inner_loops: names of the loops that run inside their component; max_backlog:
         outputs held for a client that does not read; run_timeout_s: a request that a
-        replica's heartbeats stop listing for this long fails (check_liveness)."""
+        replica's heartbeats stop listing for this long fails (check_liveness); pacing:
+        node -> NodePace, how the model's nodes' items map to media time (core.pace)."""
         if isinstance(max_backlog, bool) or not isinstance(max_backlog, int) or max_backlog < 1:
             raise InvalidArgument(f"executor max_backlog must be an integer >= 1, got {max_backlog!r}")
         if not run_timeout_s > 0:
             raise InvalidArgument(f"executor run_timeout_s must be > 0, got {run_timeout_s!r}")
         self.run_timeout_s = run_timeout_s
+        self.pacing = dict(pacing or {})
         validate_inner_loops(graph, inner_loops)
         self.graph = graph
         self.num_dispatched: dict[str, int] = {}  # node -> node runs and pushes sent, over all requests
@@ -65,13 +68,17 @@ class Executor:
     # ---- front: one request -------------------------------------------------------
 
     async def generate(self, request_id: str, inputs: dict[str, tuple], params=None,
-                       wanted: frozenset[str] = frozenset()) -> AsyncIterator[tuple[str, Any]]:
+                       wanted: frozenset[str] = frozenset(), playback=None) -> AsyncIterator[tuple[str, Any]]:
         """Runs a request through its walks; yields (output name, value) as produced.
-        `wanted`: the output kinds it asks for (graph.walk.FirstWalk; empty: all)."""
+        `wanted`: the output kinds it asks for (graph.walk.FirstWalk; empty: all);
+        playback: a media stream's conductor.playback.Playback: its origin_s is when media
+        position 0 plays (core.pace; `repace` moves it), its attributes() end on the
+        request span; None: no deadline (then `pacing` is unused)."""
         if request_id in self.requests:
             raise RequestFailed("ALREADY_EXISTS", f"request_id {request_id!r} is already running")
         first_chunk_param(dict(params or {}))  # a bad per-request chunk override fails before any work
-        run = RequestRun(request_id, dict(inputs), dict(params or {}), "", None, max_backlog=self.max_backlog)
+        run = RequestRun(request_id, dict(inputs), dict(params or {}), "", None, max_backlog=self.max_backlog,
+                         pacing=self.pacing, origin_s=playback.origin_s if playback is not None else None)
         self.requests[request_id] = run
         run.spans.append(self.tracer.start_span("request", attributes={"starmesh.request_id": request_id}))
         try:
@@ -94,8 +101,21 @@ class Executor:
                 self._finish(run, "cancelled")
                 self._flush()
             self.requests.pop(request_id, None)
+            if playback is not None:
+                run.spans[0].set_attributes(playback.attributes())
             for span in reversed(run.spans):
                 span.end()
+
+    def repace(self, request_id: str, origin_s: float) -> None:
+        """The request's playback origin moved: runs opened from now on carry it, and every
+        service it reached re-times what it holds (one small message per service)."""
+        run = self.requests.get(request_id)
+        if run is None or run.is_finished or run.origin_s is None:
+            return
+        run.origin_s = origin_s
+        for target in run.reached.values():
+            self._send(target, Repace(request_id, origin_s))
+        self._flush()
 
     def _end_walk_span(self, run: RequestRun) -> None:
         if len(run.spans) > 1:
@@ -161,7 +181,7 @@ class Executor:
                 self._send(consumer, grant)
         self.num_dispatched[d.node] = self.num_dispatched.get(d.node, 0) + 1
         self._send(target, run_item(run.request_id, run.walk, d, run.params, target.convert, run.traceparent, scope,
-                                    self.hooks.consumer_hosts(d.node, run.walk), routes))
+                                    self.hooks.consumer_hosts(d.node, run.walk), routes, run.pace_of(d.node)))
         return target
 
     def _pad_lockstep(self, run: RequestRun, opened: list) -> None:

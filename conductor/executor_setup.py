@@ -69,7 +69,8 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
                           direct_edges: bool = True, tls=None, run_timeout_s: float = 10.0,
                           selector: ReplicaSelector | None = None,
                           max_message_bytes: int = 64 << 20,
-                          targets: ReplicaTargets | None = None) -> AsyncIterator[Executor]:
+                          targets: ReplicaTargets | None = None,
+                          pacing=None) -> AsyncIterator[Executor]:
     """Nodes run on the replicas the placement names; one Run stream per replica.
     lockstep_nodes: runs padded across the placement's lockstep groups (conductor.lockstep);
     on_edge(edge, seconds): every hop's and chunk's latency (the metrics histogram);
@@ -80,7 +81,8 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
     selector: the replica choice (shared with a health watcher that marks replicas down);
     max_message_bytes: the Run streams' message limit (larger batches go as several);
     targets: the streams (conductor.replica_targets), shared with whoever adds and drains
-    replicas while it runs (conductor.membership); made here when None."""
+    replicas while it runs (conductor.membership); made here when None; pacing: the
+    model's node -> core.pace.NodePace (media deadlines)."""
     placement.validate(graph)
     selector = selector or ReplicaSelector(placement)
     targets = targets or ReplicaTargets(max_message_bytes, interceptors, tls)
@@ -98,7 +100,8 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
 
     liveness = None
     try:
-        executor = Executor(graph, connect, inner_loops, tracer, speculate=speculate, run_timeout_s=run_timeout_s)
+        executor = Executor(graph, connect, inner_loops, tracer, speculate=speculate, run_timeout_s=run_timeout_s,
+                            pacing=pacing)
         await targets.start()
         liveness = asyncio.create_task(_check_liveness(executor))
         yield executor

@@ -1,12 +1,14 @@
 """The conductor's Prometheus metrics: requests by model and outcome, time to first
-audio and real-time factor of requests with audio outputs, latency of requests with
-image outputs, per-edge latency, and per model the requests waiting for an admission
-slot (what an autoscaler scales the front of the mesh on). Which outputs are audio or images, and the audio's
+audio, real-time factor and playback (underrun seconds and count, continuity: streams
+that never underran) of requests with audio outputs, latency of requests with image
+outputs, per-edge latency, the time requests waited for admission, and per model the
+requests waiting for an admission slot (what an autoscaler scales the front of the mesh
+on), admitted and refused. Which outputs are audio or images, and the audio's
 sample rate, is what the model declares (ServedModel.output_kinds, .sample_rate)."""
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from conductor.model import ServedModel
 from runtime.metrics import process_registry
@@ -32,6 +34,14 @@ class ConductorMetrics:
                              buckets=RTF_BUCKETS, registry=r)
         self.image_latency = Histogram("starmesh_image_latency_seconds", "request latency of image requests",
                                        ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.underrun = Histogram("starmesh_underrun_seconds", "playback stall per audio request (client clock "
+                                  "as the conductor sends)", ["model"], buckets=(0,) + LATENCY_BUCKETS, registry=r)
+        self.underruns = Counter("starmesh_underruns_total", "playback stalls of audio requests", ["model"],
+                                 registry=r)
+        self.streams = Counter("starmesh_audio_streams_total", "audio requests ended, by whether playback never "
+                               "stalled (continuity)", ["model", "continuity"], registry=r)
+        self.queue_wait = Histogram("starmesh_admission_wait_seconds", "time a request waited for admission",
+                                    ["model"], buckets=LATENCY_BUCKETS, registry=r)
         self.edge_latency = Histogram("starmesh_edge_latency_seconds", "production -> dispatch per hop or chunk",
                                       ["model", "edge"], buckets=LATENCY_BUCKETS, registry=r)
 
@@ -51,9 +61,15 @@ class _AdmissionCollector:
     def collect(self):
         waiting = GaugeMetricFamily("starmesh_admission_waiting", "requests waiting for an admission slot",
                                     labels=["model"])
+        admitted = CounterMetricFamily("starmesh_admission_admitted", "requests admitted", labels=["model"])
+        refused = CounterMetricFamily("starmesh_admission_refused", "requests refused (RESOURCE_EXHAUSTED)",
+                                      labels=["model"])
         for model in self.models:
-            waiting.add_metric([model], self.admission.stats(model)["waiting"])
-        yield waiting
+            stats = self.admission.stats(model)
+            waiting.add_metric([model], stats["waiting"])
+            admitted.add_metric([model], stats["admitted"])
+            refused.add_metric([model], stats["refused"])
+        yield from (waiting, admitted, refused)
 
 
 class RequestMeter:
@@ -67,6 +83,8 @@ class RequestMeter:
         self.first_audio: float | None = None
         self.audio_samples = 0
         self.has_image = False
+        self.playback = None  # conductor.playback.Playback of an audio stream
+        self.waited_s: float | None = None
         if metrics is not None:
             metrics.in_flight.labels(self.model).inc()
 
@@ -88,6 +106,8 @@ class RequestMeter:
             return
         m.in_flight.labels(self.model).dec()
         m.requests.labels(self.model, outcome).inc()
+        if self.waited_s is not None:
+            m.queue_wait.labels(self.model).observe(self.waited_s)
         if outcome != "ok":
             return
         if self.first_audio is not None:
@@ -96,3 +116,8 @@ class RequestMeter:
                 m.rtf.labels(self.model).observe((now - self.t0) / (self.audio_samples / self.sample_rate))
         if self.has_image:
             m.image_latency.labels(self.model).observe(now - self.t0)
+        if self.playback is not None and self.playback.is_playing:
+            m.underrun.labels(self.model).observe(self.playback.underrun_s)
+            m.underruns.labels(self.model).inc(self.playback.num_underruns)
+            continuity = "continuous" if self.playback.num_underruns == 0 else "underran"
+            m.streams.labels(self.model, continuity).inc()

@@ -7,6 +7,7 @@ from typing import Any, Callable, Mapping
 
 from conductor.placement import Placement
 from core.errors import GraphError, InvalidArgument
+from core.pace import NodePace
 from graph.walk import WalkGraph
 
 # What a walk output carries, for the conductor's metrics and for clients: "audio" is
@@ -32,7 +33,8 @@ class ServedModel:
     decode_text: its text outputs are text (False: ids of something else, e.g. audio tokens).
     prompt: how `text`/`messages` become its input (pipelines/prompt_format.py; None: it takes
     no text). voice_param: the params key naming a voice; voices: its values (empty: any);
-    read_voices(checkpoint dir) -> voices, for voices only the checkpoint knows."""
+    read_voices(checkpoint dir) -> voices, for voices only the checkpoint knows. pacing: node
+    -> NodePace, how its runs' items map to media time (the deadlines engines schedule by)."""
 
     name: str
     graph: WalkGraph
@@ -50,6 +52,7 @@ class ServedModel:
     voice_param: str = ""
     voices: tuple[str, ...] = ()
     read_voices: Callable[[str], tuple[str, ...]] | None = None
+    pacing: Mapping[str, NodePace] = field(default_factory=dict)  # node -> its items' media time (core.pace)
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from conductor.walk_state import WalkState
+from core.pace import NodePace, Pace
 
 END = object()  # end marker on a request's client queue
 
@@ -35,6 +36,17 @@ class RequestRun:
     max_backlog: int = 256  # outputs queued for a client that does not read: the bound
     targets: dict = field(default_factory=dict)  # (node, iteration) -> target of that run
     traceparent: str = ""  # the current walk span's W3C context, sent with every run it opens
+    # Media deadlines: node -> NodePace (the model's pacing) and the playback origin
+    # (unix seconds; conductor.playback moves it); None: the request has no deadline.
+    pacing: Mapping[str, NodePace] = field(default_factory=dict)
+    origin_s: float | None = None
+
+    def pace_of(self, node: str, first_item: int = 0) -> Pace | None:
+        """When `node`'s run's items are due (its chunk's first new item is first_item)."""
+        declared = self.pacing.get(node)
+        if declared is None or self.origin_s is None:
+            return None
+        return declared.at(self.origin_s, first_item)
 
     def reach(self, target, now: float) -> None:
         """The request was sent to `target`: cancel it there at the end, and expect

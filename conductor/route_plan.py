@@ -39,14 +39,16 @@ def plan_routes(run, scope, node: str, tag: tuple[int, ...], producer, hooks,
                                 edge.max_buffered, peer, host, token, str(edge)))
         is_push = dst in scope.routed_push
         if is_push:
-            template = OpenNode(run.request_id, dst, run.walk, dst_tag, traceparent=traceparent)
+            template = OpenNode(run.request_id, dst, run.walk, dst_tag, traceparent=traceparent,
+                                pace=run.pace_of(dst))
         else:
             sub_routes, sub_grants = plan_routes(run, scope, dst, dst_tag, target, hooks, traceparent)
             grants += sub_grants
             template = OpenNode(run.request_id, dst, run.walk, dst_tag, params=run.params, traceparent=traceparent,
                                 consumer_host_ids=hooks.consumer_hosts(dst, run.walk), routes=sub_routes,
                                 quiet_ports=scope.quiet_ports.get(dst, ()),
-                                credits=run.state.credits.initial(dst, dst_tag))  # client room
+                                credits=run.state.credits.initial(dst, dst_tag),  # client room
+                                pace=run.pace_of(dst))  # route_in sets each chunk run's first item
         grants.append((target, AcceptRoute(token, template, edge.dst_port, is_push, str(edge), edge.max_buffered,
                                            edge.is_per_item)))
     return tuple(routes), grants

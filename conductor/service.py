@@ -22,6 +22,7 @@ from conductor.executor import Executor
 from conductor.metrics import ConductorMetrics, RequestMeter
 from conductor.model import ServedModel
 from conductor.model_info import model_info
+from conductor.playback import Playback
 from conductor.executor_setup import remote_executor
 from conductor.membership import Membership
 from conductor.replica_health import ReplicaHealth
@@ -58,9 +59,14 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             events = RequestEvents(model, self.service.outputs, parsed.request_id,
                                    tokenizer if model.decode_text else None, parsed.wanted, t0,
                                    prompt_tokens=_num_ids(parsed.inputs))
-            async with self.service.admission.admit(model.name):  # waits for a slot, or Overloaded
+            playback = Playback(model.sample_rate, time.time()) if model.pacing and model.sample_rate else None
+            meter.playback = playback
+            admission = self.service.admission
+            async with admission.admit(model.name, playback) as meter.waited_s:  # waits for a slot, or Overloaded
+                if playback is not None:  # its deadlines count from admission: the wait was not its engines'
+                    playback.origin_s = playback.arrival_s = time.time()
                 async for name, value in executor.generate(parsed.request_id, parsed.inputs, parsed.params,
-                                                            parsed.wanted.kinds(model.output_kinds)):
+                                                            parsed.wanted.kinds(model.output_kinds), playback):
                     now = time.perf_counter()
                     meter.output(name, value, now)
                     if events.is_heavy(name):  # PNG encoding: off the event loop other streams share
@@ -69,6 +75,8 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
                         made = events.of(name, value, now)
                     for event in made:
                         yield event
+                    if playback is not None and name in meter.audio_outputs:
+                        self._played(model.name, executor, parsed.request_id, playback, numel(value))
             outcome = "ok"
         except asyncio.CancelledError:
             outcome = "cancelled"
@@ -77,6 +85,15 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             meter.end(outcome, time.perf_counter())
         for event in events.end(time.perf_counter()):
             yield event
+
+    def _played(self, model: str, executor: Executor, request_id: str, playback: Playback, samples: int) -> None:
+        """An audio chunk was sent: the stream's playback origin may move (re-time its work
+        everywhere), and the model's measured capacity may grow (admit waiters)."""
+        now = time.time()
+        origin = playback.on_audio(samples, now)
+        if origin is not None:
+            executor.repace(request_id, origin)
+        self.service.admission.on_audio(model, now)
 
     @map_errors
     async def ListModels(self, request, context):
@@ -202,7 +219,7 @@ class ConductorService:
                                 lockstep_nodes=model.lockstep_nodes, on_edge=on_edge,
                                 direct_edges=model.direct_edges, tls=self.tls, run_timeout_s=self.run_timeout_s,
                                 selector=self.selectors[model.name], max_message_bytes=self.max_message_bytes,
-                                targets=self.targets[model.name]))
+                                targets=self.targets[model.name], pacing=model.pacing))
             self.executors[model.name] = executor
         self._publish_health()
         self.membership.start()

@@ -182,9 +182,10 @@ class RemoteTarget:
 
 
 def run_item(request_id: str, walk: str, dispatch: Dispatch, params: dict, convert, traceparent: str = "", scope=None,
-             consumer_host_ids: tuple[str, ...] = (), routes: tuple = ()):
+             consumer_host_ids: tuple[str, ...] = (), routes: tuple = (), pace=None):
     """The Run item for a dispatch: an OpenNode, or a PushChunk into an open loop run.
-    routes: the routed streaming edges the run feeds (conductor.route_plan)."""
+    routes: the routed streaming edges the run feeds (conductor.route_plan); pace: when
+    the node's items are due (core.pace; a chunk run's from its first new item on)."""
     from runtime.items import PushChunk, StopRule, StreamInput
 
     if dispatch.push:
@@ -203,8 +204,10 @@ def run_item(request_id: str, walk: str, dispatch: Dispatch, params: dict, conve
     pushed = scope.pushed.get(dispatch.node) if scope is not None else None
     stream = StreamInput(pushed.dst_port, pushed.continue_after_producer_done) if pushed is not None else None
     quiet = scope.quiet_ports.get(dispatch.node, ()) if scope is not None and routes else ()
+    if pace is not None and dispatch.chunk is not None:
+        pace = pace.starting_at(dispatch.chunk.start + dispatch.chunk.num_context)
     return OpenNode(
         request_id, dispatch.node, walk, dispatch.iteration, named_parts(dispatch.inputs, convert),
         params, stop, traceparent, consumer_host_ids=consumer_host_ids, credits=dispatch.credits, chunk=dispatch.chunk,
-        stream=stream, routes=routes, quiet_ports=quiet, max_iters=max_iters,
+        stream=stream, routes=routes, quiet_ports=quiet, max_iters=max_iters, pace=pace,
     )

@@ -10,6 +10,7 @@ from functools import cached_property
 from core.errors import InvalidArgument
 from engine.device_option import resolve_device
 from engine.scheduler import SchedulerConfig
+from engine.slack_policy import SlackPolicy
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,16 @@ class EngineConfig:
     return_embeddings: bool = False    # return input embeddings per token
     device: str = "cpu"                # "cpu", "cuda" or "cuda:N": weights, KV cache and kernels
     cuda_graphs: bool = True           # on CUDA: replay captured graphs for decode steps (ignored on CPU)
+    schedule: str = "deadline"         # decode order: "deadline" (least slack first) or "fcfs"
+    # A test hook: every step takes this much longer per sequence in it (sleeps), so a
+    # test can make a component slow without depending on the machine's speed.
+    step_delay_ms_per_seq: float = 0.0
 
     def __post_init__(self) -> None:
         self.scheduler_config  # builds it: SchedulerConfig validates the five sizes (positive integers)
+        if not 0 <= self.step_delay_ms_per_seq <= 10_000:
+            raise InvalidArgument(f"engine.step_delay_ms_per_seq must be in [0, 10000], got "
+                                  f"{self.step_delay_ms_per_seq!r}")
         if not isinstance(self.cuda_graphs, bool):
             raise InvalidArgument(f"engine.cuda_graphs must be a bool, got {self.cuda_graphs!r}")
         resolve_device(self.device)  # InvalidArgument naming engine.device (e.g. CUDA asked, none here)
@@ -39,7 +47,7 @@ class EngineConfig:
         """The scheduler's share of the fields above."""
         return SchedulerConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
                                prefill_chunk_size=self.prefill_chunk_size, num_blocks=self.num_blocks,
-                               block_size=self.block_size)
+                               block_size=self.block_size, policy=SlackPolicy(self.schedule))
 
     @property
     def cuda_graph_sizes(self) -> list[int]:

@@ -21,6 +21,7 @@ from dataclasses import replace
 import torch
 
 from core.errors import InvalidArgument
+from core.pace import Pace
 from engine.batch import ScheduledBatch
 from engine.engine_config import EngineConfig
 from engine.model_runner import ForwardOutput, ModelRunner
@@ -38,6 +39,7 @@ class EngineCore(ABC):
         self.runner = runner
         self.sampler = Sampler()
         self._arrivals = itertools.count()
+        self.paces: dict[str, Pace] = {}  # request id -> when its outputs are due (until abort)
         self.num_steps = 0
         self.forward_s = 0.0  # time inside the model forward (the rest of a step is engine overhead)
 
@@ -57,8 +59,22 @@ class EngineCore(ABC):
             raise InvalidArgument("media: this model takes no audio or image input (no multimodal rope)")
         seq = Sequence(request_id, list(prompt_ids), params, next(self._arrivals), self.max_context,
                        self.model.config.vocab_size, prompt_embeds, media)
+        seq.pace = self.paces.get(request_id)
         self.scheduler.add(seq)
         return seq
+
+    def set_pace(self, request_id: str, pace: Pace) -> None:
+        """When the request's outputs are due (core.pace); it may come before the sequence."""
+        self.paces[request_id] = pace
+        seq = self.scheduler.find(request_id)
+        if seq is not None:
+            seq.pace = pace
+
+    def repace(self, request_id: str, origin_s: float) -> None:
+        """The request's playback origin moved (its first audio played, or it stalled)."""
+        pace = self.paces.get(request_id)
+        if pace is not None:
+            self.set_pace(request_id, pace.moved(origin_s))
 
     def add_stop_tokens(self, request_id: str, token_ids) -> None:
         """More ids that end the request from its next token on (a decode loop's stop rule,
@@ -70,6 +86,7 @@ class EngineCore(ABC):
 
     def abort(self, request_id: str) -> None:
         """Frees the request's blocks; an unknown or finished request is a no-op."""
+        self.paces.pop(request_id, None)
         self.scheduler.abort(request_id)
 
     def park(self, request_id: str) -> None:
@@ -88,6 +105,8 @@ class EngineCore(ABC):
             return []
         t0 = time.perf_counter()
         out = self.runner.run(batch, self.scheduler.pool)           # run
+        if self.config.step_delay_ms_per_seq:
+            time.sleep(self.config.step_delay_ms_per_seq * len(batch.seqs) / 1e3)
         self.forward_s += time.perf_counter() - t0
         rows = iter(self.sampler(out.logits, [s for s, m in zip(batch.seqs, batch.sample_mask) if m]))
         sampled = [next(rows) if m else None for m in batch.sample_mask]

@@ -1,8 +1,10 @@
 """Continuous batching over a paged KV pool.
 
 Each step: the running sequences' decodes first (one token each, so generation never
-stalls behind a long prompt), then prefill chunks of running sequences, then new
-requests in arrival order while blocks and the token budget allow. When the pool
+stalls behind a long prompt), in the order of the config's SlackPolicy (least slack
+first; with an urgent request around, those with plenty of buffered audio sit the step
+out), then prefill chunks of running sequences, then new requests in arrival order
+while blocks and the token budget allow. When the pool
 cannot hold a running sequence's next token, the newest running sequence is
 preempted by recompute: its blocks are freed and it goes back to the front of the
 waiting queue with its output kept, to be prefilled again (prompt + output).
@@ -10,12 +12,14 @@ waiting queue with its output kept, to be prefilled again (prompt + output).
 from __future__ import annotations
 
 import bisect
+import time
 from collections import deque
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from engine.batch import ScheduledBatch
 from engine.kv_pool import IntegrityError, KVPool
 from engine.sequence import Sequence, SequenceStatus
+from engine.slack_policy import SlackPolicy, slack_of
 from core.errors import InvalidArgument, NotFound
 
 __all__ = ["ScheduledBatch", "Scheduler", "SchedulerConfig"]
@@ -30,9 +34,12 @@ class SchedulerConfig:
     prefill_chunk_size: int = 512       # prompt tokens per sequence per step
     num_blocks: int                     # KV pool size, in blocks
     block_size: int = 16                # tokens per block
+    policy: SlackPolicy = field(default_factory=SlackPolicy)  # decode order (engine.slack_policy)
 
     def __post_init__(self) -> None:
         for f in fields(self):
+            if f.name == "policy":
+                continue
             value = getattr(self, f.name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise InvalidArgument(f"{f.name} must be > 0, got {value!r}")
@@ -61,8 +68,10 @@ class _Budget:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerConfig, clock=time.time) -> None:
+        """clock: unix seconds, what deadlines are compared with (a simulated one in tests)."""
         self.config = config
+        self.clock = clock
         self.pool = KVPool(config.num_blocks, config.block_size)
         self.waiting: deque[Sequence] = deque()  # no blocks; preempted ones at the front
         self.running: list[Sequence] = []        # hold blocks; sorted by arrival, newest last
@@ -168,12 +177,25 @@ class Scheduler:
             self._admit_waiting(budget)
         return ScheduledBatch(budget.seqs, budget.counts)
 
+    def _slack(self, seq: Sequence, now: float) -> float:
+        due = seq.pace.due_s(seq.num_output_tokens) if seq.pace is not None else None
+        return slack_of(due, seq.queued_s, now, self.config.policy)
+
     def _schedule_decodes(self, budget: _Budget) -> None:
-        for seq in list(self.running):
+        now = self.clock()
+        decodable = [s for s in self.running if s.num_uncached_tokens == 1]
+        # A new request waiting for its prefill counts towards urgency (decodes far ahead
+        # of playback yield to it too; it is admitted below) when its blocks are there:
+        # yielding to one that cannot start would stall the steps that free them.
+        head = self.waiting[0] if self.waiting else None
+        fits = head is not None and self.pool.can_allocate(head, min(head.num_uncached_tokens,
+                                                                      self.config.prefill_chunk_size))
+        waiting = [head] if fits else []
+        for seq in self.config.policy.pick(decodable + waiting, lambda s: self._slack(s, now)):
             if budget.full:
                 return
-            if seq.status is not RUNNING or seq.num_uncached_tokens != 1:
-                continue  # preempted by an older one in this loop, or still prefilling
+            if seq.status is not RUNNING:
+                continue  # the waiting request, or preempted by a more urgent one in this loop
             if not self._make_room(seq, 1, budget):
                 self._preempt(seq)  # it is the newest running sequence
                 continue
@@ -242,6 +264,9 @@ class Scheduler:
         if seq is None:
             raise NotFound(f"request {request_id!r} is not in the engine")
         return seq
+
+    def find(self, request_id: str) -> Sequence | None:
+        return self._seqs.get(request_id)
 
     @property
     def request_ids(self) -> set[str]:

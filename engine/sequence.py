@@ -7,6 +7,7 @@ preemption, parking and abort only ever touch this one object.
 from __future__ import annotations
 
 import enum
+import time
 
 from engine.embed_rows import EmbedRows
 from engine.sampling_params import SamplingParams
@@ -39,6 +40,10 @@ class Sequence:
         self.max_context = max_context
         self.vocab_size = vocab_size
         self.status = SequenceStatus.WAITING
+        # When its outputs are due (core.pace.Pace; None: no media deadline) and when it
+        # was queued (unix seconds): the scheduler's slack order reads both.
+        self.pace = None
+        self.queued_s = time.time()
         self.finish_reason: str | None = None  # "eos" | "stop" | "length" | "context" | "aborted"
         self.block_table: list[int] = []       # physical KV blocks, in token order
         self.num_cached_tokens = 0             # tokens whose K/V are in the cache

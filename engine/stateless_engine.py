@@ -4,9 +4,10 @@ Engines without per-request state between calls (a codec decoding a window of co
 a DiT running one denoising step, a VAE decode) queue `WorkItem`s here. A step reads
 schedule -> run -> postprocess:
 
-    schedule     the oldest queued item fixes the batch key; up to `max_batch_size` items
-                 with the same key join it, oldest first (no item waits behind a newer one
-                 of its key, and a key never starves: the oldest item always runs next);
+    schedule     the most urgent queued item fixes the batch key (config.policy: least
+                 slack first, an item without a deadline aging into urgency; fcfs: the
+                 oldest); up to `max_batch_size` items with the same key join it, most
+                 urgent first (so no key starves: every item's slack falls as it waits);
     run          `run_batch(items)` -> one output per item, in order;
     postprocess  one WorkResult per item. If the batch raises, each item is retried alone
                  so one bad item fails only its own request.
@@ -16,15 +17,20 @@ never looks inside payloads.
 """
 from __future__ import annotations
 
+import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Hashable
+
+from core.pace import Pace
+from engine.slack_policy import SlackPolicy, slack_of
 
 
 @dataclass(frozen=True)
 class StatelessConfig:
     max_batch_size: int = 8
     max_queued: int = 1024  # add() refuses beyond this many queued items (can_add() says so first)
+    policy: SlackPolicy = field(default_factory=SlackPolicy)
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.max_queued < 1:
@@ -38,6 +44,8 @@ class WorkItem:
     key: Hashable     # items batch together only when their keys are equal
     payload: Any      # what run_batch reads
     tag: Any = None   # carried to the result untouched (e.g. the node run it answers)
+    pace: Pace | None = None  # when its output is due (its item 0); None: no media deadline
+    queued_s: float = field(default_factory=time.time)
 
 
 @dataclass(frozen=True)
@@ -53,8 +61,10 @@ class WorkResult:
 
 class StatelessEngine:
     def __init__(self, run_batch: Callable[[list[WorkItem]], list[Any]],
-                 config: StatelessConfig = StatelessConfig()) -> None:
+                 config: StatelessConfig = StatelessConfig(), clock=time.time) -> None:
+        """clock: unix seconds, what deadlines are compared with (a simulated one in tests)."""
         self.run_batch = run_batch
+        self.clock = clock
         self.config = config
         self.queue: deque[WorkItem] = deque()
         self.num_steps = 0
@@ -73,6 +83,11 @@ class StatelessEngine:
         before = len(self.queue)
         self.queue = deque(i for i in self.queue if i.request_id != request_id)
         return before - len(self.queue)
+
+    def repace(self, request_id: str, origin_s: float) -> None:
+        """The request's playback origin moved: its queued items' deadlines with it."""
+        self.queue = deque(replace(i, pace=i.pace.moved(origin_s)) if i.request_id == request_id and i.pace else i
+                           for i in self.queue)
 
     def has_work(self) -> bool:
         return bool(self.queue)
@@ -93,14 +108,18 @@ class StatelessEngine:
     def _schedule(self) -> list[WorkItem]:
         if not self.queue:
             return []
-        key = self.queue[0].key
-        batch, rest = [], deque()
-        for item in self.queue:
-            if item.key == key and len(batch) < self.config.max_batch_size:
-                batch.append(item)
-            else:
-                rest.append(item)
-        self.queue = rest
+        policy, now = self.config.policy, self.clock()
+
+        def slack(item: WorkItem) -> float:
+            return slack_of(item.pace.due_s() if item.pace else None, item.queued_s, now, policy)
+
+        key = policy.most_urgent(self.queue, slack).key
+        same = [i for i in self.queue if i.key == key]
+        if not policy.is_fcfs:
+            same.sort(key=slack)  # stable: equal slack keeps queue order
+        batch = same[:self.config.max_batch_size]
+        taken = {id(i) for i in batch}
+        self.queue = deque(i for i in self.queue if id(i) not in taken)
         return batch
 
     def _run(self, batch: list[WorkItem]) -> list[WorkResult]:

@@ -29,6 +29,7 @@ the producer forever.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,18 +153,26 @@ class LeftContext(ChunkPolicy):
     """Chunks of C new items plus the L items before them (Talker -> Code2Wav).
 
     Input items per new item tend to 1 + L / C (formula (7)). `first` > 0 makes the
-    first chunk that many items (a small first chunk cuts time to first audio).
+    first chunk that many items (a small first chunk cuts time to first audio), and each
+    later one `growth` times the one before (rounded up) until C: 4, 8, 16, C, C, ...
+    A stream keeps playing only if every chunk is made while the one before it plays,
+    so the ratio of two chunks is the speed over real time the producer needs then: a
+    first chunk of 4 frames followed at once by 25 needs 6x. growth 0: C right after
+    the first chunk.
     """
 
     chunk: int
     left: int
     pad_final: bool = False
     first: int = 0
+    growth: float = 2.0
 
     def __post_init__(self) -> None:
         if self.chunk < 1 or self.left < 0 or self.first < 0:
             raise GraphError(f"LeftContext needs chunk >= 1, left >= 0 and first >= 0, "
                              f"got C={self.chunk} L={self.left} first={self.first}")
+        if not (self.growth == 0 or 1 < self.growth <= 16):
+            raise GraphError(f"LeftContext growth must be 0 (off) or in (1, 16], got {self.growth}")
 
     @property
     def min_buffer(self) -> int:
@@ -180,4 +189,10 @@ class LeftContext(ChunkPolicy):
         return max(0, delivered - self.left)
 
     def full_new(self, delivered):
-        return self.first if delivered == 0 and self.first else self.chunk
+        if not self.first:
+            return self.chunk
+        position, size = 0, self.first
+        while position < delivered:  # the chunks before `delivered`, smallest first
+            position += size
+            size = min(self.chunk, math.ceil(size * self.growth)) if self.growth else self.chunk
+        return size

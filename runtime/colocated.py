@@ -47,6 +47,11 @@ class Colocated:
         for component in self.components:
             component.cancel(request_id)
 
+    def repace(self, request_id: str, origin_s: float) -> None:
+        for component in self.components:
+            if hasattr(component, "repace"):
+                component.repace(request_id, origin_s)
+
     def has_work(self) -> bool:
         return any(c.has_work() for c in self.components)
 

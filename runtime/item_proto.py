@@ -7,6 +7,7 @@ as it appears on the wire, e.g. "items[2].open.inputs[x].shape".
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -29,12 +30,14 @@ from runtime.items import (
     OutboundEvent,
     PushChunk,
     Release,
+    Repace,
     RouteCredit,
     Alive,
     StopRule,
 )
 from runtime.route_proto import MAX_WINDOW, routes_from_proto, routes_to_proto
 from core.errors import InvalidArgument, StarmeshError
+from core.pace import Pace
 from transport.refs import TensorRef
 from transport.ref_proto import ref_from_proto, ref_to_proto
 
@@ -132,7 +135,18 @@ def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
         routes=routes_from_proto(m.routes, field),
         quiet_ports=tuple(m.quiet_ports),
         max_iters=m.stop_rule.max_iters,
+        pace=_pace_from_proto(m.pace) if m.HasField("pace") else None,
     )
+
+
+def _pace_from_proto(m: pb.Pace) -> Pace:
+    return Pace(m.origin_unix_s, m.item_s, m.first_item, m.lead_items)  # ValueError names pace.<field>
+
+
+def _repace_from_proto(m: pb.Repace) -> Repace:
+    if not m.request_id or not math.isfinite(m.origin_unix_s):
+        raise InvalidArgument("request_id is required and origin_unix_s must be finite")
+    return Repace(m.request_id, m.origin_unix_s)
 
 
 def _push_from_proto(m: pb.PushChunk, field: str) -> PushChunk:
@@ -154,7 +168,7 @@ def item_from_proto(msg: pb.RunItem, field: str) -> InboundItem:
     """Converts one RunItem; raises StarmeshError naming `field`."""
     kind = msg.WhichOneof("kind")
     if kind is None:
-        raise InvalidArgument(f"{field}: none of open, push, cancel, release, credit, accept is set")
+        raise InvalidArgument(f"{field}: none of open, push, cancel, release, credit, accept, repace is set")
     sub = getattr(msg, kind)
     try:
         if kind == "open":
@@ -167,6 +181,8 @@ def item_from_proto(msg: pb.RunItem, field: str) -> InboundItem:
             return Credit(sub.request_id, sub.node, sub.port, sub.amount, tuple(sub.iteration))
         if kind == "accept":
             return _accept_from_proto(sub, f"{field}.accept")
+        if kind == "repace":
+            return _repace_from_proto(sub)
         return Release(sub.request_id, tuple(sub.lease_ids))
     except ValueError as e:  # dataclass validation ("open.request_id is empty")
         raise InvalidArgument(f"{field}.{e}") from None
@@ -212,6 +228,10 @@ def _open_to_proto(item: OpenNode, o: pb.OpenNode) -> None:
         o.stream.continue_after_producer_done = item.stream.continue_after_producer_done
     routes_to_proto(item.routes, o.routes)
     o.quiet_ports.extend(item.quiet_ports)
+    if item.pace is not None:
+        p = item.pace
+        o.pace.origin_unix_s, o.pace.item_s, o.pace.first_item, o.pace.lead_items = (
+            p.origin_s, p.item_s, p.first_item, p.lead_items)
 
 
 def items_to_proto(items: Iterable[InboundItem], sender: str = "") -> pb.RunRequest:
@@ -236,6 +256,8 @@ def items_to_proto(items: Iterable[InboundItem], sender: str = "") -> pb.RunRequ
             tensors_to_proto(item.tensors, p.tensors)
         elif isinstance(item, Cancel):
             it.cancel.request_id, it.cancel.reason = item.request_id, item.reason
+        elif isinstance(item, Repace):
+            it.repace.request_id, it.repace.origin_unix_s = item.request_id, item.origin_s
         elif isinstance(item, Release):
             it.release.request_id = item.request_id
             it.release.lease_ids.extend(item.lease_ids)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from core.pace import Pace
 from graph.composites import StopRule
 from transport.refs import ConsumedLease, TensorRef  # noqa: F401  (ConsumedLease re-exported)
 
@@ -89,6 +90,7 @@ class OpenNode:
     routes: tuple[EdgeRoute, ...] = ()
     quiet_ports: tuple[str, ...] = ()  # outputs only routes consume: not sent back
     max_iters: int = 0
+    pace: Pace | None = None  # when its items are due (core.pace); None: no deadline
 
     def __post_init__(self) -> None:
         if not self.request_id:
@@ -138,6 +140,14 @@ class Cancel:
 
 
 @dataclass(frozen=True)
+class Repace:
+    """The request's playback origin moved: its runs here are due relative to origin_s."""
+
+    request_id: str
+    origin_s: float
+
+
+@dataclass(frozen=True)
 class Release:
     """A consumer acknowledges leases of this process's arena."""
 
@@ -156,7 +166,7 @@ class Credit:
     iteration: tuple[int, ...] = ()
 
 
-InboundItem = Union[OpenNode, PushChunk, Cancel, Release, Credit, AcceptRoute]
+InboundItem = Union[OpenNode, PushChunk, Cancel, Release, Credit, AcceptRoute, Repace]
 
 
 @dataclass(frozen=True)

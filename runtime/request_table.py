@@ -15,7 +15,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from runtime.items import AcceptRoute, Cancel, ConsumedLease, Credit, NodeError, OpenNode, Release
+from runtime.items import AcceptRoute, Cancel, ConsumedLease, Credit, NodeError, OpenNode, Release, Repace
 from runtime.telemetry import extract_context
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class RequestTable:
         Credit or grant for another stream's request is PERMISSION_DENIED); a Release
         names its request; a new request past max_requests, or any OpenNode while the
         service drains, is refused."""
-        if not isinstance(item, (OpenNode, Cancel, Release, Credit, AcceptRoute)):
+        if not isinstance(item, (OpenNode, Cancel, Release, Credit, AcceptRoute, Repace)):
             return None
         run = item.run if isinstance(item, AcceptRoute) else item
         rid, node = run.request_id, getattr(run, "node", "")

@@ -110,8 +110,9 @@ class InboundRoutes:
     def chunk_run(self, route: InRoute, push: PushChunk) -> OpenNode:
         """The run of one chunk: the grant's template at iteration + (k,)."""
         template = route.accept.run
+        pace = template.pace.starting_at(push.start + push.num_context) if template.pace else None
         item = replace(template, iteration=template.iteration + (route.num_opened,), inputs={},
-                       chunk=ChunkInfo(push.start, push.num_context, push.end_of_stream, push.num_pad))
+                       chunk=ChunkInfo(push.start, push.num_context, push.end_of_stream, push.num_pad), pace=pace)
         route.num_opened += 1
         route.num_running += 1
         self.chunk_runs[(item.request_id, item.node, item.iteration)] = (route, len(push.produced_us))
@@ -140,6 +141,13 @@ class InboundRoutes:
 
     def sent_by(self, stream_id: str) -> list[InRoute]:
         return [r for r in self.routes.values() if r.sender == stream_id and not r.is_finished]
+
+    def repace(self, request_id: str, origin_s: float) -> None:
+        """Chunk runs the request's routes open from now on are due relative to origin_s."""
+        for route in self.routes.values():
+            run = route.accept.run
+            if run.request_id == request_id and run.pace is not None:
+                route.accept = replace(route.accept, run=replace(run, pace=run.pace.moved(origin_s)))
 
     def cancel(self, request_id: str) -> None:
         self.routes = {t: r for t, r in self.routes.items() if r.request_id != request_id}

@@ -17,6 +17,7 @@ def policy_to_proto(policy: ChunkPolicy, out: pb.ChunkPolicySpec) -> None:
         out.kind, out.size, out.stride = "sliding", policy.window, policy.stride
     elif isinstance(policy, LeftContext):
         out.kind, out.size, out.left, out.first = "left_context", policy.chunk, policy.left, policy.first
+        out.growth = policy.growth
     else:
         raise TypeError(f"no wire form for chunk policy {policy!r}")
 
@@ -28,7 +29,7 @@ def policy_from_proto(m: pb.ChunkPolicySpec, field: str) -> ChunkPolicy:
         if m.kind == "sliding":
             return SlidingWindow(m.size, m.stride, m.pad_final)
         if m.kind == "left_context":
-            return LeftContext(m.size, m.left, m.pad_final, m.first)
+            return LeftContext(m.size, m.left, m.pad_final, m.first, m.growth)
     except InvalidArgument as e:  # GraphError: the policy's own validation
         raise InvalidArgument(f"{field}: {e}") from None
     raise InvalidArgument(f"{field}.kind {m.kind!r} is not fixed, sliding or left_context")

@@ -267,6 +267,9 @@ class RoutedEdges:
                 self.drop(route.request_id)
         self.names.pop(stream_id, None)
 
+    def repace(self, request_id: str, origin_s: float) -> None:
+        self.inb.repace(request_id, origin_s)
+
     def cancel(self, request_id: str) -> None:
         self.out.cancel(request_id)
         self.inb.cancel(request_id)

@@ -43,13 +43,16 @@ class StatelessComponent:
         key, payload = self.prepare(item, inputs)
         if not self.engine.can_add():
             raise ResourceExhausted(f"open: the {self.name} queue is full ({self.engine.num_queued} items)")
-        self.engine.add(WorkItem(item.request_id, key, payload, tag=item))
+        self.engine.add(WorkItem(item.request_id, key, payload, tag=item, pace=item.pace))
 
     def push(self, item, tensors) -> None:
         raise InvalidArgument(f"push.node {item.node!r}: the {self.name} component takes no streamed input")
 
     def cancel(self, request_id: str) -> None:
         self.engine.abort(request_id)
+
+    def repace(self, request_id: str, origin_s: float) -> None:
+        self.engine.repace(request_id, origin_s)
 
     def has_work(self) -> bool:
         return self.engine.has_work()

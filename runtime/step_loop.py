@@ -29,7 +29,7 @@ from runtime.heartbeat import QueuedOpens, known_requests
 from runtime.inbox import Inbox
 from runtime.item_proto import Rejected
 from runtime.items import (AcceptRoute, Cancel, Credit, NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent,
-                           PushChunk, Release)
+                           PushChunk, Release, Repace)
 from runtime.outbox import Outbox, Sink
 from runtime.parts import resolve_inputs
 from runtime.request_table import RequestTable
@@ -191,6 +191,8 @@ class StepLoop:
             self.routed.accept(stream_id, item)
         elif isinstance(item, Cancel):
             self._cancel(item.request_id)
+        elif isinstance(item, Repace):
+            self._repace(item)
         elif isinstance(item, Release):
             self._release(field, item)
         elif isinstance(item, Credit) and not self.routed.grant(item):
@@ -252,6 +254,17 @@ class StepLoop:
         self._drop_in_component(request_id)
         self._table.drop_request(request_id, "cancelled")
         self._call_transport("release_request", request_id)
+
+    def _repace(self, item: Repace) -> None:
+        """The request's playback origin moved: chunk runs routed edges open from now on,
+        and the component's queued work (`repace`, optional), are due relative to it."""
+        self.routed.repace(item.request_id, item.origin_s)
+        hook = getattr(self.component, "repace", None)
+        if hook is not None:
+            try:
+                hook(item.request_id, item.origin_s)
+            except Exception:
+                log.exception("component.repace(%r) failed", item.request_id)
 
     def _release(self, field: str, item: Release) -> None:
         try:

@@ -10,7 +10,8 @@ import dataclasses
 from conductor.model import ServedModel
 from conductor.placement import Placement
 from pipelines.prompt_format import ChatTemplate
-from engine.models.qwen3_omni import SAMPLE_RATE
+from core.pace import NodePace
+from engine.models.qwen3_omni import FRAME_SAMPLES, SAMPLE_RATE
 from graph.walk import WalkGraph
 from pipelines.qwen3_omni.graph import INNER_LOOPS, OUTPUT_KINDS, speech_graph
 from pipelines.qwen3_omni.media_walks import TALKER_MEDIA, media_combinations, prefill_node
@@ -39,7 +40,8 @@ def speech_model(name: str, placement: Placement, chunk_size: int = 300, left_co
     media walks; their prefill nodes run where `prefill` does, talker_media where `talker` does."""
     combos = media_combinations(set(placement.node_to_service))
     graph = speech_graph(chunk_size, left_context, first_chunk, name=name, media=tuple(combos))
-    return served_speech_model(name, graph, with_media_nodes(placement, combos) if combos else placement)
+    return served_speech_model(name, graph, with_media_nodes(placement, combos) if combos else placement,
+                               lead_frames=chunk_size)
 
 
 def with_media_nodes(placement: Placement, combos: list[tuple[str, ...]]) -> Placement:
@@ -54,12 +56,25 @@ def with_media_nodes(placement: Placement, combos: list[tuple[str, ...]]) -> Pla
     return dataclasses.replace(placement, node_to_service=where, kv_contexts=groups)
 
 
-def served_speech_model(name: str, graph: WalkGraph, placement: Placement) -> ServedModel:
+def served_speech_model(name: str, graph: WalkGraph, placement: Placement, lead_frames: int = 0) -> ServedModel:
     """A speech walk graph (streaming or stage-by-stage) as the conductor serves it: loops
-    inside the thinker and the talker, SpeechParams, text, codes and audio out."""
+    inside the thinker and the talker, SpeechParams, text, codes and audio out, and the
+    deadlines of its nodes (speech_pacing)."""
     return ServedModel(name, graph, placement, INNER_LOOPS, params=SpeechParams, output_kinds=OUTPUT_KINDS,
                        sample_rate=SAMPLE_RATE, tokenizer_node="prefill", prompt=ChatTemplate(),
-                       voice_param="speaker", read_voices=speakers)
+                       voice_param="speaker", read_voices=speakers, pacing=speech_pacing(graph, lead_frames))
+
+
+def speech_pacing(graph: WalkGraph, lead_frames: int) -> dict[str, NodePace]:
+    """Every item of the speech path is one codec frame of audio: a thinker token feeds one
+    talker frame (its text row), a talker frame is a frame, a code2wav chunk run's items
+    are frames. The thinker and the talker work `lead_frames` ahead (a frame is decoded
+    only once its chunk of up to C frames is complete); code2wav's chunk is due when its
+    first new frame plays."""
+    frame_s = FRAME_SAMPLES / SAMPLE_RATE  # 0.08 s: 12.5 frames per second
+    ahead, now = NodePace(frame_s, lead_frames), NodePace(frame_s)
+    return {n.name: now if n.name == "code2wav" else ahead for n in graph.nodes
+            if n.name in ("prefill", "decode", "talker", "code2wav", TALKER_MEDIA) or n.name.startswith("prefill_")}
 
 
 def speakers(checkpoint_dir: str) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from engine.slack_policy import SlackPolicy
 from engine.stateless_engine import StatelessConfig
 from runtime.stateless_component import StatelessComponent
 from runtime.items import OpenNode
@@ -47,12 +48,14 @@ class CodecComponent(StatelessComponent):
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str, dtype: str | None = None, device: str = "cpu",
-                        max_batch_size: int = 8, max_queued: int = 1024) -> "CodecComponent":
+                        max_batch_size: int = 8, max_queued: int = 1024,
+                        schedule: str = "deadline") -> "CodecComponent":
         """The code2wav of a Qwen3-Omni checkpoint; dtype defaults to the checkpoint's."""
         from engine.models.qwen3_omni.code2wav import Code2Wav
 
         model = Code2Wav.from_checkpoint(checkpoint, dtype=dtype, device=device)
-        return cls(model, StatelessConfig(max_batch_size=max_batch_size, max_queued=max_queued))
+        return cls(model, StatelessConfig(max_batch_size=max_batch_size, max_queued=max_queued,
+                                          policy=SlackPolicy(schedule)))
 
     def prepare(self, item: OpenNode, inputs: dict[str, torch.Tensor]) -> tuple[int, Window]:
         """(window length T, the window); InvalidArgument naming the field for a bad window."""

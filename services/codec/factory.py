@@ -29,7 +29,7 @@ def has_code2wav(checkpoint: str) -> bool:
 
 
 def codec_from_checkpoint(checkpoint: str, dtype: str | None = None, device: str = "cpu", max_batch_size: int = 8,
-                          max_queued: int = 1024):
+                          max_queued: int = 1024, schedule: str = "deadline"):
     from services.codec.component import CodecComponent
 
     snac, code2wav = snac_dir(checkpoint), has_code2wav(checkpoint)
@@ -38,15 +38,16 @@ def codec_from_checkpoint(checkpoint: str, dtype: str | None = None, device: str
             raise InvalidArgument(f"checkpoint {checkpoint}: neither a SNAC codec (config.json with vq_strides, "
                                   "here or under snac/) nor a Qwen3-Omni code2wav")
         return CodecComponent.from_checkpoint(checkpoint, dtype=dtype, device=device,
-                                              max_batch_size=max_batch_size, max_queued=max_queued)
+                                              max_batch_size=max_batch_size, max_queued=max_queued,
+                                              schedule=schedule)
     from services.codec.snac_component import SnacComponent
 
     component = SnacComponent.from_checkpoint(snac, device=device, max_batch_size=max(16, max_batch_size),
-                                              max_queued=max(4096, max_queued))
+                                              max_queued=max(4096, max_queued), schedule=schedule)
     if not code2wav:
         return component
     from runtime.colocated import Colocated
 
     codec = CodecComponent.from_checkpoint(checkpoint, dtype=dtype, device=device, max_batch_size=max_batch_size,
-                                           max_queued=max_queued)
+                                           max_queued=max_queued, schedule=schedule)
     return Colocated([codec, component], name="codec")

@@ -24,6 +24,7 @@ import torch
 from core.errors import InvalidArgument
 from engine.models.orpheus.windows import (EMIT_END, EMIT_START, WINDOW_CODES, is_regular, is_valid, snac_levels,
                                            window_noise_seed)
+from engine.slack_policy import SlackPolicy
 from engine.stateless_engine import StatelessConfig
 from runtime.items import OpenNode
 from runtime.stateless_component import StatelessComponent
@@ -59,11 +60,12 @@ class SnacComponent(StatelessComponent):
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str, device: str = "cpu", max_batch_size: int = 16,
-                        max_queued: int = 4096) -> "SnacComponent":
+                        max_queued: int = 4096, schedule: str = "deadline") -> "SnacComponent":
         from engine.models.snac.model import SnacDecoder
 
         return cls(SnacDecoder.from_checkpoint(checkpoint, device=device),
-                   StatelessConfig(max_batch_size=max_batch_size, max_queued=max_queued))
+                   StatelessConfig(max_batch_size=max_batch_size, max_queued=max_queued,
+                                   policy=SlackPolicy(schedule)))
 
     def prepare(self, item: OpenNode, inputs: dict[str, torch.Tensor]):
         codes = inputs.get("codes")

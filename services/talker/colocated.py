@@ -11,5 +11,6 @@ def make_talker_codec(checkpoint: str, dtype: str | None = None, max_batch_size:
     from services.talker.component import TalkerComponent
 
     talker = TalkerComponent.from_checkpoint(checkpoint, dtype=dtype, **engine_options)
-    codec = CodecComponent.from_checkpoint(checkpoint, dtype=dtype, max_batch_size=max_batch_size)
+    codec = CodecComponent.from_checkpoint(checkpoint, dtype=dtype, max_batch_size=max_batch_size,
+                                           schedule=engine_options.get("schedule", "deadline"))
     return Colocated([talker, codec], name="talker+codec")

@@ -65,6 +65,8 @@ class TalkerComponent:
             raise InvalidArgument("open.inputs.prompt_ids must be non-empty integer ids")
         params = TalkerParams.from_params(item.params)
         sampling = self.engine.talker_params(**params.sampling_kwargs(item.max_iters))  # the loop's own bound
+        if item.pace is not None:
+            self.engine.set_pace(item.request_id, item.pace)
         self.engine.add_request(item.request_id, prompt.reshape(-1).tolist(), sampling, params.speaker,
                                 image_grids=_grids(inputs.get("image_grids")))
         self.runs[item.request_id] = TalkerRun(item)
@@ -101,6 +103,9 @@ class TalkerComponent:
     def cancel(self, request_id: str) -> None:
         self.runs.pop(request_id, None)
         self.engine.abort(request_id)
+
+    def repace(self, request_id: str, origin_s: float) -> None:
+        self.engine.repace(request_id, origin_s)
 
     def has_work(self) -> bool:
         return self.engine.has_work()

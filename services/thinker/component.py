@@ -107,6 +107,8 @@ class ThinkerComponent:
             prompt, media, grids = media_prompt(prompt, inputs, self.media_tokens)
             run.prompt = {"prompt_ids": torch.tensor(prompt, dtype=torch.int64),
                           "image_grids": torch.tensor(grids, dtype=torch.int64).reshape(-1, 3)}
+        if item.pace is not None:
+            self.engine.set_pace(item.request_id, item.pace)
         self.engine.add_request(item.request_id, prompt, params, media=media)
         self.runs[item.request_id] = run
 
@@ -115,6 +117,8 @@ class ThinkerComponent:
         if run is None:
             raise InvalidArgument(f"open.request_id {item.request_id!r}: decode before prefill")
         run.decode = item
+        if item.pace is not None:
+            self.engine.set_pace(item.request_id, item.pace)
         if run.is_finished:  # the first token already ended it
             self._finish(run)
         else:
@@ -129,6 +133,9 @@ class ThinkerComponent:
         self.runs.pop(request_id, None)
         self.engine.abort(request_id)
         self._events = [e for e in self._events if e.request_id != request_id]
+
+    def repace(self, request_id: str, origin_s: float) -> None:
+        self.engine.repace(request_id, origin_s)
 
     def has_work(self) -> bool:
         return bool(self._events) or self.engine.has_work()

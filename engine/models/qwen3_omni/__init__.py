@@ -4,3 +4,4 @@ SAMPLE_RATE: code2wav's audio, samples per second (12.5 codec frames per second,
 samples per frame); every reader of the model's audio takes it from here."""
 
 SAMPLE_RATE = 24000
+FRAME_SAMPLES = 1920

@@ -39,20 +39,22 @@ class StreamInput(_message.Message):
     def __init__(self, port: _Optional[str] = ..., continue_after_producer_done: _Optional[bool] = ...) -> None: ...
 
 class ChunkPolicySpec(_message.Message):
-    __slots__ = ("kind", "size", "stride", "left", "first", "pad_final")
+    __slots__ = ("kind", "size", "stride", "left", "first", "pad_final", "growth")
     KIND_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     STRIDE_FIELD_NUMBER: _ClassVar[int]
     LEFT_FIELD_NUMBER: _ClassVar[int]
     FIRST_FIELD_NUMBER: _ClassVar[int]
     PAD_FINAL_FIELD_NUMBER: _ClassVar[int]
+    GROWTH_FIELD_NUMBER: _ClassVar[int]
     kind: str
     size: int
     stride: int
     left: int
     first: int
     pad_final: bool
-    def __init__(self, kind: _Optional[str] = ..., size: _Optional[int] = ..., stride: _Optional[int] = ..., left: _Optional[int] = ..., first: _Optional[int] = ..., pad_final: _Optional[bool] = ...) -> None: ...
+    growth: float
+    def __init__(self, kind: _Optional[str] = ..., size: _Optional[int] = ..., stride: _Optional[int] = ..., left: _Optional[int] = ..., first: _Optional[int] = ..., pad_final: _Optional[bool] = ..., growth: _Optional[float] = ...) -> None: ...
 
 class EdgeRoute(_message.Message):
     __slots__ = ("src_port", "dst_node", "dst_port", "dst_iteration", "policy", "window", "peer", "peer_host_id", "token", "edge")
@@ -79,7 +81,7 @@ class EdgeRoute(_message.Message):
     def __init__(self, src_port: _Optional[str] = ..., dst_node: _Optional[str] = ..., dst_port: _Optional[str] = ..., dst_iteration: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[ChunkPolicySpec, _Mapping]] = ..., window: _Optional[int] = ..., peer: _Optional[str] = ..., peer_host_id: _Optional[str] = ..., token: _Optional[str] = ..., edge: _Optional[str] = ...) -> None: ...
 
 class OpenNode(_message.Message):
-    __slots__ = ("request_id", "walk", "node", "iteration", "inputs", "params", "stop_rule", "traceparent", "tracestate", "consumer_host_ids", "credits", "chunk", "stream", "routes", "quiet_ports")
+    __slots__ = ("request_id", "walk", "node", "iteration", "inputs", "params", "stop_rule", "traceparent", "tracestate", "consumer_host_ids", "credits", "chunk", "stream", "routes", "quiet_ports", "pace")
     class CreditsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +104,7 @@ class OpenNode(_message.Message):
     STREAM_FIELD_NUMBER: _ClassVar[int]
     ROUTES_FIELD_NUMBER: _ClassVar[int]
     QUIET_PORTS_FIELD_NUMBER: _ClassVar[int]
+    PACE_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     walk: str
     node: str
@@ -117,7 +120,28 @@ class OpenNode(_message.Message):
     stream: StreamInput
     routes: _containers.RepeatedCompositeFieldContainer[EdgeRoute]
     quiet_ports: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ..., credits: _Optional[_Mapping[str, int]] = ..., chunk: _Optional[_Union[ChunkInfo, _Mapping]] = ..., stream: _Optional[_Union[StreamInput, _Mapping]] = ..., routes: _Optional[_Iterable[_Union[EdgeRoute, _Mapping]]] = ..., quiet_ports: _Optional[_Iterable[str]] = ...) -> None: ...
+    pace: Pace
+    def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ..., credits: _Optional[_Mapping[str, int]] = ..., chunk: _Optional[_Union[ChunkInfo, _Mapping]] = ..., stream: _Optional[_Union[StreamInput, _Mapping]] = ..., routes: _Optional[_Iterable[_Union[EdgeRoute, _Mapping]]] = ..., quiet_ports: _Optional[_Iterable[str]] = ..., pace: _Optional[_Union[Pace, _Mapping]] = ...) -> None: ...
+
+class Pace(_message.Message):
+    __slots__ = ("origin_unix_s", "item_s", "first_item", "lead_items")
+    ORIGIN_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    ITEM_S_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ITEM_FIELD_NUMBER: _ClassVar[int]
+    LEAD_ITEMS_FIELD_NUMBER: _ClassVar[int]
+    origin_unix_s: float
+    item_s: float
+    first_item: int
+    lead_items: int
+    def __init__(self, origin_unix_s: _Optional[float] = ..., item_s: _Optional[float] = ..., first_item: _Optional[int] = ..., lead_items: _Optional[int] = ...) -> None: ...
+
+class Repace(_message.Message):
+    __slots__ = ("request_id", "origin_unix_s")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    origin_unix_s: float
+    def __init__(self, request_id: _Optional[str] = ..., origin_unix_s: _Optional[float] = ...) -> None: ...
 
 class PushChunk(_message.Message):
     __slots__ = ("request_id", "node", "iteration", "port", "tensors", "end_of_stream", "num_context", "num_pad", "route", "start", "produced_us")
@@ -194,20 +218,22 @@ class Credit(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., port: _Optional[str] = ..., amount: _Optional[int] = ...) -> None: ...
 
 class RunItem(_message.Message):
-    __slots__ = ("open", "push", "cancel", "release", "credit", "accept")
+    __slots__ = ("open", "push", "cancel", "release", "credit", "accept", "repace")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     ACCEPT_FIELD_NUMBER: _ClassVar[int]
+    REPACE_FIELD_NUMBER: _ClassVar[int]
     open: OpenNode
     push: PushChunk
     cancel: Cancel
     release: Release
     credit: Credit
     accept: AcceptRoute
-    def __init__(self, open: _Optional[_Union[OpenNode, _Mapping]] = ..., push: _Optional[_Union[PushChunk, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., accept: _Optional[_Union[AcceptRoute, _Mapping]] = ...) -> None: ...
+    repace: Repace
+    def __init__(self, open: _Optional[_Union[OpenNode, _Mapping]] = ..., push: _Optional[_Union[PushChunk, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., accept: _Optional[_Union[AcceptRoute, _Mapping]] = ..., repace: _Optional[_Union[Repace, _Mapping]] = ...) -> None: ...
 
 class RunRequest(_message.Message):
     __slots__ = ("items", "sender")

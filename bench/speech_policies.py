@@ -1,0 +1,180 @@
+"""The scheduling-policy comparison of bench.speech: FCFS vs deadline-aware, same requests.
+
+    python -m bench.speech_policies --json bench-results/speech_policies.json [--quick]
+
+Two meshes of the split speech model (thinker | talker | codec) on the same checkpoint,
+started side by side: `fcfs` (engines in arrival order, admission by max_in_flight only)
+and `deadline` (engines by least slack, admission by measured capacity). Every point runs
+its waves alternately on the two, the same prompts in the same order. Arrivals: `burst`
+(a wave of c requests at once) and `poisson` (c * rounds requests at a Poisson rate
+chosen so that about c are in flight). Keys per point (c1, c4, c16, c32):
+  ttfa_ms_p50, ttfa_ms_p99   at the client, from send (admission wait included)
+  viability                  share of requests that never underrun once playing (client clock)
+  underrun_s_total           playback stalls, all requests
+  audio_s_per_s              audio of every request over the phase's wall time
+  refused                    requests refused with RESOURCE_EXHAUSTED
+Before measuring, each mesh serves one wave at every concurrency (warm-up: the
+deadline mesh's admission learns the deployment's rate as it would in service).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import time
+
+from bench.output import write_json
+from bench.speech_mesh import SpeechMesh, viability
+
+POLICIES = ("fcfs", "deadline")
+
+
+def _admission(policy: str):
+    from conductor.admission import Admission, AdmissionConfig
+    from conductor.capacity import CapacityConfig
+
+    return Admission(default=AdmissionConfig(max_in_flight=64, max_waiting=128,
+                                             capacity=CapacityConfig(enabled=policy == "deadline")))
+
+
+async def _one(address: str, ids: list[int], params: dict, delay_s: float) -> dict:
+    import grpc
+
+    from client.speech import speak
+
+    await asyncio.sleep(delay_s)
+    try:
+        s = await speak(address, "omni", ids, params, timeout_s=600)
+    except grpc.aio.AioRpcError as e:
+        if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return {"refused": True}
+        raise
+    counts = viability(s.chunk_times_s, [int(c.numel()) for c in s.chunks])
+    return {"refused": False, "ttfa_ms": s.ttfa_ms, "continuous": counts[0] == counts[1],
+            "underrun_s": _underrun_s(s), "audio_s": s.audio_s}
+
+
+def _underrun_s(summary) -> float:
+    from client.speech import SAMPLE_RATE
+
+    times, stall, play_end = summary.chunk_times_s, 0.0, None
+    for t, chunk in zip(times, summary.chunks):
+        if play_end is not None and t > play_end:
+            stall += t - play_end
+        play_end = max(play_end or t, t) + int(chunk.numel()) / SAMPLE_RATE
+    return stall
+
+
+async def _phase(address: str, prompts, params: dict, delays: list[float]) -> dict:
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(_one(address, prompts[i % len(prompts)], params, d)
+                                     for i, d in enumerate(delays)))
+    wall = time.perf_counter() - t0
+    done = [r for r in results if not r["refused"]]
+    ttfa = sorted(r["ttfa_ms"] for r in done)
+    return {"ttfa_ms_p50": statistics.median(ttfa) if ttfa else None,
+            "ttfa_ms_p99": ttfa[min(len(ttfa) - 1, int(0.99 * len(ttfa)))] if ttfa else None,
+            "viability": sum(r["continuous"] for r in done) / len(done) if done else None,
+            "underrun_s_total": sum(r["underrun_s"] for r in done),
+            "audio_s_per_s": sum(r["audio_s"] for r in done) / wall,
+            "refused": len(results) - len(done), "requests": len(results)}
+
+
+def _delays(mode: str, c: int, n: int, audio_s: float, rng: random.Random) -> list[float]:
+    if mode == "burst":
+        return [0.0] * n
+    rate = c / audio_s  # requests per second that keep about c streams of audio_s seconds in flight
+    t, out = 0.0, []
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+def _merge(phases: list[dict]) -> dict:
+    keys = ("ttfa_ms_p50", "ttfa_ms_p99", "viability", "audio_s_per_s")
+    out = {k: statistics.median([p[k] for p in phases if p[k] is not None] or [float("nan")]) for k in keys}
+    out["underrun_s_total"] = sum(p["underrun_s_total"] for p in phases)
+    out["refused"] = sum(p["refused"] for p in phases)
+    out["requests"] = sum(p["requests"] for p in phases)
+    return out
+
+
+def measure(ckpt: str, prompts, params: dict, concurrency: list[int], rounds: int, audio_s: float) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+
+    meshes = {p: SpeechMesh(ckpt, split_only=True, admission=_admission(p), options=(f"schedule={p}",))
+              for p in POLICIES}
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda m: m.__enter__(), meshes.values()))
+    try:
+        warm = {**params, "max_frames": 30, "min_frames": 30}
+        for c in concurrency:
+            for mesh in meshes.values():
+                asyncio.run(_phase(mesh.address, prompts, warm, [0.0] * c))
+        results = {key: {} for key in ("fcfs", "deadline", "fcfs_poisson", "deadline_poisson")}
+        for mode in ("burst", "poisson"):
+            for c in concurrency:
+                phases = {p: [] for p in POLICIES}
+                for r in range(rounds):
+                    delays = _delays(mode, c, c if mode == "burst" else max(c, 8), audio_s, random.Random(r))
+                    for p in (POLICIES if r % 2 == 0 else POLICIES[::-1]):  # alternate which goes first
+                        phases[p].append(asyncio.run(_phase(meshes[p].address, prompts, params, delays)))
+                for p in POLICIES:
+                    key = p if mode == "burst" else f"{p}_poisson"
+                    results[key][f"c{c}"] = _merge(phases[p])
+                    print(f"{key:18s} c={c:2d}: {_line(results[key][f'c{c}'])}", flush=True)
+        rates = meshes["deadline"].admission._gate("omni").capacity.rates
+        results["deadline_capacity_rates"] = {f"c{n}": r for n, r in sorted(rates.items())}
+        return results
+    finally:
+        for mesh in meshes.values():
+            mesh.__exit__()
+
+
+def _line(r: dict) -> str:
+    return (f"ttfa p50 {r['ttfa_ms_p50']:.0f} ms p99 {r['ttfa_ms_p99']:.0f} ms, viability {r['viability']:.2f}, "
+            f"underrun {r['underrun_s_total']:.2f} s, {r['audio_s_per_s']:.2f} audio s/s, refused {r['refused']}")
+
+
+def targets(results: dict) -> dict:
+    d, f = results["deadline"], results["fcfs"]
+    out = {}
+    if "c16" in d:
+        out["viability_c16"] = (d["c16"]["viability"], ">=", 1.0)
+        out["refused_c16"] = (d["c16"]["refused"], "<=", 0)
+        out["audio_s_per_s_c16_over_fcfs"] = (d["c16"]["audio_s_per_s"] / f["c16"]["audio_s_per_s"], ">=", 0.95)
+        if "c1" in d:
+            out["ttfa_p99_c16_over_p50_c1"] = (d["c16"]["ttfa_ms_p99"] / d["c1"]["ttfa_ms_p50"], "<=", 3.0)
+    return {k: {"value": v, "target": t, "met": v >= t if op == ">=" else v <= t} for k, (v, op, t) in out.items()}
+
+
+def main(argv=None) -> None:
+    from bench.speech import PROMPTS, checkpoint
+    from engine.checkpoints.tiny_omni import chat_prompt
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--checkpoint", metavar="DIR")
+    p.add_argument("--quick", action="store_true", help="concurrency 1 and 4, 50 frames, one round")
+    p.add_argument("--frames", type=int, default=128)
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
+    p.add_argument("--rounds", type=int, default=2, help="waves per point and policy")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.frames, args.concurrency, args.rounds = 50, [1, 4], 1
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    params = {"max_new_tokens": 32, "max_frames": args.frames + 1, "min_frames": args.frames + 1}
+    prompts = [chat_prompt(x) for x in PROMPTS]
+    results = measure(checkpoint(args), prompts, params, args.concurrency, args.rounds, args.frames / 12.5)
+    results["targets"] = targets(results)
+    for name, g in results["targets"].items():
+        print(f"target {name:30s} {g['value']:8.2f} vs {g['target']:<5} {'met' if g['met'] else 'NOT met'}")
+    results["config"] = vars(args)
+    write_json(args.json, results)
+
+
+if __name__ == "__main__":
+    main()
