@@ -94,8 +94,6 @@ def prompt_ids(args: argparse.Namespace) -> list[int] | None:
     if has_media and (args.input_ids is not None or args.tokenizer):
         raise ValueError("--audio/--image/--video go to the conductor's chat template: not with --input-ids or "
                          "--tokenizer")
-    if bool(getattr(args, "text_only", False)) == bool(args.output):
-        raise ValueError("give -o OUT.wav or --text-only (one of them)")
     if has_media:
         return None
     if args.text is not None and not args.text:
@@ -230,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
     address = conductor_address(args)
     try:
         connection = connection_from_args(args, address)
+        if bool(args.text_only) == bool(args.output):
+            raise ValueError("give -o OUT.wav or --text-only (one of them)")
         ids, params, media = prompt_ids(args), request_params(args), media_bytes(args)
         sink = WavSink(args.output) if args.output else None
     except (ValueError, OSError, StarmeshError) as e:
