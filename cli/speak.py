@@ -7,9 +7,13 @@ a mono 16-bit WAV file (at the model's sample rate) as its chunks arrive.
     starmesh speak --model orpheus --text "Hello there" --voice tara -o out.wav
     starmesh speak --model qwen3-omni --audio question.wav -o answer.wav
     starmesh speak --model qwen3-omni --image photo.png --text "What is this?" -o answer.wav
+    starmesh speak --model qwen3-omni --video clip.gif --text "What happens?" -o answer.wav
+    starmesh speak --model qwen3-omni --video clip.gif --text "What happens?" --text-only
 
---audio (a WAV file) and --image (PNG or JPEG) go to the conductor as content parts of
-one user message, before --text if given; the encoder service decodes them.
+--audio (a WAV file), --image (PNG or JPEG) and --video (an animated GIF) go to the
+conductor as content parts of one user message, before --text if given; the encoder
+service decodes them. --text-only asks for the answer's text alone (no talker, no
+code2wav run) and prints it instead of writing a WAV file.
 
 --text goes to the conductor, which applies the checkpoint's own tokenizer and chat
 template; with --tokenizer DIR it is tokenized here instead (a conductor without the
@@ -29,6 +33,8 @@ import json
 import os
 import sys
 
+MEDIA = ("audio", "image", "video")  # the media options, as client.speech names them
+
 from cli.connection_args import add_client_args, conductor_address, connection_from_args
 
 ORPHEUS_MODEL = "orpheus"  # the default deployment's Orpheus model
@@ -44,9 +50,11 @@ def add_parser(sub) -> None:
     src.add_argument("--input-ids", help="comma-separated chat-formatted prompt ids, e.g. 256,259,10")
     p.add_argument("--audio", metavar="IN.wav", help="a spoken question or sound (WAV) for the model to hear")
     p.add_argument("--image", metavar="IN.png", help="an image (PNG or JPEG) for the model to see")
+    p.add_argument("--video", metavar="IN.gif", help="a video (animated GIF) for the model to watch")
+    p.add_argument("--text-only", action="store_true", help="ask for the text answer alone and print it")
     p.add_argument("--tokenizer", metavar="DIR",
                    help="checkpoint directory whose tokenizer reads --text here (default: the conductor's)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write (mono PCM16)")
+    p.add_argument("-o", "--output", metavar="OUT.wav", help="WAV file to write (mono PCM16; not with --text-only)")
     p.add_argument("--max-frames", type=int, help="at most this many codec steps (12.5 frames per second of audio)")
     p.add_argument("--min-frames", type=int, help="suppress the codec's end before this many steps")
     p.add_argument("--max-text-tokens", type=int, help="at most this many text tokens")
@@ -80,11 +88,12 @@ def orpheus_prompt_ids(args: argparse.Namespace) -> list[int]:
 def prompt_ids(args: argparse.Namespace) -> list[int] | None:
     """The request's prompt ids (None: --text goes to the conductor's tokenizer); ValueError
     naming the bad id or option."""
-    has_media = getattr(args, "audio", None) is not None or getattr(args, "image", None) is not None
+    has_media = any(getattr(args, k, None) is not None for k in MEDIA)
     if args.text is None and args.input_ids is None and not has_media:
-        raise ValueError("give --text, --input-ids, --audio or --image")
+        raise ValueError("give --text, --input-ids, --audio, --image or --video")
     if has_media and (args.input_ids is not None or args.tokenizer):
-        raise ValueError("--audio/--image go to the conductor's chat template: not with --input-ids or --tokenizer")
+        raise ValueError("--audio/--image/--video go to the conductor's chat template: not with --input-ids or "
+                         "--tokenizer")
     if has_media:
         return None
     if args.text is not None and not args.text:
@@ -115,9 +124,9 @@ def prompt_ids(args: argparse.Namespace) -> list[int] | None:
 
 
 def media_bytes(args: argparse.Namespace) -> dict:
-    """{"audio": bytes, "image": bytes} of the files given (OSError naming a missing one)."""
+    """{"audio": bytes, "image": bytes, "video": bytes} of the files given (OSError naming a missing one)."""
     out = {}
-    for name in ("audio", "image"):
+    for name in MEDIA:
         path = getattr(args, name, None)
         if path is not None:
             with open(path, "rb") as f:
@@ -201,11 +210,12 @@ async def _speak(args, connection, ids: list[int], params: dict, sink: WavSink, 
     from client.speech import speak
 
     def on_event(ev) -> None:
-        if ev.kind == "audio":
+        if ev.kind == "audio" and sink is not None:
             sink.write(ev.value)
 
     return await speak(connection, args.model, ids, params, on_event=on_event, timeout_s=args.timeout,
-                       request_id=args.request_id, text=(args.text or "") if ids is None else "", **media)
+                       request_id=args.request_id, text=(args.text or "") if ids is None else "",
+                       text_only=bool(getattr(args, "text_only", False)), **media)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -218,23 +228,31 @@ def run(args: argparse.Namespace) -> int:
     address = conductor_address(args)
     try:
         connection = connection_from_args(args, address)
+        if bool(args.text_only) == bool(args.output):
+            raise ValueError("give -o OUT.wav or --text-only (one of them)")
         ids, params, media = prompt_ids(args), request_params(args), media_bytes(args)
-        sink = WavSink(args.output)
+        sink = WavSink(args.output) if args.output else None
     except (ValueError, OSError, StarmeshError) as e:
         print(f"starmesh speak: {e}", file=sys.stderr)
         return 2
     try:
         summary = asyncio.run(_speak(args, connection, ids, params, sink, media))
     except grpc.aio.AioRpcError as e:
-        sink.close(keep=sink.num_samples > 0)  # the audio that arrived stays playable
+        if sink is not None:
+            sink.close(keep=sink.num_samples > 0)  # the audio that arrived stays playable
         print(f"starmesh speak: {_describe(e, address, args.model)}", file=sys.stderr)
         return 1
-    sink.close()
+    if sink is not None:
+        sink.close()
     _report(args, summary)
     return 0
 
 
 def _report(args, summary) -> None:
+    if getattr(args, "text_only", False):  # as `starmesh generate` prints an answer
+        print(json.dumps({"text": summary.text, "text_ids": summary.text_ids}) if args.json else summary.text,
+              flush=True)
+        return
     if args.json:
         print(json.dumps(summary.as_json()), flush=True)
         return

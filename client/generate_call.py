@@ -9,18 +9,19 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 MODALITIES = ("text", "audio", "image")
+MEDIA_KINDS = ("audio", "image", "video")  # ContentPart's media fields
 
 
 @dataclass(frozen=True)
 class Media:
-    """An encoded clip or image, as its file's bytes (the server reads the format)."""
-    kind: str              # "audio" (WAV) or "image" (PNG, JPEG)
+    """An encoded clip, image or video, as its file's bytes (the server reads the format)."""
+    kind: str              # "audio" (WAV), "image" (PNG, JPEG) or "video" (animated GIF)
     data: bytes
     mime_type: str = ""    # optional; one that disagrees with the bytes is refused
 
     def __post_init__(self) -> None:
-        if self.kind not in ("audio", "image"):
-            raise ValueError(f"media.kind must be 'audio' or 'image', got {self.kind!r}")
+        if self.kind not in MEDIA_KINDS:
+            raise ValueError(f"media.kind must be one of {list(MEDIA_KINDS)}, got {self.kind!r}")
 
 
 @dataclass(frozen=True)

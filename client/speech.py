@@ -76,29 +76,34 @@ def speech_event(ev, t_s: float) -> SpeechEvent | None:
     return None
 
 
-def media_message(text: str = "", audio: bytes | None = None, image: bytes | None = None):
-    """One user ChatMessage: the audio clip (WAV bytes), then the image (PNG/JPEG bytes),
-    then the text, as the conductor's chat template lays them out."""
-    parts = [Media(kind, data) for kind, data in (("audio", audio), ("image", image)) if data is not None]
+def media_message(text: str = "", audio: bytes | None = None, image: bytes | None = None,
+                  video: bytes | None = None):
+    """One user ChatMessage: the audio clip (WAV bytes), the image (PNG/JPEG bytes), the
+    video (animated GIF bytes), then the text, as the conductor's chat template lays them out."""
+    parts = [Media(kind, data) for kind, data in (("audio", audio), ("image", image), ("video", video))
+             if data is not None]
     return message_proto(Message("user", (*parts, *([text] if text else []))))
 
 
 async def speak_stream(conductor: "str | Connection", model: str, input_ids: list[int] | None = None,
                        params: dict | None = None, request_id: str = "", timeout_s: float | None = None,
-                       text: str = "", audio: bytes | None = None,
-                       image: bytes | None = None) -> AsyncIterator[SpeechEvent]:
+                       text: str = "", audio: bytes | None = None, image: bytes | None = None,
+                       video: bytes | None = None, text_only: bool = False) -> AsyncIterator[SpeechEvent]:
     """Yields the request's events in order; raises grpc.aio.AioRpcError on failure. The
     prompt is `input_ids` (chat-formatted ids), or `text` for the server's chat template;
-    `audio` (WAV bytes) and/or `image` (PNG/JPEG bytes) make it one user message with
-    those parts before the text."""
+    `audio` (WAV bytes), `image` (PNG/JPEG bytes) and/or `video` (animated GIF bytes) make
+    it one user message with those parts before the text. text_only: ask for text alone
+    (the model then runs no talker and no code2wav)."""
     from protos.starmesh.v1 import conductor_pb2 as pb
     from protos.starmesh.v1 import conductor_pb2_grpc
 
-    if audio is None and image is None:
+    if audio is None and image is None and video is None:
         req = pb.GenerateRequest(model=model, request_id=request_id, input_ids=list(input_ids or ()), text=text)
     else:
         req = pb.GenerateRequest(model=model, request_id=request_id, input_ids=list(input_ids or ()),
-                                 messages=[media_message(text, audio, image)])
+                                 messages=[media_message(text, audio, image, video)])
+    if text_only:
+        req.output_modalities.append(pb.Modality.Value("MODALITY_TEXT"))
     req.params.update(params or {})
     conn = conductor if isinstance(conductor, Connection) else Connection.from_env(conductor)
     t0 = time.perf_counter()

@@ -33,8 +33,9 @@ def resolve(spec: dict, log=lambda msg: print(msg, file=sys.stderr, flush=True))
 # Bumped when a builder changes what it writes, so a cache built by an older starmesh is
 # rebuilt (2: the Qwen3-Omni talker's experts are initialised, not left as torch.empty;
 # 3: the tokenizers carry a chat template; 4: Qwen3-Omni ships its processor configuration
-# and the audio/vision end tokens; 5: its chat template renders audio and image parts).
-TINY_VERSION = "5"
+# and the audio/vision end tokens; 5: its chat template renders audio and image parts;
+# 6: its video processor configuration and video parts).
+TINY_VERSION = "6"
 VERSION_FILE = ".starmesh-tiny-version"
 
 

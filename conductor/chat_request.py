@@ -6,9 +6,10 @@ makes (ServedModel.prompt: pipelines/prompt_format.py), checked before any work.
 Either `text` (one user turn) or `messages`, never both, and never with `input_ids` or
 an input of the same name; every message has a known role and text, audio or image
 content parts. A message with media has its content as the parts' list
-([{"type": "audio"}, {"type": "image"}, {"type": "text", "text": ...}], in the client's
-order), which the checkpoint's chat template renders as one placeholder per medium; the
-media's bytes become the walk inputs `audio` and `image` (conductor.media_parts).
+([{"type": "audio"}, {"type": "image"}, {"type": "video"}, {"type": "text", "text": ...}],
+in the client's order), which the checkpoint's chat template renders as one placeholder
+per medium; the media's bytes become the walk inputs `audio`, `image` and `video`
+(conductor.media_parts).
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def chat_messages(req, limits: InputLimits, media: MediaParts | None = None) -> 
         for j, part in enumerate(message.content):
             kind, where = part.WhichOneof("part"), f"messages[{i}].content[{j}]"
             if kind is None:
-                raise InvalidArgument(f"{where} has no part set (text, audio or image)")
+                raise InvalidArgument(f"{where} has no part set (text, audio, image or video)")
             if kind == "text":
                 parts.append({"type": "text", "text": part.text})
                 continue

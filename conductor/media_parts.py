@@ -1,11 +1,11 @@
-"""Chat content parts carrying media (ContentPart.audio / .image) checked at the front
-door, before any work: a known format read from the bytes (WAV; PNG or JPEG), not empty,
+"""Chat content parts carrying media (ContentPart.audio / .image / .video) checked at the
+front door, before any work: a known format read from the bytes (WAV; PNG or JPEG; GIF), not empty,
 within max_input_bytes, a mime_type that agrees, at most one of each kind per request.
 Decoding (and the limits on duration and pixels) happens on the encoder service.
 
     media = MediaParts(limits)
     media.add(kind, part, "messages[2].content[0]")   # InvalidArgument naming that field
-    media.inputs()                                    # {"audio": (uint8 [n],), "image": ...}
+    media.inputs()                                    # {"audio": (uint8 [n],), "image": ..., "video": ...}
 """
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ FORMATS = {
                                                                           "audio/wave"))},
     "image": {"png": (lambda b: b[:8] == b"\x89PNG\r\n\x1a\n", ("image/png",)),
               "jpeg": (lambda b: b[:3] == b"\xff\xd8\xff", ("image/jpeg", "image/jpg"))},
+    "video": {"gif": (lambda b: b[:6] in (b"GIF87a", b"GIF89a"), ("image/gif", "video/gif"))},
 }
 
 
 def media_format(kind: str, data: bytes, mime_type: str, where: str) -> str:
-    """The format of `data` ("wav", "png", "jpeg"); InvalidArgument naming `where` otherwise."""
+    """The format of `data` ("wav", "png", "jpeg", "gif"); InvalidArgument naming `where` otherwise."""
     if not data:
         raise InvalidArgument(f"{where}.{kind}.data is empty")
     found = next((name for name, (test, _) in FORMATS[kind].items() if test(data)), None)

@@ -1,6 +1,6 @@
 """What a multimodal prompt carries besides its ids, and its part of one engine step.
 
-A prompt with audio or images has placeholder ids at the media's positions; the encoders'
+A prompt with audio, images or videos has placeholder ids at the media's positions; the encoders'
 rows replace those positions' embeddings, the vision tower's deepstack rows are added to
 the output of the first decoder layers there, and every position has three rope ids
 (time, height, width). Decode positions past the prompt move on together, shifted by
@@ -31,6 +31,8 @@ class PromptMedia:
     deepstack_at: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))  # [v] long
     deepstack: list[torch.Tensor] = field(default_factory=list)                              # per layer [v, hidden]
     image_grids: tuple = ()                 # (t, h, w) patches per image, prompt order: the talker's rope needs them
+    video_grids: tuple = ()                 # (t, h, w) per video, prompt order
+    video_seconds: tuple = ()               # seconds per temporal patch, per video
 
     def __post_init__(self) -> None:
         if self.positions.dim() != 2 or self.positions.shape[0] != 3:

@@ -28,6 +28,9 @@ class TalkerRequest:
                  tokens: dict, image_grids: tuple = ()) -> None:
         self.request_id = request_id
         self.image_grids = tuple(tuple(int(v) for v in g) for g in image_grids)  # (t, h, w) per prompt image
+        # ((t, h, w), seconds per temporal patch) per prompt video: set by set_videos before the
+        # prompt's rows arrive (the talker's rope reads them when its prompt goes in)
+        self.videos: tuple = ()
         self.prompt_ids = [int(t) for t in prompt_ids]
         self.params = params
         self.speaker_id = speaker_id
@@ -89,3 +92,10 @@ def _assistant_start(ids: list[int], tokens: dict) -> int:
     if not found:
         raise InvalidArgument("prompt has no '<|im_start|>assistant' turn for the talker to speak")
     return found[-1]
+
+
+def set_videos(req: TalkerRequest, grids: tuple, seconds: tuple) -> None:
+    """Gives `req` its prompt's videos (grids (t, h, w) and seconds per temporal patch, prompt order)."""
+    if len(grids) != len(seconds):
+        raise InvalidArgument(f"{len(grids)} video grids but {len(seconds)} video seconds")
+    req.videos = tuple((tuple(int(v) for v in g), float(s)) for g, s in zip(grids, seconds))

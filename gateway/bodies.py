@@ -38,12 +38,18 @@ class ImageUrl(BaseModel):
     detail: str | None = None
 
 
+class VideoUrl(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    url: str               # a data URL: data:video/gif;base64,... (an extension, as vLLM's video_url)
+
+
 class ContentPartBody(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: str
     text: str | None = None
     input_audio: InputAudio | None = None
     image_url: ImageUrl | None = None
+    video_url: VideoUrl | None = None
 
 
 class ChatMessageBody(BaseModel):

@@ -95,13 +95,14 @@ def _init_talker_experts(model, seed: int) -> None:
 
 
 # ChatML as Qwen3-Omni's template lays out a content list: each audio part is
-# <|audio_start|><|audio_pad|><|audio_end|>, each image <|vision_start|><|image_pad|><|vision_end|>
-# (one placeholder: the thinker widens it to the encoder's rows); a string content as is.
+# <|audio_start|><|audio_pad|><|audio_end|>, each image <|vision_start|><|image_pad|><|vision_end|>,
+# each video <|vision_start|><|video_pad|><|vision_end|> (one placeholder: the thinker widens it to the encoder's rows); a string content as is.
 OMNI_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
     "{% if part['type'] == 'audio' %}{{ '<|audio_start|><|audio_pad|><|audio_end|>' }}"
     "{% elif part['type'] == 'image' %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{% elif part['type'] == 'video' %}{{ '<|vision_start|><|video_pad|><|vision_end|>' }}"
     "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}{{ '<|im_end|>' + '\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
@@ -146,15 +147,18 @@ def chat_prompt(text: str | bytes) -> list[int]:
              TOKENS["<|im_start|>"], TOKENS["assistant"], nl])
 
 
-def media_chat_prompt(text: str | bytes, audio_tokens: tuple[int, ...] = (), image_tokens: tuple[int, ...] = ()
-                      ) -> list[int]:
-    """chat_prompt with the user turn opening on each clip's and image's placeholder run, as
-    Qwen3-Omni's processor lays them out: <|audio_start|> <|audio_pad|> x n <|audio_end|>,
-    then <|vision_start|> <|image_pad|> x n <|vision_end|>, then the text."""
+def media_chat_prompt(text: str | bytes, audio_tokens: tuple[int, ...] = (), image_tokens: tuple[int, ...] = (),
+                      video_tokens: tuple[int, ...] = ()) -> list[int]:
+    """chat_prompt with the user turn opening on each clip's, image's and video's placeholder
+    run, as Qwen3-Omni's processor lays them out: <|audio_start|> <|audio_pad|> x n
+    <|audio_end|>, then <|vision_start|> <|image_pad|> x n <|vision_end|>, then
+    <|vision_start|> <|video_pad|> x n <|vision_end|>, then the text."""
     media = []
     for n in audio_tokens:
         media += [TOKENS["<|audio_start|>"], *[TOKENS["<|audio_pad|>"]] * n, TOKENS["<|audio_end|>"]]
     for n in image_tokens:
         media += [TOKENS["<|vision_start|>"], *[TOKENS["<|image_pad|>"]] * n, TOKENS["<|vision_end|>"]]
+    for n in video_tokens:
+        media += [TOKENS["<|vision_start|>"], *[TOKENS["<|video_pad|>"]] * n, TOKENS["<|vision_end|>"]]
     ids = chat_prompt(text)
     return ids[:3] + media + ids[3:]

@@ -5,7 +5,9 @@ feature extractor (16 kHz, 25 ms windows, 10 ms hop, `feature_size` = the audio 
 `num_mel_bins`) and the Qwen2-VL image processor (patches of `patch_size`, merged
 `merge_size` x `merge_size` into one thinker token, `temporal_patch_size` frames per
 patch, resized into [min_pixels, max_pixels]). Both transformers classes read their own
-keys from the same file.
+keys from the same file. Beside it `video_preprocessor_config.json`, the video
+processor's: frames sampled at FPS, MIN_FRAMES..MAX_FRAMES of them, each resized into
+[VIDEO_MIN_PIXELS, VIDEO_MAX_PIXELS].
 """
 from __future__ import annotations
 
@@ -13,6 +15,10 @@ import json
 from pathlib import Path
 
 FILE = "preprocessor_config.json"
+VIDEO_FILE = "video_preprocessor_config.json"
+FPS = 1.0           # 2 frames (one temporal patch) per 2 s: rope time steps of 2 s, unlike an image's 1 s
+MIN_FRAMES, MAX_FRAMES = 2, 16
+VIDEO_MIN_PIXELS, VIDEO_MAX_PIXELS = 32 * 32, 96 * 96  # at most 9 thinker tokens per temporal patch
 MAX_AUDIO_SECONDS = 30  # the tiny model's longest clip (the real one takes 300 s)
 MIN_PIXELS = 32 * 32
 MAX_PIXELS = 448 * 448  # bounds a tiny image to 196 thinker tokens
@@ -38,9 +44,24 @@ def processor_config(audio_config, vision_config) -> dict:
     }
 
 
+def video_processor_config(vision_config) -> dict:
+    """The video_preprocessor_config.json dict (transformers' Qwen2VLVideoProcessor keys)."""
+    return {
+        "video_processor_type": "Qwen2VLVideoProcessor", "do_sample_frames": True, "fps": FPS,
+        "min_frames": MIN_FRAMES, "max_frames": MAX_FRAMES, "patch_size": vision_config.patch_size,
+        "temporal_patch_size": vision_config.temporal_patch_size, "merge_size": vision_config.spatial_merge_size,
+        "size": {"shortest_edge": VIDEO_MIN_PIXELS, "longest_edge": VIDEO_MAX_PIXELS},
+        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "do_convert_rgb": True, "do_resize": True,
+        "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "resample": 3,
+    }
+
+
 def write_processor_config(directory: str | Path, thinker_config) -> Path:
-    """Writes FILE for a Qwen3OmniMoeThinkerConfig's towers into `directory`; returns its path."""
+    """Writes FILE and VIDEO_FILE for a Qwen3OmniMoeThinkerConfig's towers into `directory`;
+    returns FILE's path."""
     path = Path(directory) / FILE
     config = processor_config(thinker_config.audio_config, thinker_config.vision_config)
     path.write_text(json.dumps(config, indent=2) + "\n")
+    video = video_processor_config(thinker_config.vision_config)
+    (Path(directory) / VIDEO_FILE).write_text(json.dumps(video, indent=2) + "\n")
     return path

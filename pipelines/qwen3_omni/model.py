@@ -21,7 +21,7 @@ from pipelines.qwen3_omni.params import SpeechParams
 def speech_placement(thinker: list[str], talker: list[str], codec: list[str] | None = None,
                      encoder: list[str] | None = None) -> Placement:
     """codec None: code2wav runs in the talker's processes (co-located); encoder: replicas
-    of a service hosting both towers (audio_encoder, vision_encoder), None: no media walks."""
+    of a service hosting both towers (audio_encoder, vision_encoder, video_encoder), None: no media walks."""
     services = {"thinker": {"replicas": thinker}, "talker": {"replicas": talker}}
     where = {"prefill": "thinker", "decode": "thinker", "talker": "talker", "code2wav": "talker"}
     if codec is not None:
@@ -29,14 +29,14 @@ def speech_placement(thinker: list[str], talker: list[str], codec: list[str] | N
         where["code2wav"] = "codec"
     if encoder is not None:
         services["encoder"] = {"replicas": encoder}
-        where.update(audio_encoder="encoder", vision_encoder="encoder")
+        where.update(audio_encoder="encoder", vision_encoder="encoder", video_encoder="encoder")
     return Placement.from_dict({"services": services, "placement": where,
                                 "kv_contexts": {"thinker": ["prefill", "decode"]}})
 
 
 def speech_model(name: str, placement: Placement, chunk_size: int = 300, left_context: int = 25,
                  first_chunk: int = 0) -> ServedModel:
-    """With `audio_encoder` and/or `vision_encoder` placed, requests carrying media take the
+    """With `audio_encoder`, `vision_encoder` and/or `video_encoder` placed, requests carrying media take the
     media walks; their prefill nodes run where `prefill` does, talker_media where `talker` does."""
     combos = media_combinations(set(placement.node_to_service))
     graph = speech_graph(chunk_size, left_context, first_chunk, name=name, media=tuple(combos))

@@ -15,6 +15,7 @@ import torch
 from engine.llm_engine import EngineConfig, LLMEngine
 from engine.sampling_params import SamplingParams
 from engine.talker_engine import TalkerEngine
+from engine.talker_request import set_videos
 from graph.chunking import LeftContext
 from graph.stream_buffer import StreamBuffer
 from pipelines.qwen3_omni.requests import SpeechRequest, SpeechResult
@@ -67,6 +68,8 @@ class SpeechRunner:
             min_new_tokens=req.min_frames)
         grids = req.media.image_grids if req.media is not None else ()
         self.talker.add_request(req.request_id, list(req.prompt_ids), talk, req.speaker, image_grids=grids)
+        if req.media is not None:
+            set_videos(self.talker.requests[req.request_id], req.media.video_grids, req.media.video_seconds)
         try:
             self.thinker.add_request(req.request_id, list(req.prompt_ids), text, media=req.media)
         except Exception:

@@ -4,10 +4,13 @@ alone and shareable by every model whose checkpoint holds the same tower.
 Node `audio_encoder`: {"audio": uint8 [n] (a WAV file's bytes)} -> {"embeds": float32
 [tokens, hidden]}. Node `vision_encoder`: {"image": uint8 [n] (PNG/JPEG bytes)} ->
 {"embeds": float32 [tokens, hidden], "deepstack": float32 [layers, tokens, hidden],
-"grid": int64 [3] (t, h, w in patches)}. open() decodes the medium and extracts its
+"grid": int64 [3] (t, h, w in patches)}. Node `video_encoder` (the same tower): {"video":
+uint8 [n] (an animated GIF's bytes)} -> the same three plus "seconds": float32 [1] (seconds
+per temporal patch: the video's rope time step). open() decodes the medium and extracts its
 features with the checkpoint's own processor configuration, so bad media fails there as
 INVALID_ARGUMENT naming the field; each step runs every queued clip (or image) of every
-request in one forward: the towers keep each one's rows its solo rows.
+request in one forward: the towers keep each one's rows its solo rows (images and videos
+batch together: attention stays inside one frame of one item).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from engine.stateless_engine import StatelessConfig
 from runtime.items import OpenNode
 from runtime.stateless_component import StatelessComponent
 
-AUDIO_NODE, VISION_NODE = "audio_encoder", "vision_encoder"
+AUDIO_NODE, VISION_NODE, VIDEO_NODE = "audio_encoder", "vision_encoder", "video_encoder"
 
 
 def _media_bytes(inputs: dict[str, Any], port: str, node: str) -> bytes:
@@ -61,7 +64,7 @@ class AudioEncoderComponent(StatelessComponent):
 
 class VisionEncoderComponent(StatelessComponent):
     name = "vision_encoder"
-    nodes = (VISION_NODE,)
+    nodes = (VISION_NODE, VIDEO_NODE)
 
     def __init__(self, model, features, config: StatelessConfig = StatelessConfig()) -> None:
         super().__init__(config)
@@ -77,18 +80,25 @@ class VisionEncoderComponent(StatelessComponent):
                    StatelessConfig(max_batch_size=max_batch_size, max_queued=max_queued))
 
     def prepare(self, item: OpenNode, inputs: dict[str, Any]) -> tuple[str, tuple]:
+        """-> ("vision", (pixels [N, patch_dim], grid, seconds per temporal patch or None))."""
+        if item.node == VIDEO_NODE:
+            data = _media_bytes(inputs, "video", VIDEO_NODE)
+            return "vision", self.features.video(data, "open.inputs[video]")
         data = _media_bytes(inputs, "image", VISION_NODE)
-        return "image", self.features.image(data, "open.inputs[image]")  # (pixels [N, patch_dim], grid)
+        return "vision", (*self.features.image(data, "open.inputs[image]"), None)
 
     def run(self, key: str, payloads: list[tuple]) -> list[dict[str, torch.Tensor]]:
-        grids = [grid for _, grid in payloads]
-        out = self.model(torch.cat([pixels for pixels, _ in payloads]), grids)
+        grids = [grid for _, grid, _ in payloads]
+        out = self.model(torch.cat([pixels for pixels, _, _ in payloads]), grids)
         results = []
-        for embeds, deepstack, grid in zip(out.embeds, out.deepstack, grids):
+        for embeds, deepstack, (_, grid, seconds) in zip(out.embeds, out.deepstack, payloads):
             stacked = torch.stack(deepstack) if deepstack else embeds.new_zeros((0, *embeds.shape))
-            results.append({"embeds": embeds.to(device="cpu", dtype=torch.float32, copy=True),
-                            "deepstack": stacked.to(device="cpu", dtype=torch.float32, copy=True),
-                            "grid": torch.tensor(grid, dtype=torch.int64)})
+            result = {"embeds": embeds.to(device="cpu", dtype=torch.float32, copy=True),
+                      "deepstack": stacked.to(device="cpu", dtype=torch.float32, copy=True),
+                      "grid": torch.tensor(grid, dtype=torch.int64)}
+            if seconds is not None:
+                result["seconds"] = torch.tensor([seconds], dtype=torch.float32)
+            results.append(result)
         return results
 
 

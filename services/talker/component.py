@@ -1,5 +1,6 @@
 """The talker as a component: node `talker` (and `talker_media`, the same loop for a prompt
-with audio or images: it also takes prompt_hidden and image_grids [k, 3]), a loop run
+with audio, images or videos: it also takes prompt_hidden, image_grids [k, 3], video_grids
+[k, 3] and video_seconds [k]), a loop run
 inside the service.
 
 open(inputs):  prompt_ids [P] (the chat prompt the thinker saw), prompt_embeds
@@ -24,6 +25,7 @@ from engine.engine_load import scheduler_load
 from engine.llm_engine import EngineConfig
 from engine.models.qwen3_omni.params import TalkerParams
 from engine.talker_engine import TalkerEngine
+from engine.talker_request import set_videos
 from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode
 from core.errors import InvalidArgument
 
@@ -34,13 +36,22 @@ class TalkerRun:
     num_frames: int = 0
 
 
-def _grids(grids) -> tuple:
-    """image_grids [k, 3] integer (t, h, w) -> ((t, h, w), ...)."""
+def _grids(grids, name: str = "image_grids") -> tuple:
+    """image_grids / video_grids [k, 3] integer (t, h, w) -> ((t, h, w), ...)."""
     if grids is None or grids.numel() == 0:
         return ()
     if grids.dtype.is_floating_point or grids.shape[-1] != 3:
-        raise InvalidArgument(f"open.inputs.image_grids must be integer [k, 3], got {grids.dtype} {tuple(grids.shape)}")
+        raise InvalidArgument(f"open.inputs.{name} must be integer [k, 3], got {grids.dtype} {tuple(grids.shape)}")
     return tuple(tuple(g) for g in grids.reshape(-1, 3).tolist())
+
+
+def _seconds(seconds) -> tuple:
+    """video_seconds [k] float -> (seconds per temporal patch, ...)."""
+    if seconds is None or seconds.numel() == 0:
+        return ()
+    if not seconds.dtype.is_floating_point:
+        raise InvalidArgument(f"open.inputs.video_seconds must be float [k], got {seconds.dtype}")
+    return tuple(seconds.reshape(-1).tolist())
 
 
 class TalkerComponent:
@@ -71,6 +82,8 @@ class TalkerComponent:
                                 image_grids=_grids(inputs.get("image_grids")))
         self.runs[item.request_id] = TalkerRun(item)
         try:
+            set_videos(self.engine.requests[item.request_id], _grids(inputs.get("video_grids"), "video_grids"),
+                       _seconds(inputs.get("video_seconds")))
             self._rows(item.request_id, inputs.get("prompt_embeds"), inputs.get("prompt_hidden"))
             if item.stream is None:  # whole-output handoff (stage_graph): every row is here, the thinker is done
                 if inputs.get("embeds") is not None:

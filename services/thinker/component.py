@@ -1,9 +1,10 @@
 """The thinker as a component: `prefill` (prompt -> first token) and `decode` (a loop
 run inside the service: one token per engine step until a stop rule).
 
-The media prefills (`prefill_audio`, `prefill_image`, `prefill_audio_image`: a Qwen3-Omni
-checkpoint's) also take the encoders' rows (services/thinker/media_inputs.py) and add to
-their outputs the widened prompt ids [P'] and the image grids [k, 3] the talker needs.
+The media prefills (MEDIA_PREFILLS: a Qwen3-Omni checkpoint's) also take the encoders'
+rows (services/thinker/media_inputs.py) and add to their outputs the widened prompt ids
+[P'] and the image and video grids the talker needs (image_grids, video_grids,
+video_seconds).
 
 Between prefill and decode the request keeps its KV context and is parked (not
 polled) until decode opens. Every open request advances in the same engine step
@@ -20,9 +21,10 @@ from engine.llm_engine import EngineConfig, LLMEngine
 from engine.sampling_params import TextParams
 from runtime.items import NodeDone, NodeOutput, OpenNode
 from core.errors import InvalidArgument
-from services.thinker.media_inputs import media_prompt
+from services.thinker.media_inputs import media_prompt, talker_grids
 
-MEDIA_PREFILLS = ("prefill_audio", "prefill_image", "prefill_audio_image")  # pipelines.qwen3_omni.media_walks
+# one per combination of pipelines.qwen3_omni.media_walks.COMBOS
+MEDIA_PREFILLS = ("prefill_audio", "prefill_image", "prefill_video", "prefill_audio_image", "prefill_audio_video")
 
 
 def _config(checkpoint: str) -> dict:
@@ -64,7 +66,7 @@ class ThinkerRun:
     num_decoded: int = 0
     is_finished: bool = False     # the sequence stopped (at prefill or later)
     parts: dict = field(default_factory=lambda: {"hidden": [], "embeds": []})  # rows since the last token
-    prompt: dict = field(default_factory=dict)  # media prefills: prompt_ids, image_grids with the first token
+    prompt: dict = field(default_factory=dict)  # media prefills: prompt_ids and talker_grids, with the first token
 
 
 class ThinkerComponent:
@@ -104,9 +106,8 @@ class ThinkerComponent:
         if item.node != "prefill":
             if self.media_tokens is None:
                 raise InvalidArgument(f"open.node {item.node!r}: this checkpoint has no audio/vision towers")
-            prompt, media, grids = media_prompt(prompt, inputs, self.media_tokens)
-            run.prompt = {"prompt_ids": torch.tensor(prompt, dtype=torch.int64),
-                          "image_grids": torch.tensor(grids, dtype=torch.int64).reshape(-1, 3)}
+            prompt, media = media_prompt(prompt, inputs, self.media_tokens)
+            run.prompt = {"prompt_ids": torch.tensor(prompt, dtype=torch.int64), **talker_grids(media)}
         if item.pace is not None:
             self.engine.set_pace(item.request_id, item.pace)
         self.engine.add_request(item.request_id, prompt, params, media=media)

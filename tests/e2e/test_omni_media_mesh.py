@@ -1,7 +1,9 @@
 """Qwen3-Omni hearing and seeing through real services (thinker, talker, codec and one
-encoder service, as child processes): a clip, an image and both, sent as content parts,
-give transformers' generate(return_audio=True) text ids, codec codes and waveform (fp32);
-two models share the one encoder service; bad media is INVALID_ARGUMENT naming the part."""
+encoder service, as child processes): a clip, an image, both, a video (an animated GIF)
+and a clip with a video, sent as content parts, give transformers' generate(return_audio=True)
+text ids, codec codes and waveform (fp32); asked for text alone, the same text ids with no
+talker or code2wav node opened; two models share the one encoder service; bad media is
+INVALID_ARGUMENT naming the part."""
 from __future__ import annotations
 
 import asyncio
@@ -25,6 +27,7 @@ from tests.engine.test_prompt_media import Media
 from tests.fixtures import registry
 from tests.fixtures.services import describe
 from tests.pipelines.omni_reference import OmniReference
+from tests.pipelines.test_omni_video import gif_bytes
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -50,8 +53,11 @@ def png_bytes(width: int, height: int) -> bytes:
     return out.getvalue()
 
 
-CASES = {"audio": (wav_bytes(2.0), None, ""), "image": (None, png_bytes(56, 42), "What is it?"),
-         "both": (wav_bytes(1.0), png_bytes(28, 28), "And this?")}
+# case -> (WAV, PNG, GIF, text)
+CASES = {"audio": (wav_bytes(2.0), None, None, ""), "image": (None, png_bytes(56, 42), None, "What is it?"),
+         "both": (wav_bytes(1.0), png_bytes(28, 28), None, "And this?"),
+         "video": (None, None, gif_bytes(12), "What happens?"), "audio_video": (wav_bytes(1.0), None, gif_bytes(6), "")}
+TALKING = ("talker_media", "code2wav")
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +85,8 @@ def expected(tiny_omni):
     """transformers' answers to each case, from the same bytes through the checkpoint's processor."""
     media, ref = Media(tiny_omni), OmniReference(tiny_omni)
     out = {}
-    for case, (wav, png, text) in CASES.items():
-        kwargs, audio_n, image_n = {}, (), ()
+    for case, (wav, png, gif, text) in CASES.items():
+        kwargs, audio_n, image_n, video_n = {}, (), (), ()
         if wav is not None:
             mel = media.features.audio(wav, "audio")
             audio_n = (media.audio([mel])[0].shape[0],)
@@ -89,13 +95,33 @@ def expected(tiny_omni):
             pixels, grid = media.features.image(png, "image")
             image_n = (grid[0] * grid[1] * grid[2] // 4,)
             kwargs.update(pixel_values=pixels, image_grid_thw=torch.tensor([grid]))
-        out[case] = ref.generate(media_chat_prompt(text, audio_n, image_n), 16, 40, **kwargs)
+        if gif is not None:
+            pixels, grid, seconds = media.features.video(gif, "video")
+            video_n = (grid[0] * grid[1] * grid[2] // 4,)
+            kwargs.update(pixel_values_videos=pixels, video_grid_thw=torch.tensor([grid]),
+                          video_second_per_grid=torch.tensor([seconds]))
+        out[case] = ref.generate(media_chat_prompt(text, audio_n, image_n, video_n), 16, 40, **kwargs)
     return out
 
 
-def _ask(conductor, model: str, case: str):
-    wav, png, text = CASES[case]
-    return speak(conductor.address, model, None, PARAMS, text=text, audio=wav, image=png)
+def _ask(conductor, model: str, case: str, text_only: bool = False):
+    wav, png, gif, text = CASES[case]
+    return speak(conductor.address, model, None, PARAMS, text=text, audio=wav, image=png, video=gif,
+                 text_only=text_only)
+
+
+def _opened_nodes(conductor, model: str) -> list[str]:
+    """Records the node of every item the model's executor sends from now on (opens, grants,
+    pushes): the nodes each request reached."""
+    executor, nodes = conductor.hosted.executors[model], []
+    send = executor._send
+
+    def recording(target, item):
+        nodes.append(getattr(item, "node", None))
+        send(target, item)
+
+    executor._send = recording
+    return nodes
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -105,6 +131,28 @@ def test_media_through_the_mesh_equals_transformers(mesh, expected, case):
     assert summary.text_ids == ref["text_ids"]
     assert summary.codec_codes == ref["codes"].tolist()
     torch.testing.assert_close(torch.cat(summary.chunks), ref["audio"], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("case", ["video", "audio"])
+def test_text_only_media_request_runs_no_talker(mesh, expected, case):
+    nodes = _opened_nodes(mesh, "omni")
+    try:
+        spoken = run(_ask(mesh, "omni", case))
+        assert any(n in TALKING for n in nodes)  # the recording sees the speaking walk's talker
+        nodes.clear()
+        summary = run(_ask(mesh, "omni", case, text_only=True))
+    finally:
+        del mesh.hosted.executors["omni"]._send
+    assert summary.text_ids == spoken.text_ids == expected[case]["text_ids"]
+    assert not summary.codec_codes and not summary.chunks
+    assert "decode" in nodes and not any(n in TALKING for n in nodes)
+
+
+def test_video_and_image_together_are_refused(mesh):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        run(speak(mesh.address, "omni", None, PARAMS, text="hi", image=png_bytes(28, 28), video=gif_bytes(4)))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "image and video" in err.value.details()
 
 
 def test_two_models_share_one_encoder_service(mesh, expected):
@@ -117,13 +165,16 @@ def test_two_models_share_one_encoder_service(mesh, expected):
             assert next(results).text_ids == expected[case]["text_ids"]
 
 
-@pytest.mark.parametrize("audio, image, field", [
-    (b"", None, "messages[0].content[0].audio.data is empty"),
-    (b"OggS not a wav", None, "messages[0].content[0].audio: unsupported"),
-    (None, b"\x89PNG\r\n\x1a\n truncated", "open.inputs[image]"),
+@pytest.mark.parametrize("audio, image, video, field", [
+    (b"", None, None, "messages[0].content[0].audio.data is empty"),
+    (b"OggS not a wav", None, None, "messages[0].content[0].audio: unsupported"),
+    (None, b"\x89PNG\r\n\x1a\n truncated", None, "open.inputs[image]"),
+    (None, None, b"\x89PNG\r\n\x1a\n", "messages[0].content[0].video: unsupported"),
+    (None, None, gif_bytes(4)[:80], "open.inputs[video]"),
+    (None, None, gif_bytes(1), "open.inputs[video] has 1 frame(s)"),
 ])
-def test_bad_media_is_invalid_argument_naming_the_part(mesh, audio, image, field):
+def test_bad_media_is_invalid_argument_naming_the_part(mesh, audio, image, video, field):
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        run(speak(mesh.address, "omni", None, PARAMS, text="hi", audio=audio, image=image))
+        run(speak(mesh.address, "omni", None, PARAMS, text="hi", audio=audio, image=image, video=video))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert field in err.value.details()

@@ -147,6 +147,25 @@ def test_chat_hears_and_sees_openai_content_parts(sdk, mesh):
     assert answer.choices[0].message.content == ref.text and ref.text_ids
 
 
+def test_chat_watches_a_video_url_part(sdk, mesh):
+    """The video_url extension (a data:video/gif URL) reaches the vision tower; a chat answer
+    without audio is the gRPC SDK's text-only answer (the chat_video walk)."""
+    import asyncio
+
+    from client.connection import Connection
+    from client.speech import speak
+    from tests.gateway.gateway_mesh import KEY
+    from tests.pipelines.test_omni_video import gif_bytes
+
+    clip = gif_bytes(6)
+    content = [{"type": "video_url", "video_url": {"url": "data:video/gif;base64," + base64.b64encode(clip).decode()}},
+               {"type": "text", "text": "What happens?"}]
+    answer = sdk.chat.completions.create(model="omni", messages=[{"role": "user", "content": content}], max_tokens=8)
+    ref = asyncio.run(speak(Connection(mesh.conductor, KEY), "omni", None, {"max_new_tokens": 8},
+                            text="What happens?", video=clip, text_only=True))
+    assert answer.choices[0].message.content == ref.text and ref.text_ids and not ref.chunks
+
+
 def test_bad_content_parts_name_the_part(sdk):
     from openai import BadRequestError
 
@@ -154,6 +173,10 @@ def test_bad_content_parts_name_the_part(sdk):
     with pytest.raises(BadRequestError) as e:
         sdk.chat.completions.create(model="omni", messages=[{"role": "user", "content": remote}])
     assert e.value.body["param"] == "messages[0].content[0].image_url.url"
+    wrong_type = [{"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}]
+    with pytest.raises(BadRequestError) as e:
+        sdk.chat.completions.create(model="omni", messages=[{"role": "user", "content": wrong_type}])
+    assert e.value.body["param"] == "messages[0].content[0].video_url.url"
     corrupt = [{"type": "input_audio", "input_audio": {"data": base64.b64encode(b"RIFFnot a wav").decode(),
                                                        "format": "wav"}}]
     with pytest.raises(BadRequestError) as e:

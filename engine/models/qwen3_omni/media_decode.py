@@ -25,14 +25,15 @@ class MediaLimits:
     max_audio_seconds: float = 300.0
     max_image_pixels: int = 4096 * 4096   # width x height of the decoded image
     max_bytes: int = 64 << 20             # encoded size of one media part
+    max_video_frames: int = 4096          # frames in a video file (each is seeked to read its duration)
 
     def __post_init__(self) -> None:
-        for name in ("max_audio_seconds", "max_image_pixels", "max_bytes"):
+        for name in ("max_audio_seconds", "max_image_pixels", "max_bytes", "max_video_frames"):
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"MediaLimits.{name} must be > 0, got {getattr(self, name)}")
 
 
-def _check_bytes(data: bytes, field: str, limits: MediaLimits) -> None:
+def check_bytes(data: bytes, field: str, limits: MediaLimits) -> None:
     if not data:
         raise InvalidArgument(f"{field} is empty")
     if len(data) > limits.max_bytes:
@@ -53,7 +54,7 @@ def _pcm(frames: bytes, width: int, channels: int) -> np.ndarray:
 
 def decode_audio(data: bytes, field: str, rate: int, limits: MediaLimits = MediaLimits()) -> np.ndarray:
     """WAV bytes -> mono float32 samples [n > 0] at `rate` Hz."""
-    _check_bytes(data, field, limits)
+    check_bytes(data, field, limits)
     if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
         raise InvalidArgument(f"{field}: unsupported audio format (send a PCM WAV file)")
     try:
@@ -78,7 +79,7 @@ def decode_image(data: bytes, field: str, limits: MediaLimits = MediaLimits()):
     """PNG/JPEG bytes -> an RGB PIL image."""
     from PIL import Image, UnidentifiedImageError
 
-    _check_bytes(data, field, limits)
+    check_bytes(data, field, limits)
     try:
         image = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError:

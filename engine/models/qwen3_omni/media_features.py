@@ -1,10 +1,13 @@
 """Decoded media -> what the towers take, by the checkpoint's own processor configuration
 (its preprocessor_config.json, read by transformers' feature extractor and image
-processor): log-mel frames for a clip, patches and their grid for an image.
+processor): log-mel frames for a clip, patches and their grid for an image; for a video
+(an animated GIF, engine.models.qwen3_omni.video_frames) its sampled frames' patches, grid
+and seconds per temporal patch, as transformers' Qwen2-VL video processor lays them out.
 
     features = MediaFeatures.from_checkpoint(ckpt)
     mel = features.audio(wav_bytes, "messages[0].content[1].audio")     # [mel, frames]
     pixels, grid = features.image(png_bytes, "messages[0].content[0].image")  # [N, patch_dim], (t, h, w)
+    pixels, grid, seconds = features.video(gif_bytes, "messages[0].content[0].video")
 """
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ import numpy as np
 import torch
 
 from core.errors import InvalidArgument
-from engine.models.qwen3_omni.media_decode import MediaLimits, decode_audio, decode_image
+from engine.models.qwen3_omni.media_decode import MediaLimits, check_bytes, decode_audio, decode_image
+from engine.models.qwen3_omni.video_frames import VideoConfig, decode_gif, video_config
 
 PROCESSOR_FILE = "preprocessor_config.json"
 
@@ -29,9 +33,11 @@ def _image_processor(path: Path):
 
 
 class MediaFeatures:
-    def __init__(self, feature_extractor, image_processor, limits: MediaLimits) -> None:
+    def __init__(self, feature_extractor, image_processor, limits: MediaLimits,
+                 video: VideoConfig | None = None) -> None:
         self.feature_extractor = feature_extractor
         self.image_processor = image_processor
+        self.video_config = video or VideoConfig(int(image_processor.temporal_patch_size))
         self.sampling_rate = int(feature_extractor.sampling_rate)
         self.limits = limits
 
@@ -46,7 +52,8 @@ class MediaFeatures:
             raise InvalidArgument(f"checkpoint {str(path)!r} has no {PROCESSOR_FILE} (no audio or image input)")
         extractor = WhisperFeatureExtractor.from_pretrained(str(path))
         limits = limits or MediaLimits(max_audio_seconds=float(extractor.chunk_length))
-        return cls(extractor, _image_processor(path), limits)
+        images = _image_processor(path)
+        return cls(extractor, images, limits, video_config(path, int(images.temporal_patch_size)))
 
     def audio_samples(self, samples: np.ndarray, field: str) -> torch.Tensor:
         """Mono float32 samples at the tower's rate -> log-mel frames [mel, frames > 0]."""
@@ -70,6 +77,32 @@ class MediaFeatures:
     def image(self, data: bytes, field: str) -> tuple[torch.Tensor, tuple[int, int, int]]:
         """PNG/JPEG bytes -> (pixel_values, grid)."""
         return self.image_pil(decode_image(data, field, self.limits))
+
+    def video_frames(self, frames: list) -> tuple[torch.Tensor, tuple[int, int, int]]:
+        """Sampled RGB frames (one size) -> (pixel_values [t * h * w, patch_dim], grid (t, h, w)).
+
+        Each frame goes through the image processor (the video size bounds), which repeats
+        it T times per patch; one copy of each is kept and T consecutive frames fill a
+        temporal patch, the last frame repeated to a multiple of T, as the video processor's
+        patchify does: rows in (frame group, merge-block order), columns (C, T, P, P)."""
+        cfg, n = self.video_config, len(frames)
+        size = {"shortest_edge": cfg.min_pixels, "longest_edge": cfg.max_pixels}
+        out = self.image_processor(images=frames, size=size, return_tensors="pt")
+        _, h, w = (int(v) for v in out["image_grid_thw"][0])
+        proc_t, p = int(self.image_processor.temporal_patch_size), int(self.image_processor.patch_size)
+        one = out["pixel_values"].to(torch.float32).view(n, h * w, -1, proc_t, p, p)[:, :, :, 0]  # [n, hw, C, P, P]
+        t = cfg.temporal_patch_size
+        if pad := -n % t:
+            one = torch.cat([one, one[-1:].expand(pad, -1, -1, -1, -1)])
+        groups = one.view(-1, t, h * w, one.shape[2], p, p).permute(0, 2, 3, 1, 4, 5)  # [g, hw, C, T, P, P]
+        return groups.reshape(groups.shape[0] * h * w, -1).contiguous(), (groups.shape[0], h, w)
+
+    def video(self, data: bytes, field: str) -> tuple[torch.Tensor, tuple[int, int, int], float]:
+        """GIF bytes -> (pixel_values, grid, seconds per temporal patch)."""
+        check_bytes(data, field, self.limits)
+        frames = decode_gif(data, field, self.video_config, self.limits.max_video_frames, self.limits.max_image_pixels)
+        pixels, grid = self.video_frames(frames)
+        return pixels, grid, self.video_config.seconds_per_grid
 
     @property
     def merge_size(self) -> int:

@@ -102,6 +102,6 @@ def talker_spec_from_hf(cfg: dict, dtype: str | None = None, where: str = "confi
             speakers={str(k).lower(): int(v) for k, v in (talker.get("speaker_id") or {}).items()},
             tokens=_ids(cfg, TOKEN_FIELDS, where), multimodal_ids=multimodal,
             media=MediaTokens(multimodal[0], multimodal[1], int(talker.get("spatial_merge_size", 2)),
-                              int(talker.get("position_id_per_seconds", 25))))
+                              int(talker.get("position_id_per_seconds", 25)), multimodal[2]))
     except KeyError as e:
         raise InvalidArgument(f"{where}: talker_config lacks {e.args[0]!r}") from None

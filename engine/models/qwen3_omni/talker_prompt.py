@@ -6,7 +6,7 @@
   assistant head  9 rows: text part [a, a+1, a+2 projected; tts_pad x4; tts_bos; a+3 projected]
                   plus codec part [0 x3; codec_embed(nothink, think_bos, think_eos, speaker,
                   codec_pad, codec_bos)].
-  rope ids        1-D, unless the user rows hold images: then HF's get_rope_index over the
+  rope ids        1-D, unless the user rows hold images or videos: then HF's get_rope_index over the
                   talker's ids (the user ids, then tts_pad for the head), with the talker's
                   own merge size and time scale.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.models.qwen3_omni.media_prompt import image_rope
+from engine.models.qwen3_omni.media_prompt import ImageRows, vision_rope
 from engine.models.qwen3_omni.talker import Talker
 from engine.prompt_media import PromptMedia
 from engine.talker_request import HEAD_ROWS, TalkerRequest
@@ -65,11 +65,14 @@ def _user_rows(model: Talker, req: TalkerRequest, users: list[int]) -> torch.Ten
 
 def talker_media(model: Talker, req: TalkerRequest, num_rows: int) -> PromptMedia | None:
     """The multimodal rope ids of a talker prompt of `num_rows` rows; None for 1-D ones."""
-    if not req.image_grids:
+    if not req.image_grids and not req.videos:
         return None
     spec = model.spec
     ids = [req.prompt_ids[p] for p in user_positions(req.prompt_ids, spec.tokens)]
     ids += [spec.tokens["tts_pad_token_id"]] * (num_rows - len(ids))
-    positions, delta = image_rope(ids, list(req.image_grids), spec.media)
+    none = torch.zeros(0)
+    images = [ImageRows(none, [], g) for g in req.image_grids]
+    videos = [ImageRows(none, [], g, seconds) for g, seconds in req.videos]
+    positions, delta = vision_rope(ids, images, videos, spec.media)
     return PromptMedia(positions, delta, torch.zeros(0, dtype=torch.int64),
                        torch.zeros(0, spec.decoder.hidden_size))

@@ -28,14 +28,16 @@ AUDIO_FORMAT_UNSPECIFIED: AudioFormat
 AUDIO_FORMAT_PCM_F32LE: AudioFormat
 
 class ContentPart(_message.Message):
-    __slots__ = ("text", "audio", "image")
+    __slots__ = ("text", "audio", "image", "video")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_FIELD_NUMBER: _ClassVar[int]
     text: str
     audio: MediaPart
     image: MediaPart
-    def __init__(self, text: _Optional[str] = ..., audio: _Optional[_Union[MediaPart, _Mapping]] = ..., image: _Optional[_Union[MediaPart, _Mapping]] = ...) -> None: ...
+    video: MediaPart
+    def __init__(self, text: _Optional[str] = ..., audio: _Optional[_Union[MediaPart, _Mapping]] = ..., image: _Optional[_Union[MediaPart, _Mapping]] = ..., video: _Optional[_Union[MediaPart, _Mapping]] = ...) -> None: ...
 
 class MediaPart(_message.Message):
     __slots__ = ("data", "mime_type")
