@@ -26,6 +26,11 @@ Keys per concurrency (c1, c4, c16; c1 and c4 with --quick), ratios from this run
   delivered before them has finished playing (VoxServe; bench.speech_mesh.viability).
 Targets: ttfa_ratio >= 12 at c1; audio_s_per_s >= 4 x hf at the highest concurrency;
 mesh >= 0.9 x in-process. Speed is reported, never asserted in tests.
+
+Then the scheduling-policy comparison (bench.speech_policies: FCFS vs deadline-aware, same
+requests, burst and Poisson arrivals at --policy-concurrency) under the keys `fcfs`,
+`deadline`, `fcfs_poisson`, `deadline_poisson` and its targets under `policy_targets`
+(--no-policies skips it). The keys above are the default (deadline-aware) policy's.
 """
 from __future__ import annotations
 
@@ -141,6 +146,8 @@ def report(results: dict, goals: dict) -> None:
 
 
 def main(argv=None) -> None:
+    from engine.checkpoints.tiny_omni import chat_prompt
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--checkpoint", metavar="DIR", help="a Qwen3-Omni checkpoint (default: the tiny one)")
@@ -152,14 +159,27 @@ def main(argv=None) -> None:
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--min-requests", type=int, default=4, help="requests per point at least (waves of c)")
     p.add_argument("--hf-requests", type=int, default=3)
+    p.add_argument("--no-policies", action="store_true", help="skip the FCFS vs deadline-aware comparison")
+    p.add_argument("--policy-concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
+    p.add_argument("--policy-rounds", type=int, default=2)
     args = p.parse_args(argv)
     if args.quick:
         args.frames, args.concurrency, args.min_requests, args.hf_requests = 50, [1, 4], 2, 1
+        args.policy_concurrency, args.policy_rounds = [1, 4], 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     results = measure(args)
     goals = targets(results, args.concurrency)
     report(results, goals)
     results["targets"] = goals
+    if not args.no_policies:
+        from bench import speech_policies
+
+        params = {"max_new_tokens": args.text_tokens, "max_frames": args.frames + 1, "min_frames": args.frames + 1}
+        prompts = [chat_prompt(x) for x in PROMPTS]
+        results.update(speech_policies.measure(checkpoint(args), prompts, params, args.policy_concurrency,
+                                               args.policy_rounds, args.frames / 12.5))
+        results["policy_targets"] = speech_policies.targets(results)
+        speech_policies.report(results["policy_targets"])
     results["config"] = {k: v for k, v in vars(args).items() if k != "json"}
     results["config"].update(chunk_size=CHUNK, left_context=LEFT, torch_threads=1)
     write_json(args.json, results)

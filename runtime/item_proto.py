@@ -135,17 +135,20 @@ def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
         routes=routes_from_proto(m.routes, field),
         quiet_ports=tuple(m.quiet_ports),
         max_iters=m.stop_rule.max_iters,
-        pace=_pace_from_proto(m.pace) if m.HasField("pace") else None,
+        pace=_pace_from_proto(m.pace, field) if m.HasField("pace") else None,
     )
 
 
-def _pace_from_proto(m: pb.Pace) -> Pace:
-    return Pace(m.origin_unix_s, m.item_s, m.first_item, m.lead_items)  # ValueError names pace.<field>
+def _pace_from_proto(m: pb.Pace, field: str) -> Pace:
+    try:
+        return Pace(m.origin_unix_s, m.item_s, m.first_item, m.lead_items)
+    except ValueError as e:  # names pace.<field>
+        raise InvalidArgument(f"{field}.{e}") from None
 
 
-def _repace_from_proto(m: pb.Repace) -> Repace:
+def _repace_from_proto(m: pb.Repace, field: str) -> Repace:
     if not m.request_id or not math.isfinite(m.origin_unix_s):
-        raise InvalidArgument("request_id is required and origin_unix_s must be finite")
+        raise InvalidArgument(f"{field}: request_id is required and origin_unix_s must be finite")
     return Repace(m.request_id, m.origin_unix_s)
 
 
@@ -182,7 +185,7 @@ def item_from_proto(msg: pb.RunItem, field: str) -> InboundItem:
         if kind == "accept":
             return _accept_from_proto(sub, f"{field}.accept")
         if kind == "repace":
-            return _repace_from_proto(sub)
+            return _repace_from_proto(sub, f"{field}.repace")
         return Release(sub.request_id, tuple(sub.lease_ids))
     except ValueError as e:  # dataclass validation ("open.request_id is empty")
         raise InvalidArgument(f"{field}.{e}") from None

@@ -20,6 +20,7 @@ from typing import Any
 
 from engine.models.sd3.dit import Sd3Dit
 from engine.offload.group import DloGroup, DloGroupConfig
+from engine.slack_policy import SlackPolicy
 from engine.stateless_engine import StatelessConfig, WorkItem, WorkResult
 from services.dit.denoiser import DENOISE_NODES, DitComponent, DitConfig
 from services.dit.lockstep import Lockstep, Unit
@@ -59,7 +60,8 @@ class GroupMemberDit(DitComponent):
         except BaseException:
             group.close()
             raise
-        return cls(model, StatelessConfig(max_batch_size=config.max_batch_size), group)
+        # Arrival order, never a clock: every rank must form the same batches in the same order.
+        return cls(model, StatelessConfig(max_batch_size=config.max_batch_size, policy=SlackPolicy("fcfs")), group)
 
     # ---- units ------------------------------------------------------------------------
 

@@ -6,7 +6,9 @@ import torch
 
 from protos.starmesh.v1 import component_pb2
 from runtime import item_proto as wire
-from runtime.items import Cancel, ConsumedLease, NodeDone, NodeError, NodeOutput, OpenNode, PushChunk, Release, StopRule
+from core.pace import Pace
+from runtime.items import (Cancel, ConsumedLease, NodeDone, NodeError, NodeOutput, OpenNode, PushChunk, Release,
+                           Repace, StopRule)
 from tests.fixtures.components import inline_ref
 from core.errors import InvalidArgument
 from transport.refs import ShmLocation, TensorRef
@@ -20,10 +22,12 @@ def test_inbound_items_round_trip():
             params={"temperature": 0.5, "tags": ["x"]}, max_iters=5,
             stop_rule=StopRule(stop_token_ids=(1, 2), component_predicate="p"),
             traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01", tracestate="k=v", consumer_host_ids=("h2",),
+            pace=Pace(1.7e9 + 0.25, 0.08, first_item=29, lead_items=25),
         ),
         PushChunk("r", "n", "audio", (3,), {"c": inline_ref(torch.zeros(0))}, end_of_stream=True),
         Cancel("r", "client went away"),
         Release("r", (1, 2, 3)),
+        Repace("r", 1.7e9 + 1.5),
     ]
     back = [item for _field, item in wire.request_from_proto(wire.items_to_proto(items))]
     assert back == items
@@ -69,3 +73,12 @@ def test_status_names_and_values():
     assert wire.status_name(wire.status_value("RESOURCE_EXHAUSTED")) == "RESOURCE_EXHAUSTED"
     assert wire.status_value("NOT_A_STATUS") == wire.status_value("INTERNAL")
     assert component_pb2.NodeError(code=wire.status_value("NOT_FOUND")).code == 5
+
+
+def test_a_bad_pace_names_its_field():
+    req = wire.items_to_proto([OpenNode(request_id="r", node="n", pace=Pace(1.0, 0.08))])
+    req.items[0].open.pace.item_s = 0.0
+    req.items.add().repace.origin_unix_s = 1.0  # no request id
+    out = wire.request_from_proto(req)
+    assert isinstance(out[0][1], wire.Rejected) and "items[0].open.pace.item_s must be > 0" in out[0][1].message
+    assert isinstance(out[1][1], wire.Rejected) and "request_id is required" in out[1][1].message
