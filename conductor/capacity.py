@@ -26,7 +26,7 @@ class CapacityConfig:
 
     enabled: bool = True
     headroom: float = 0.25   # admit while the estimated rate >= streams * (1 + headroom)
-    window_s: float = 0.5    # measurement window
+    window_s: float = 1.0    # measurement window (several chunks per stream: chunks arrive in bursts)
     smoothing: float = 0.3   # weight of a new window in rates[n]
 
     def __post_init__(self) -> None:

@@ -154,7 +154,7 @@ class LeftContext(ChunkPolicy):
 
     Input items per new item tend to 1 + L / C (formula (7)). `first` > 0 makes the
     first chunk that many items (a small first chunk cuts time to first audio), and each
-    later one `growth` times the one before (rounded up) until C: 4, 8, 16, C, C, ...
+    later one `growth` times the one before (rounded up) until C: 4, 6, 9, 14, ..., C, C
     A stream keeps playing only if every chunk is made while the one before it plays,
     so the ratio of two chunks is the speed over real time the producer needs then: a
     first chunk of 4 frames followed at once by 25 needs 6x. growth 0: C right after
@@ -165,7 +165,7 @@ class LeftContext(ChunkPolicy):
     left: int
     pad_final: bool = False
     first: int = 0
-    growth: float = 2.0
+    growth: float = 1.5
 
     def __post_init__(self) -> None:
         if self.chunk < 1 or self.left < 0 or self.first < 0:
