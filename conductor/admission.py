@@ -66,7 +66,6 @@ class _Gate:
 
     def has_room(self) -> bool:
         return self.num_in_flight < self.config.max_in_flight and self.capacity.admits(self.num_in_flight)
-        self.mean_duration_s = 1.0  # until a request finished: a guess, only for the hint
 
     def retry_after_ms(self) -> int:
         ahead = len(self.waiters) + 1

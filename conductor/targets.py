@@ -205,7 +205,7 @@ def run_item(request_id: str, walk: str, dispatch: Dispatch, params: dict, conve
     stream = StreamInput(pushed.dst_port, pushed.continue_after_producer_done) if pushed is not None else None
     quiet = scope.quiet_ports.get(dispatch.node, ()) if scope is not None and routes else ()
     if pace is not None and dispatch.chunk is not None:
-        pace = pace.starting_at(dispatch.chunk.start + dispatch.chunk.num_context)
+        pace = pace.starting_at(dispatch.chunk.first_new)
     return OpenNode(
         request_id, dispatch.node, walk, dispatch.iteration, named_parts(dispatch.inputs, convert),
         params, stop, traceparent, consumer_host_ids=consumer_host_ids, credits=dispatch.credits, chunk=dispatch.chunk,

@@ -29,6 +29,11 @@ class ChunkInfo:
     is_last: bool = False
     num_pad: int = 0
 
+    @property
+    def first_new(self) -> int:
+        """Stream position of the chunk's first new item (where its run's pace starts)."""
+        return self.start + self.num_context
+
 
 @dataclass(frozen=True)
 class StreamInput:

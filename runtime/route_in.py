@@ -110,9 +110,9 @@ class InboundRoutes:
     def chunk_run(self, route: InRoute, push: PushChunk) -> OpenNode:
         """The run of one chunk: the grant's template at iteration + (k,)."""
         template = route.accept.run
-        pace = template.pace.starting_at(push.start + push.num_context) if template.pace else None
-        item = replace(template, iteration=template.iteration + (route.num_opened,), inputs={},
-                       chunk=ChunkInfo(push.start, push.num_context, push.end_of_stream, push.num_pad), pace=pace)
+        chunk = ChunkInfo(push.start, push.num_context, push.end_of_stream, push.num_pad)
+        pace = template.pace.starting_at(chunk.first_new) if template.pace else None
+        item = replace(template, iteration=template.iteration + (route.num_opened,), inputs={}, chunk=chunk, pace=pace)
         route.num_opened += 1
         route.num_running += 1
         self.chunk_runs[(item.request_id, item.node, item.iteration)] = (route, len(push.produced_us))

@@ -75,17 +75,24 @@ def decode_audio(data: bytes, field: str, rate: int, limits: MediaLimits = Media
     return resample(mono.astype(np.float32), src_rate, rate)
 
 
-def decode_image(data: bytes, field: str, limits: MediaLimits = MediaLimits()):
-    """PNG/JPEG bytes -> an RGB PIL image."""
+def open_pil(data: bytes, field: str, max_pixels: int, kind: str, one: str):
+    """Pillow's view of image or video bytes (lazy: pixels decode on access); InvalidArgument
+    naming `field` for unreadable bytes or a decompression bomb. kind: "image" or "video";
+    one: how one of its pictures is named ("an image", "a video frame")."""
     from PIL import Image, UnidentifiedImageError
 
-    check_bytes(data, field, limits)
     try:
-        image = Image.open(io.BytesIO(data))
+        return Image.open(io.BytesIO(data))
     except Image.DecompressionBombError:
-        raise InvalidArgument(f"{field} is too large an image (over {limits.max_image_pixels} pixels)") from None
+        raise InvalidArgument(f"{field} is too large {one} (over {max_pixels} pixels)") from None
     except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise InvalidArgument(f"{field}: not a readable image: {type(e).__name__}") from None
+        raise InvalidArgument(f"{field}: not a readable {kind}: {type(e).__name__}") from None
+
+
+def decode_image(data: bytes, field: str, limits: MediaLimits = MediaLimits()):
+    """PNG/JPEG bytes -> an RGB PIL image."""
+    check_bytes(data, field, limits)
+    image = open_pil(data, field, limits.max_image_pixels, "image", "an image")
     if image.format not in IMAGE_FORMATS:
         raise InvalidArgument(f"{field}: unsupported image format {image.format} (send {' or '.join(IMAGE_FORMATS)})")
     width, height = image.size

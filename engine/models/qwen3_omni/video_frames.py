@@ -13,7 +13,6 @@ the time step of the video's rope ids.
 """
 from __future__ import annotations
 
-import io
 import json
 import math
 from dataclasses import dataclass
@@ -81,14 +80,9 @@ def sample_indices(total: int, video_fps: float, config: VideoConfig, field: str
 
 def decode_gif(data: bytes, field: str, config: VideoConfig, max_frames: int, max_pixels: int) -> list:
     """GIF bytes -> the sampled frames as RGB PIL images (all of the clip's size)."""
-    from PIL import Image, UnidentifiedImageError
+    from engine.models.qwen3_omni.media_decode import open_pil
 
-    try:
-        clip = Image.open(io.BytesIO(data))
-    except Image.DecompressionBombError:
-        raise InvalidArgument(f"{field} is too large a video frame (over {max_pixels} pixels)") from None
-    except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise InvalidArgument(f"{field}: not a readable video: {type(e).__name__}") from None
+    clip = open_pil(data, field, max_pixels, "video", "a video frame")
     if clip.format != "GIF":
         raise InvalidArgument(f"{field}: unsupported video format {clip.format} (send an animated GIF)")
     width, height = clip.size
