@@ -22,6 +22,23 @@ from engine.models.orpheus.windows import EMIT_END, EMIT_START, reference_window
 SAMPLING = {"temperature": DEFAULT_TEMPERATURE, "top_p": DEFAULT_TOP_P, "repetition_penalty": DEFAULT_REPETITION_PENALTY}
 
 
+def lm_step_ms(checkpoint: str, prompt: list[int], num_tokens: int = 64) -> float:
+    """One request's decode step on the engine at one thread (sampling included), median."""
+    from engine.llm_engine import EngineConfig, LLMEngine
+    from engine.sampling_params import SamplingParams
+
+    engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, num_blocks=64, block_size=16))
+    engine.add_request("step", prompt, SamplingParams(max_new_tokens=num_tokens, suppress_token_ids=(END_OF_SPEECH,),
+                                                      seed=0, **SAMPLING))
+    engine.step()  # the prefill
+    times = []
+    while engine.has_work():
+        t0 = time.perf_counter()
+        engine.step()
+        times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
+
+
 def nonstreaming_ttfa_ms(checkpoint: str, prompts: list[list[int]], num_tokens: int, num_requests: int) -> float:
     """Median time to first audio when audio is decoded after the whole generation."""
     from engine.sampling_params import SamplingParams

@@ -10,8 +10,10 @@ top-p), so processed logits can be compared with its logits processors.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
+from engine.nucleus import top_p_filter
 from engine.sequence import Sequence
 
 _MASK64 = (1 << 64) - 1
@@ -46,10 +48,15 @@ class Sampler:
     def draw(self, logits: torch.Tensor, seed: int | None, draw_index: int) -> int:
         """One id drawn from softmax(logits) ([V], already processed): a seeded request's
         draw number draw_index comes from its own generator, an unseeded one's from the
-        process RNG. The talker's code predictor draws its extra code groups through this too."""
+        process RNG. The talker's code predictor draws its extra code groups through this too.
+
+        The draw is torch.multinomial over the ids of nonzero probability, in id order: the
+        distribution of a draw over the whole row, at the cost of the nucleus (torch draws one
+        exponential per entry it is given) instead of the vocabulary."""
         probs = torch.softmax(logits, dim=-1).cpu()
+        support = torch.from_numpy(np.flatnonzero(probs.numpy() > 0))  # [K] ascending ids (numpy: cheaper)
         gen = self._rng if seed is None else seeded_generator(seed, draw_index)
-        return int(torch.multinomial(probs, 1, generator=gen))
+        return int(support[torch.multinomial(probs[support], 1, generator=gen)])
 
     def _sample_row(self, row: torch.Tensor, seq: Sequence) -> int:
         p = seq.params
@@ -61,37 +68,37 @@ class Sampler:
 
 def processed_logits(row: torch.Tensor, seq: Sequence) -> torch.Tensor:
     """The logits a row is sampled from: penalties, and for sampled requests temperature,
-    top-k and top-p (greedy takes the argmax of the penalized logits, as HF does)."""
-    p = seq.params
-    row = penalize(row, seq)
-    if p.greedy:
-        return row
-    return top_p_filter(top_k_filter(row / p.temperature, p.top_k), p.top_p)
+    top-k and top-p (greedy takes the argmax of the penalized logits, as HF does).
 
-
-def penalize(row: torch.Tensor, seq: Sequence) -> torch.Tensor:
-    """Repetition penalty over the request's tokens (prompt + output, or output only), then
-    suppressed ids (and EOS ids before min_new_tokens)."""
+    The row is copied once: dividing by the temperature first and then writing the penalized
+    entries divided by it gives transformers' penalty-then-temperature values bit for bit
+    (each division is correctly rounded on its own)."""
     p = seq.params
+    temperature = 1.0 if p.greedy else p.temperature
+    out = row / temperature if temperature != 1.0 else row.clone()
     if p.repetition_penalty != 1.0:
         seen = seq.token_ids if p.penalize_prompt else seq.output_ids
         if seen:
-            row = repetition_penalty(row, seen, p.repetition_penalty)
+            idx = torch.tensor(seen, dtype=torch.long, device=row.device)
+            out[idx] = repetition_penalty_values(row[idx], p.repetition_penalty) / temperature
     suppressed = list(p.suppress_token_ids)
     if seq.num_output_tokens < p.min_new_tokens:
         suppressed += p.eos_token_ids
     if suppressed:
-        row = row.clone()
-        row[suppressed] = float("-inf")
-    return row
+        out[suppressed] = float("-inf")  # suppressed ids, and EOS ids before min_new_tokens
+    if p.greedy:
+        return out
+    return top_p_filter(top_k_filter(out, p.top_k), p.top_p)
 
 
 def repetition_penalty(row: torch.Tensor, token_ids: list[int], penalty: float) -> torch.Tensor:
     """HF semantics: seen ids' logits are divided by the penalty if > 0, else multiplied."""
     idx = torch.tensor(token_ids, dtype=torch.long, device=row.device)
-    seen = row.gather(0, idx)
-    seen = torch.where(seen < 0, seen * penalty, seen / penalty)
-    return row.scatter(0, idx, seen)
+    return row.scatter(0, idx, repetition_penalty_values(row.gather(0, idx), penalty))
+
+
+def repetition_penalty_values(seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    return torch.where(seen < 0, seen * penalty, seen / penalty)
 
 
 def top_k_filter(row: torch.Tensor, k: int) -> torch.Tensor:
@@ -100,18 +107,6 @@ def top_k_filter(row: torch.Tensor, k: int) -> torch.Tensor:
         return row
     kth = torch.topk(row, k).values[..., -1:]
     return row.masked_fill(row < kth, float("-inf"))
-
-
-def top_p_filter(row: torch.Tensor, p: float) -> torch.Tensor:
-    """Nucleus: the smallest set of top tokens whose probability reaches p; at least one."""
-    if p >= 1.0:
-        return row
-    sorted_logits, order = torch.sort(row, descending=False)
-    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-    drop_sorted = cumulative <= (1 - p)
-    drop_sorted[..., -1:] = False
-    drop = drop_sorted.scatter(-1, order, drop_sorted)
-    return row.masked_fill(drop, float("-inf"))
 
 
 def seeded_generator(seed: int, step: int) -> torch.Generator:

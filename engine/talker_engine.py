@@ -31,7 +31,8 @@ from engine.model_runner import ForwardOutput, ModelRunner
 from engine.models.qwen3_omni.params import DEFAULT_MAX_FRAMES
 from engine.models.qwen3_omni.talker import Talker
 from engine.models.qwen3_omni.talker_prompt import talker_media, talker_prompt
-from engine.sampler import top_k_filter, top_p_filter
+from engine.nucleus import top_p_filter
+from engine.sampler import top_k_filter
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 from engine.talker_request import TalkerRequest

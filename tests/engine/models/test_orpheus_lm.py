@@ -52,13 +52,15 @@ def test_greedy_equals_transformers_generate(config, engine):
 
 
 def hf_seeded(config, prompt, seed):
-    """HF sampling whose draw number i comes from seeded_generator(seed, i), as the engine draws."""
+    """HF sampling whose draw number i comes from seeded_generator(seed, i), over the ids of
+    nonzero probability in id order, as the engine draws (HF's own probabilities)."""
     real, calls = torch.multinomial, [0]
 
     def multinomial(probs, num_samples, *args, **kwargs):
         gen = seeded_generator(seed, calls[0])
         calls[0] += 1
-        return real(probs.reshape(-1), num_samples, generator=gen).reshape(probs.shape[0], num_samples)
+        support = torch.nonzero(probs.reshape(-1)).flatten()
+        return support[real(probs.reshape(-1)[support], num_samples, generator=gen)].reshape(probs.shape[0], num_samples)
 
     torch.multinomial = multinomial
     try:
