@@ -4,7 +4,8 @@
 
 Two meshes of the split speech model (thinker | talker | codec) on the same checkpoint,
 started side by side: `fcfs` (engines in arrival order, admission by max_in_flight only)
-and `deadline` (engines by least slack, admission by measured capacity). Every point runs
+and `deadline` (engines by least slack, admission by measured capacity; `--no-capacity`:
+by max_in_flight only, to see what scheduling alone does). Every point runs
 its waves alternately on the two, the same prompts in the same order. Arrivals: `burst`
 (a wave of c requests at once) and `poisson` (max(2c, 4) requests per round at a Poisson rate
 chosen so that about c are in flight). Keys per point (c1, c4, c16, c32):
@@ -31,12 +32,12 @@ from bench.speech_mesh import SpeechMesh, viability
 POLICIES = ("fcfs", "deadline")
 
 
-def _admission(policy: str):
+def _admission(policy: str, capacity: bool = True):
     from conductor.admission import Admission, AdmissionConfig
     from conductor.capacity import CapacityConfig
 
     return Admission(default=AdmissionConfig(max_in_flight=64, max_waiting=128,
-                                             capacity=CapacityConfig(enabled=policy == "deadline")))
+                                             capacity=CapacityConfig(enabled=capacity and policy == "deadline")))
 
 
 async def _one(address: str, ids: list[int], params: dict, delay_s: float) -> dict:
@@ -103,10 +104,10 @@ def _merge(phases: list[dict]) -> dict:
 
 
 def measure(ckpt: str, prompts, params: dict, concurrency: list[int], rounds: int, audio_s: float,
-            modes: tuple[str, ...] = ("burst", "poisson")) -> dict:
+            modes: tuple[str, ...] = ("burst", "poisson"), capacity: bool = True) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
-    meshes = {p: SpeechMesh(ckpt, split_only=True, admission=_admission(p), options=(f"schedule={p}",))
+    meshes = {p: SpeechMesh(ckpt, split_only=True, admission=_admission(p, capacity), options=(f"schedule={p}",))
               for p in POLICIES}
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda m: m.__enter__(), meshes.values()))
@@ -127,7 +128,7 @@ def measure(ckpt: str, prompts, params: dict, concurrency: list[int], rounds: in
                     key = p if mode == "burst" else f"{p}_poisson"
                     results[key][f"c{c}"] = _merge(phases[p])
                     print(f"{key:18s} c={c:2d}: {_line(results[key][f'c{c}'])}", flush=True)
-        rates = meshes["deadline"].admission._gate("omni").capacity.rates
+        rates = meshes["deadline"].admission._gate("omni").capacity.rates if capacity else {}
         results["deadline_capacity_rates"] = {f"c{n}": r for n, r in sorted(rates.items())}
         return results
     finally:
@@ -169,6 +170,8 @@ def main(argv=None) -> None:
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
     p.add_argument("--rounds", type=int, default=2, help="waves per point and policy")
     p.add_argument("--modes", nargs="+", choices=("burst", "poisson"), default=["burst", "poisson"])
+    p.add_argument("--no-capacity", action="store_true",
+                   help="the deadline mesh admits by max_in_flight only (scheduling alone)")
     args = p.parse_args(argv)
     if args.quick:
         args.frames, args.concurrency, args.rounds = 50, [1, 4], 1
