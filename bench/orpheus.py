@@ -8,7 +8,8 @@ are most of a step, about 4 ms here; measured and written as lm_step_ms), built 
 always speaks in frame order. Every process
 runs torch with one thread. Requests: Orpheus prompts, seeded sampling at Orpheus'
 defaults, exactly --tokens audio tokens (280 = 40 frames; the stop id suppressed), so
-37 windows of 2048 samples (3.16 s) each.
+37 windows of 2048 samples (3.16 s) each; clients ask for audio alone, as /v1/audio/speech
+does (--all-outputs: the tokens and codes too, every one through the conductor).
 
 Keys per concurrency (c1, c4, c16), ratios from this run:
 - ttfa_ms_p50: time to first audio through the mesh, median; ttfa_ratio = the
@@ -62,11 +63,13 @@ def is_viable(chunk_times_s: list[float], chunk_samples: list[int], rate: int) -
     return True
 
 
-async def wave(address: str, prompts: list[list[int]], params: dict, concurrency: int, offset: int):
+async def wave(address: str, prompts: list[list[int]], params: dict, concurrency: int, offset: int,
+               audio_only: bool = True):
     from client.speech import speak
 
     batch = [prompts[(offset + i) % len(prompts)] for i in range(concurrency)]
-    return await asyncio.gather(*(speak(address, "orpheus", ids, {**params, "seed": offset + i}, timeout_s=600)
+    return await asyncio.gather(*(speak(address, "orpheus", ids, {**params, "seed": offset + i}, timeout_s=600,
+                                        audio_only=audio_only)
                                   for i, ids in enumerate(batch)))
 
 
@@ -91,7 +94,7 @@ def measure_mesh(ckpt: str, prompts: list[list[int]], params: dict, args) -> dic
             summaries, wall = [], 0.0
             for r in range(max(1, -(-args.min_requests // c))):
                 t0 = time.perf_counter()
-                summaries += asyncio.run(wave(conductor.address, prompts, params, c, r * c))
+                summaries += asyncio.run(wave(conductor.address, prompts, params, c, r * c, not args.all_outputs))
                 wall += time.perf_counter() - t0
             out[c] = {"ttfa_ms_p50": statistics.median(s.ttfa_ms for s in summaries),
                       "rtf_p50": statistics.median(s.rtf for s in summaries),
@@ -152,6 +155,8 @@ def main(argv=None) -> None:
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--min-requests", type=int, default=4, help="requests per point at least (waves of c)")
     p.add_argument("--hf-requests", type=int, default=2)
+    p.add_argument("--all-outputs", action="store_true",
+                   help="clients take the tokens and codes too (default: audio alone, as /v1/audio/speech asks)")
     args = p.parse_args(argv)
     if args.quick:
         args.tokens, args.concurrency, args.min_requests, args.hf_requests = 84, [1, 4], 2, 1

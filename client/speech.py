@@ -88,12 +88,14 @@ def media_message(text: str = "", audio: bytes | None = None, image: bytes | Non
 async def speak_stream(conductor: "str | Connection", model: str, input_ids: list[int] | None = None,
                        params: dict | None = None, request_id: str = "", timeout_s: float | None = None,
                        text: str = "", audio: bytes | None = None, image: bytes | None = None,
-                       video: bytes | None = None, text_only: bool = False) -> AsyncIterator[SpeechEvent]:
+                       video: bytes | None = None, text_only: bool = False,
+                       audio_only: bool = False) -> AsyncIterator[SpeechEvent]:
     """Yields the request's events in order; raises grpc.aio.AioRpcError on failure. The
     prompt is `input_ids` (chat-formatted ids), or `text` for the server's chat template;
     `audio` (WAV bytes), `image` (PNG/JPEG bytes) and/or `video` (animated GIF bytes) make
     it one user message with those parts before the text. text_only: ask for text alone
-    (the model then runs no talker and no code2wav)."""
+    (the model then runs no talker and no code2wav); audio_only: ask for audio alone (outputs
+    only the client would have read, such as codec codes, then stay on their services)."""
     from protos.starmesh.v1 import conductor_pb2 as pb
     from protos.starmesh.v1 import conductor_pb2_grpc
 
@@ -104,6 +106,8 @@ async def speak_stream(conductor: "str | Connection", model: str, input_ids: lis
                                  messages=[media_message(text, audio, image, video)])
     if text_only:
         req.output_modalities.append(pb.Modality.Value("MODALITY_TEXT"))
+    if audio_only:
+        req.output_modalities.append(pb.Modality.Value("MODALITY_AUDIO"))
     req.params.update(params or {})
     conn = conductor if isinstance(conductor, Connection) else Connection.from_env(conductor)
     t0 = time.perf_counter()

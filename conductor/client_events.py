@@ -49,6 +49,12 @@ class WantedOutputs:
             return frozenset()
         return self.modalities | {output_kinds.get(name, "") for name in self.raw}
 
+    def silent(self, output_kinds: dict[str, str], names) -> frozenset[str]:
+        """Outputs among `names` the request never needs delivered: not wanted and not text
+        (text is counted for Usage, wanted or not)."""
+        return frozenset(n for n in names if output_kinds.get(n, "") != "text"
+                         and not self.wants(n, output_kinds.get(n, "")))
+
     def wants(self, name: str, kind: str) -> bool:
         if not self.modalities or name in self.raw:
             return True

@@ -34,7 +34,8 @@ class CreditLedger:
 
     def _to_client(self, node: str, port: str | None = None) -> int:
         return sum(1 for e in self.scope.out_edges[node]
-                   if e.dst_node == WALK_OUTPUT and (port is None or e.src_port == port))
+                   if e.dst_node == WALK_OUTPUT and e.dst_port not in self.state.silent
+                   and (port is None or e.src_port == port))
 
     def _buffer_room(self, node: str, tag: "Tag", port: str | None = None) -> int:
         rooms = [self.state.buffer(e, tag[: self.scope.common(node, e.dst_node)]).credit

@@ -68,17 +68,22 @@ class Executor:
     # ---- front: one request -------------------------------------------------------
 
     async def generate(self, request_id: str, inputs: dict[str, tuple], params=None,
-                       wanted: frozenset[str] = frozenset(), playback=None) -> AsyncIterator[tuple[str, Any]]:
+                       wanted: frozenset[str] = frozenset(), playback=None,
+                       silent: frozenset[str] = frozenset()) -> AsyncIterator[tuple[str, Any]]:
         """Runs a request through its walks; yields (output name, value) as produced.
         `wanted`: the output kinds it asks for (graph.walk.FirstWalk; empty: all);
         playback: a media stream's conductor.playback.Playback: its origin_s is when media
         position 0 plays (core.pace; `repace` moves it), its attributes() end on the
-        request span; None: no deadline (then `pacing` is unused)."""
+        request span; None: no deadline (then `pacing` is unused). silent: names of walk
+        outputs the client does not take (they are never sent to it, and a service keeps a
+        port to itself when only those and routed edges read it); honoured only in a graph
+        whose requests end with their first walk (a later walk may read any output)."""
         if request_id in self.requests:
             raise RequestFailed("ALREADY_EXISTS", f"request_id {request_id!r} is already running")
         first_chunk_param(dict(params or {}))  # a bad per-request chunk override fails before any work
         run = RequestRun(request_id, dict(inputs), dict(params or {}), "", None, max_backlog=self.max_backlog,
-                         pacing=self.pacing, origin_s=playback.origin_s if playback is not None else None)
+                         pacing=self.pacing, origin_s=playback.origin_s if playback is not None else None,
+                         silent=silent if self.graph.ends_after_first_walk else frozenset())
         self.requests[request_id] = run
         run.spans.append(self.tracer.start_span("request", attributes={"starmesh.request_id": request_id}))
         try:
@@ -138,7 +143,8 @@ class Executor:
             raise RequestFailed("INVALID_ARGUMENT", f"walk {walk} needs input(s) {missing}; got {sorted(inputs)}")
         run.walk = walk
         run.traceparent, _ = inject_context(trace.set_span_in_context(run.spans[-1]))  # the walk span's
-        run.state = WalkState(self.scopes[walk], inputs, run.client_room, run.params, self.hooks.materialize)
+        run.state = WalkState(self.scopes[walk], inputs, run.client_room, run.params, self.hooks.materialize,
+                              run.silent)
 
     # ---- ready -> dispatch ---------------------------------------------------------
 
@@ -181,7 +187,8 @@ class Executor:
                 self._send(consumer, grant)
         self.num_dispatched[d.node] = self.num_dispatched.get(d.node, 0) + 1
         self._send(target, run_item(run.request_id, run.walk, d, run.params, target.convert, run.traceparent, scope,
-                                    self.hooks.consumer_hosts(d.node, run.walk), routes, run.pace_of(d.node)))
+                                    self.hooks.consumer_hosts(d.node, run.walk), routes, run.pace_of(d.node),
+                                    quiet=scope.quiet_for(d.node, run.silent) if run.silent else None))
         return target
 
     def _pad_lockstep(self, run: RequestRun, opened: list) -> None:

@@ -77,7 +77,7 @@ class ServedModel:
                              "(the runs to pad across their ranks)")
 
     def _check_outputs(self) -> None:
-        outputs = {name for walk in self.graph.walks for name in walk.output_names}
+        outputs = self.output_names
         for name, kind in self.output_kinds.items():
             if name not in outputs:
                 raise GraphError(f"model {self.name}: output_kinds[{name!r}] is not an output of its walks "
@@ -107,6 +107,11 @@ class ServedModel:
         """What a client can ask of it (MODALITIES order)."""
         kinds = set(self.output_kinds.values())
         return tuple(m for m in MODALITIES if m in kinds)
+
+    @property
+    def output_names(self) -> frozenset[str]:
+        """Every walk output of the model."""
+        return frozenset(name for walk in self.graph.walks for name in walk.output_names)
 
     def outputs_of_kind(self, kind: str) -> frozenset[str]:
         return frozenset(name for name, k in self.output_kinds.items() if k == kind)

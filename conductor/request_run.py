@@ -40,6 +40,9 @@ class RequestRun:
     # (unix seconds; conductor.playback moves it); None: the request has no deadline.
     pacing: Mapping[str, NodePace] = field(default_factory=dict)
     origin_s: float | None = None
+    # Walk outputs its client does not take: their ports stay on their services when
+    # nothing else reads them (WalkScope.quiet_for)
+    silent: frozenset[str] = frozenset()
 
     def pace_of(self, node: str, first_item: int = 0) -> Pace | None:
         """When `node`'s run's items are due (its chunk's first new item is first_item)."""

@@ -46,7 +46,7 @@ def plan_routes(run, scope, node: str, tag: tuple[int, ...], producer, hooks,
             grants += sub_grants
             template = OpenNode(run.request_id, dst, run.walk, dst_tag, params=run.params, traceparent=traceparent,
                                 consumer_host_ids=hooks.consumer_hosts(dst, run.walk), routes=sub_routes,
-                                quiet_ports=scope.quiet_ports.get(dst, ()),
+                                quiet_ports=scope.quiet_for(dst, run.silent),
                                 credits=run.state.credits.initial(dst, dst_tag),  # client room
                                 pace=run.pace_of(dst))  # route_in sets each chunk run's first item
         grants.append((target, AcceptRoute(token, template, edge.dst_port, is_push, str(edge), edge.max_buffered,

@@ -65,8 +65,10 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             async with admission.admit(model.name, playback) as meter.waited_s:  # waits for a slot, or Overloaded
                 if playback is not None:  # its deadlines count from admission: the wait was not its engines'
                     playback.origin_s = playback.arrival_s = time.time()
+                silent = parsed.wanted.silent(model.output_kinds, model.output_names)
                 async for name, value in executor.generate(parsed.request_id, parsed.inputs, parsed.params,
-                                                            parsed.wanted.kinds(model.output_kinds), playback):
+                                                            parsed.wanted.kinds(model.output_kinds), playback,
+                                                            silent):
                     now = time.perf_counter()
                     meter.output(name, value, now)
                     if events.is_heavy(name):  # PNG encoding: off the event loop other streams share

@@ -182,10 +182,12 @@ class RemoteTarget:
 
 
 def run_item(request_id: str, walk: str, dispatch: Dispatch, params: dict, convert, traceparent: str = "", scope=None,
-             consumer_host_ids: tuple[str, ...] = (), routes: tuple = (), pace=None):
+             consumer_host_ids: tuple[str, ...] = (), routes: tuple = (), pace=None,
+             quiet: tuple[str, ...] | None = None):
     """The Run item for a dispatch: an OpenNode, or a PushChunk into an open loop run.
     routes: the routed streaming edges the run feeds (conductor.route_plan); pace: when
-    the node's items are due (core.pace; a chunk run's from its first new item on)."""
+    the node's items are due (core.pace; a chunk run's from its first new item on);
+    quiet: the ports its service keeps to itself (None: those only routed edges read)."""
     from runtime.items import PushChunk, StopRule, StreamInput
 
     if dispatch.push:
@@ -203,7 +205,8 @@ def run_item(request_id: str, walk: str, dispatch: Dispatch, params: dict, conve
             stop = StopRule(stop_token_ids=rule.stop_token_ids, component_predicate=rule.component_predicate)
     pushed = scope.pushed.get(dispatch.node) if scope is not None else None
     stream = StreamInput(pushed.dst_port, pushed.continue_after_producer_done) if pushed is not None else None
-    quiet = scope.quiet_ports.get(dispatch.node, ()) if scope is not None and routes else ()
+    if quiet is None:
+        quiet = scope.quiet_ports.get(dispatch.node, ()) if scope is not None and routes else ()
     if pace is not None and dispatch.chunk is not None:
         pace = pace.starting_at(dispatch.chunk.first_new)
     return OpenNode(

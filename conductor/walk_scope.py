@@ -34,6 +34,7 @@ class WalkScope:
         self.routed_in, self.routed_push, self.routed_out = self._routed_edges(can_route)
         self.routed = frozenset(e for edges in self.routed_out.values() for e in edges)
         self.quiet_ports = self._quiet_ports()
+        self._quiet_silent: dict[tuple[str, frozenset[str]], tuple[str, ...]] = {}
         self.client_only = self._client_only()
         self._depth = {loop.name: len(outer) for loop, outer in walk.loops}
         self._children = _child_loops(walk)
@@ -80,6 +81,24 @@ class WalkScope:
             needed = {e.src_port for e in self.out_edges[node] if e not in edges}
             quiet[node] = tuple(sorted(p for p in ports - needed if f"{node}.{p}" not in watched))
         return quiet
+
+    def quiet_for(self, node: str, silent: frozenset[str] = frozenset()) -> tuple[str, ...]:
+        """The node's output ports its service keeps to itself for a request whose client
+        does not take the walk outputs `silent`: every reader of such a port is a routed
+        edge or one of those outputs, and no loop the conductor drives watches it."""
+        if not silent:
+            return self.quiet_ports.get(node, ())
+        key = (node, silent)
+        if key not in self._quiet_silent:
+            watched = self._stop_watches(loop for loop in self.loops if loop not in self.inner.values())
+            by_port: dict[str, list[GraphEdge]] = {}
+            for e in self.out_edges[node]:
+                by_port.setdefault(e.src_port, []).append(e)
+            self._quiet_silent[key] = tuple(sorted(
+                port for port, edges in by_port.items()
+                if f"{node}.{port}" not in watched
+                and all(e in self.routed or (e.dst_node == WALK_OUTPUT and e.dst_port in silent) for e in edges)))
+        return self._quiet_silent[key]
 
     def _client_only(self) -> frozenset[str]:
         """Nodes whose outputs the conductor only forwards to the client: no node it

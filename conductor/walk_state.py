@@ -29,9 +29,12 @@ def as_is(value: Value) -> Value:
 
 class WalkState:
     def __init__(self, scope: WalkScope, inputs: dict[str, Value], client_room=lambda: 1 << 30,
-                 params: dict | None = None, materialize: Callable[[Value], Any] = as_is) -> None:
-        """materialize: a value held by reference -> its tensor, for stop rules."""
+                 params: dict | None = None, materialize: Callable[[Value], Any] = as_is,
+                 silent: frozenset[str] = frozenset()) -> None:
+        """materialize: a value held by reference -> its tensor, for stop rules; silent: walk
+        outputs the client does not take (never streamed, never credited for)."""
         self.scope = scope
+        self.silent = silent
         self.params = params or {}  # the request's: a chunk policy may take its first_chunk
         self.credits = CreditLedger(self, client_room)
         self.inputs = inputs
@@ -247,6 +250,8 @@ class WalkState:
                 continue
             value = outputs[edge.src_port]
             if edge.dst_node == WALK_OUTPUT:
+                if edge.dst_port in self.silent:
+                    continue
                 self.outputs.setdefault(edge.dst_port, []).append(value)
                 self.emitted.append((edge.dst_port, value))
                 self.credits.delivered()

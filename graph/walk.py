@@ -110,6 +110,11 @@ class WalkGraph:
             raise GraphError(f"graph {self.name}: first walk {name!r} is not a walk")
         return name
 
+    @property
+    def ends_after_first_walk(self) -> bool:
+        """No request goes on to a second walk (which could read any output of the first)."""
+        return self.next_walk is _single_walk
+
     def after(self, inputs: dict[str, Any], walk: str, outputs: dict[str, Any]) -> str | None:
         if walk not in self.walk_by_name:
             raise GraphError(f"graph {self.name}: finished walk {walk!r} is not a walk")

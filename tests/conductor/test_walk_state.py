@@ -81,3 +81,20 @@ def test_scope_indexes_edges_loops_and_streams_by_node():
     assert inner.routed_in == {"codec": stream} and inner.routed_out == {"lm": [stream], "codec": []}
     assert inner.routed_push == {} and inner.routed == {stream} and inner.quiet_ports["lm"] == ("frame",)
     assert WalkScope(walk, frozenset({"gen"})).routed == frozenset()  # nothing routes unless it can
+
+
+def test_ports_read_only_by_outputs_the_client_does_not_take_stay_on_their_service():
+    from pipelines.orpheus.graph import INNER_LOOPS, orpheus_graph
+
+    walk = orpheus_graph().walks[0]
+    scope = WalkScope(walk, INNER_LOOPS, can_route=lambda src, dst, w: True)
+    assert scope.quiet_for("codes") == ()  # the client takes output.codes
+    assert scope.quiet_for("codes", frozenset({"codes"})) == ("codes",)  # else only the routed snac reads them
+    assert scope.quiet_for("decode", frozenset({"codes"})) == ()  # output.token still reads decode.token
+    # the decode loop's stop rule runs in its service, so its watch does not keep the port
+    assert scope.quiet_for("decode", frozenset({"token", "codes"})) == ("token",)
+    assert scope.quiet_for("prefill", frozenset(walk.output_names)) == ()  # the conductor opens decode with it
+    # no client room is reserved for what the client does not take
+    ids = {"input_ids": (torch.tensor([1]),)}
+    assert set(WalkState(scope, ids).credits.initial("codes", ())) == {"codes"}
+    assert WalkState(scope, ids, silent=frozenset({"codes"})).credits.initial("codes", ()) == {}

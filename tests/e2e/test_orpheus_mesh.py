@@ -18,6 +18,7 @@ from pipelines.orpheus.model import orpheus_model, orpheus_placement
 from pipelines.orpheus.params import RECOMMENDED
 from pipelines.orpheus.runner import OrpheusRunner
 from runtime.background import BackgroundServer
+from runtime.items import NodeOutput
 from runtime.process import ServiceProcess
 from tests.fixtures import registry
 from tests.fixtures.services import describe
@@ -35,22 +36,29 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def mesh():
+def served():
+    """(the conductor's address, its ConductorService)."""
     procs = {}
     try:
         for name in ("orpheus_lm", "codec"):
             procs[name] = ServiceProcess(name, ["--checkpoint", checkpoint()], name=name).start()
             registry.register(procs[name].address, describe(procs[name].address).arena)
         model = orpheus_model("orpheus", orpheus_placement([procs["orpheus_lm"].address], [procs["codec"].address]))
-        conductor = BackgroundServer(ConductorService([model]))
+        service = ConductorService([model])
+        conductor = BackgroundServer(service)
         conductor.start()
-        yield conductor.address
+        yield conductor.address, service
         conductor.stop()
     finally:
         for proc in procs.values():
             if proc.port is not None:
                 registry.unregister(proc.address)
             proc.stop()
+
+
+@pytest.fixture(scope="module")
+def mesh(served):
+    return served[0]
 
 
 def prompt(case):
@@ -105,3 +113,54 @@ def test_a_request_without_audio_tokens_ends_with_no_audio(mesh):
     summary = asyncio.run(speak(mesh, "orpheus", text_only, {"max_new_tokens": 12}))
     assert len(summary.text_ids) == 12 and all(t < 128256 for t in summary.text_ids)
     assert summary.num_chunks == 0 and summary.codec_codes == []
+
+
+def outputs_from(executor, node: str) -> list[str]:
+    """Records the ports of every output of `node` that reaches the conductor from its service."""
+    ports = []
+    target = executor.hooks.route(node, "speak", "probe")
+    sink = target.sink
+
+    def recording_sink(events, t):
+        ports.extend(p for e in events if isinstance(e, NodeOutput) and e.node == node for p in e.tensors)
+        sink(events, t)
+
+    target.sink = recording_sink
+    return ports
+
+
+async def audio_only(address: str, ids: list[int], params: dict) -> tuple[list[torch.Tensor], int]:
+    """(the audio chunks, Usage's num_outputs) of a request for audio alone, as the gateway's speech route asks."""
+    import grpc
+    import numpy as np
+
+    from protos.starmesh.v1 import conductor_pb2 as pb
+    from protos.starmesh.v1 import conductor_pb2_grpc
+
+    req = pb.GenerateRequest(model="orpheus", input_ids=ids, output_modalities=[pb.MODALITY_AUDIO])
+    req.params.update(params)
+    chunks, num_outputs = [], None
+    async with grpc.aio.insecure_channel(address) as channel:
+        async for ev in conductor_pb2_grpc.ConductorStub(channel).Generate(req):
+            assert not ev.HasField("text") and not ev.HasField("tensor")
+            if ev.HasField("audio"):
+                chunks.append(torch.from_numpy(np.frombuffer(ev.audio.samples, dtype="<f4").copy()))
+            if ev.HasField("usage"):
+                num_outputs = int(ev.usage.metrics["num_outputs"])
+    return chunks, num_outputs
+
+
+def test_an_audio_only_request_leaves_its_codes_on_the_lm_service(served):
+    address, service = served
+    ports = outputs_from(service.executors["orpheus"], "codes")
+    case = CASES[0]
+    full = speak_all(address, [case])[0]
+    assert "codes" in ports  # the client took the codes: they came to the conductor
+    ports.clear()
+    chunks, num_outputs = asyncio.run(audio_only(address, prompt(case), case[2]))
+    assert ports == []  # nothing but routes read them now: they never left the LM service
+    assert len(chunks) == len(full.chunks) >= 3
+    for got, want in zip(chunks, full.chunks):
+        torch.testing.assert_close(got, want, atol=0, rtol=0)
+    # the text tokens still come (Usage counts them); the codes do not
+    assert num_outputs == len(full.text_ids) + len(full.chunks)
