@@ -230,6 +230,9 @@ def run_mesh(services: dict, store, args) -> dict:
         results["grpc_echo_us"] = asyncio.run(grpc_echo_us(services["b"].address, 200))
         results["time_to_unavailable_ms"] = time_to_unavailable_ms(server.address, services["k"])
     finally:
+        from transport.segment import sweep_stale_segments
+
+        sweep_stale_segments()  # the killed sink's arena: no restart of it will sweep it
         if client is not None:
             client.close()
         server.stop()
