@@ -4,9 +4,9 @@
 
 Checkpoint: a tiny Orpheus whose LM costs a few ms per decode step at one thread (hidden
 16, 2 layers, the full 156,940-id vocabulary: its 10 MB output head and sampling over it
-are most of a step, about 4 ms here; measured and written as lm_step_ms), built in a temp dir unless --checkpoint is given; its LM
-always speaks in frame order. Every process
-runs torch with one thread. Requests: Orpheus prompts, seeded sampling at Orpheus'
+are most of a step, about 4 ms here; measured and written as lm_step_ms), built in a temp
+dir unless --checkpoint is given; its LM always speaks in frame order. Every process runs
+torch with one thread. Requests: Orpheus prompts, seeded sampling at Orpheus'
 defaults, exactly --tokens audio tokens (280 = 40 frames; the stop id suppressed), so
 37 windows of 2048 samples (3.16 s) each; clients ask for audio alone, as /v1/audio/speech
 does (--all-outputs: the tokens and codes too, every one through the conductor).

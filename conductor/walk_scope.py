@@ -34,6 +34,8 @@ class WalkScope:
         self.routed_in, self.routed_push, self.routed_out = self._routed_edges(can_route)
         self.routed = frozenset(e for edges in self.routed_out.values() for e in edges)
         self.quiet_ports = self._quiet_ports()
+        # "node.port" values the loops the conductor drives read (inner loops stop in their service)
+        self._driven_watches = self._stop_watches(loop for loop in self.loops if loop not in self.inner.values())
         self._quiet_silent: dict[tuple[str, frozenset[str]], tuple[str, ...]] = {}
         self.client_only = self._client_only()
         self._depth = {loop.name: len(outer) for loop, outer in walk.loops}
@@ -90,13 +92,12 @@ class WalkScope:
             return self.quiet_ports.get(node, ())
         key = (node, silent)
         if key not in self._quiet_silent:
-            watched = self._stop_watches(loop for loop in self.loops if loop not in self.inner.values())
             by_port: dict[str, list[GraphEdge]] = {}
             for e in self.out_edges[node]:
                 by_port.setdefault(e.src_port, []).append(e)
             self._quiet_silent[key] = tuple(sorted(
                 port for port, edges in by_port.items()
-                if f"{node}.{port}" not in watched
+                if f"{node}.{port}" not in self._driven_watches
                 and all(e in self.routed or (e.dst_node == WALK_OUTPUT and e.dst_port in silent) for e in edges)))
         return self._quiet_silent[key]
 
@@ -105,7 +106,7 @@ class WalkScope:
         dispatches reads them, no loop it drives watches or encloses them (their outputs
         never make another run ready, so they need no readiness scan)."""
         inner = set(self.inner.values())
-        watched = {w.split(".")[0] for w in self._stop_watches(loop for loop in self.loops if loop not in inner)}
+        watched = {w.split(".")[0] for w in self._driven_watches}
         return frozenset(
             n for n in self.nodes
             if n not in watched and all(loop in inner for loop in self.path[n])
