@@ -36,7 +36,7 @@ def test_parts_stay_within_the_limit_and_keep_every_entry_in_order(sizes, limit,
     assert sent == kept
     assert all(p.sender == sender for p in parts)
     for i in oversized:
-        assert msg.items[i].ByteSize() + len(sender) > limit - 12  # only entries that cannot fit alone
+        assert msg.items[i].ByteSize() + len(sender.encode()) > limit - 12  # only entries that cannot fit alone
 
 
 @pytest.fixture(scope="module")
