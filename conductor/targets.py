@@ -74,9 +74,11 @@ class InProcessTarget:
         self.step_loop = StepLoop(component, LocalTransport())
         self.stream_id = f"inproc-{next(_stream_ids)}"
 
+        calls = self.step_loop.loop_calls
+
         def deliver(events) -> None:  # engine thread -> the executor's event loop
             if events:
-                loop.call_soon_threadsafe(sink, events, self)
+                calls.call(loop, sink, events, self)
 
         self.step_loop.attach(self.stream_id, deliver)
         self.step_loop.start()
@@ -95,11 +97,14 @@ class RemoteTarget:
     """One long-lived Run stream to a replica, multiplexing every request.
     post() never blocks: a writer task sends each batch as one RunRequest, in order."""
 
-    def __init__(self, address: str, sink, max_message_bytes: int = 64 << 20, interceptors=None, tls=None) -> None:
-        """tls: the conductor's runtime.tls.TlsConfig for its streams (None: plaintext)."""
+    def __init__(self, address: str, sink, max_message_bytes: int = 64 << 20, tls=None) -> None:
+        """tls: the conductor's runtime.tls.TlsConfig for its streams (None: plaintext).
+        The stream's channel has no client interceptors: a Run stream is untraced (each
+        item carries its request's trace context), and grpc.aio runs every message of
+        an intercepted stream through one more queue and task, on both directions."""
         self.name = address
         self.heartbeats = True  # the replica lists its requests on the stream (runtime.heartbeat)
-        self._client_args = (address, max_message_bytes, interceptors)
+        self._client_args = (address, max_message_bytes)
         self.tls = tls
         self.client = None
         self.sink = sink

@@ -20,6 +20,7 @@ import grpc
 from protos.starmesh.v1 import component_pb2, component_pb2_grpc
 from runtime.component import Component
 from runtime.heartbeat import DEFAULT_INTERVAL_S
+from runtime.loop_calls import LoopCalls
 from runtime.peer_links import PeerLinks
 from runtime.servicer import ComponentServicer
 from runtime.step_loop import StepLoop
@@ -54,9 +55,10 @@ class ComponentService:
         self.transport = transport
         tracer = telemetry.tracer if telemetry else None
         # Routed edges push straight to peer replicas; the links report back to the engine thread.
+        calls = LoopCalls()  # the engine thread's way onto the event loop, shared by both
         self.peers = PeerLinks(f"{component.name} (pid {os.getpid()})", lambda peer, evs: self.step_loop.peer_events(
-            peer, evs), lambda peer, why: self.step_loop.peer_broken(peer, why), max_message_bytes, tls=tls)
-        self.step_loop = StepLoop(component, transport, tracer, self.peers)
+            peer, evs), lambda peer, why: self.step_loop.peer_broken(peer, why), calls, max_message_bytes, tls=tls)
+        self.step_loop = StepLoop(component, transport, tracer, self.peers, loop_calls=calls)
         self.servicer = ComponentServicer(component, transport, self.step_loop, starmesh_version(), heartbeat_s,
                                           max_message_bytes)
         self._closed = False

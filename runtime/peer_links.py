@@ -2,8 +2,8 @@
 
 One long-lived stream per peer address, multiplexing every request whose routed edge
 goes there (as the conductor's streams do). `post` is called on the engine thread and
-never blocks: the batch crosses to the event loop, where a writer sends it as one
-RunRequest. What comes back (credits, refusals) goes to `on_events(peer, events)`; a
+never blocks: the batch crosses to the event loop with the engine iteration's other
+calls (runtime.loop_calls), where a writer sends it as one RunRequest. What comes back (credits, refusals) goes to `on_events(peer, events)`; a
 broken stream goes to `on_broken(peer, message)` once, and the next post opens a new
 one (the peer may have restarted).
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Callable
+
+from runtime.loop_calls import LoopCalls
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +68,13 @@ class _Link:
 
 class PeerLinks:
     def __init__(self, name: str, on_events: Callable[[str, list], None], on_broken: Callable[[str, str], None],
-                 max_message_bytes: int = 64 << 20, tls=None) -> None:
+                 calls: LoopCalls, max_message_bytes: int = 64 << 20, tls=None) -> None:
         """name: how this process introduces itself on its peer streams (their errors
         name it); on_events and on_broken are called on the event loop; tls: the
         runtime.tls.TlsConfig of the streams (this process's own: peers check it), None
-        for plaintext."""
+        for plaintext; calls: the engine thread's (its StepLoop's loop_calls)."""
         self.name = name
+        self.calls = calls
         self.tls = tls
         self.on_events, self.on_broken = on_events, on_broken
         self.max_message_bytes = max_message_bytes
@@ -86,7 +89,7 @@ class PeerLinks:
         if self._loop is None or self._loop.is_closed():
             self.on_broken(peer, "the peer links are not running")
             return
-        self._loop.call_soon_threadsafe(self._post, peer, items)
+        self.calls.call(self._loop, self._post, peer, items)
 
     def _post(self, peer: str, items: list) -> None:
         link = self.links.get(peer)

@@ -97,10 +97,11 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
         stream_id = f"run-{uuid.uuid4().hex}"
         loop = asyncio.get_running_loop()
         outbox: asyncio.Queue = asyncio.Queue()
+        calls = self._step_loop.loop_calls
 
         def sink(events: list[OutboundEvent] | None) -> None:  # engine thread
             for msg in [_END] if events is None else self._frames(events):
-                loop.call_soon_threadsafe(outbox.put_nowait, msg)
+                calls.call(loop, outbox.put_nowait, msg)
 
         self._step_loop.attach(stream_id, sink)
         reader = asyncio.create_task(self._read(request_iterator, stream_id, outbox))

@@ -30,6 +30,7 @@ from runtime.inbox import Inbox
 from runtime.item_proto import Rejected
 from runtime.items import (AcceptRoute, Cancel, Credit, NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent,
                            PushChunk, Release, Repace)
+from runtime.loop_calls import LoopCalls
 from runtime.outbox import Outbox, Sink
 from runtime.parts import resolve_inputs
 from runtime.request_table import RequestTable
@@ -45,12 +46,15 @@ class StepLoop:
     """Runs `component` on a dedicated thread; streams feed it through an inbox."""
 
     def __init__(self, component: Component, transport: Any, tracer: trace.Tracer | None = None,
-                 peers: Any = None, max_requests: int = 1024) -> None:
+                 peers: Any = None, max_requests: int = 1024, loop_calls: LoopCalls | None = None) -> None:
         """peers: the Run streams to peer replicas that routed edges push on
         (runtime.peer_links); None in a process that has none. max_requests: requests
-        this replica holds at once; an OpenNode for one more is RESOURCE_EXHAUSTED."""
+        this replica holds at once; an OpenNode for one more is RESOURCE_EXHAUSTED.
+        loop_calls: how sinks and peer links reach their event loop from this thread
+        (flushed once per iteration; the peer links' own, when there are any)."""
         self.component = component
         self.transport = transport
+        self.loop_calls = loop_calls or LoopCalls()
         self._table = RequestTable(tracer or trace.NoOpTracer(), max_requests)
         self._credits = CreditGate(self._table, component)
         self.routed = RoutedEdges(self._table, component, transport, self._credits, self._emit, self._fail,
@@ -145,6 +149,7 @@ class StepLoop:
                 self._step()
             self.routed.flush()
             self._outbox.flush(self._table.has_runs)
+            self.loop_calls.flush()  # one wake-up of the event loop for all of the above
             self._inbox.update_idle(bool(self._table.runs))
 
     def _handle(self, msg: Any) -> None:
