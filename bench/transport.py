@@ -90,9 +90,11 @@ def fit_alpha_beta(points: list[tuple[int, float]]) -> tuple[float, float]:
     return intercept * 1e6, (1.0 / slope / 1e9 if slope > 0 else float("inf"))
 
 
-async def grpc_echo_us(address: str, repeats: int, tls=None) -> float:
+async def grpc_echo_us(address: str, repeats: int, tls=None, interval_s: float = 0.0) -> float:
     """Bare unary round trip (health Check): the floor for any hand-off; `tls`: a
-    runtime.tls.TlsConfig for a TLS service."""
+    runtime.tls.TlsConfig for a TLS service; interval_s: the pause before each call
+    (0: back to back, processes that stay hot; a pause lets them go idle, as a paced
+    stream's do between items, and an idle process wakes slower on a small VM)."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from runtime.tls import aio_channel
@@ -101,6 +103,8 @@ async def grpc_echo_us(address: str, repeats: int, tls=None) -> float:
         stub = health_pb2_grpc.HealthStub(channel)
         times = []
         for _ in range(repeats + 10):
+            if interval_s:
+                await asyncio.sleep(interval_s)
             t0 = time.perf_counter()
             await stub.Check(health_pb2.HealthCheckRequest())
             times.append(time.perf_counter() - t0)

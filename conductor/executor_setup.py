@@ -63,7 +63,7 @@ async def inprocess_executor(graph: WalkGraph, components, inner_loops=frozenset
 
 @contextlib.asynccontextmanager
 async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=frozenset(),
-                          tracer=None, interceptors=None, speculate: bool = True,
+                          tracer=None, speculate: bool = True,
                           lockstep_nodes=frozenset(),
                           on_edge: Callable[[str, float], None] | None = None,
                           direct_edges: bool = True, tls=None, run_timeout_s: float = 10.0,
@@ -85,7 +85,7 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
     model's node -> core.pace.NodePace (media deadlines)."""
     placement.validate(graph)
     selector = selector or ReplicaSelector(placement)
-    targets = targets or ReplicaTargets(max_message_bytes, interceptors, tls)
+    targets = targets or ReplicaTargets(max_message_bytes, tls)
 
     def route(node: str, walk: str, request_id: str):
         return targets[selector.choose(request_id, graph.node_by_name[node], walk).endpoint]

@@ -13,10 +13,10 @@ from conductor.targets import RemoteTarget
 
 
 class ReplicaTargets:
-    """max_message_bytes, interceptors, tls: what every RemoteTarget is made with."""
+    """max_message_bytes, tls: what every RemoteTarget is made with."""
 
-    def __init__(self, max_message_bytes: int = 64 << 20, interceptors=None, tls=None) -> None:
-        self._args = (max_message_bytes, interceptors, tls)
+    def __init__(self, max_message_bytes: int = 64 << 20, tls=None) -> None:
+        self._args = (max_message_bytes, tls)
         self._sink = None
         self._targets: dict[str, RemoteTarget] = {}
         self._leaving: set[str] = set()
@@ -28,8 +28,8 @@ class ReplicaTargets:
             self._targets.setdefault(endpoint, self._make(endpoint))
 
     def _make(self, endpoint: str) -> RemoteTarget:
-        max_message_bytes, interceptors, tls = self._args
-        return RemoteTarget(endpoint, self._sink, max_message_bytes, interceptors, tls)
+        max_message_bytes, tls = self._args
+        return RemoteTarget(endpoint, self._sink, max_message_bytes, tls)
 
     def __getitem__(self, endpoint: str) -> RemoteTarget:
         return self._targets[endpoint]

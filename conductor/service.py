@@ -213,11 +213,10 @@ class ConductorService:
         self.replica_health.start()
         for model in self.models:
             tracer = self.telemetry.tracer if self.telemetry else None
-            interceptors = self.telemetry.client_interceptors() if self.telemetry else None
             on_edge = self.metrics.edge_observer(model.name) if self.metrics is not None else None
-            self.targets[model.name] = ReplicaTargets(self.max_message_bytes, interceptors, self.tls)
+            self.targets[model.name] = ReplicaTargets(self.max_message_bytes, self.tls)
             executor = await self._stack.enter_async_context(
-                remote_executor(model.graph, model.placement, model.inner_loops, tracer, interceptors,
+                remote_executor(model.graph, model.placement, model.inner_loops, tracer,
                                 lockstep_nodes=model.lockstep_nodes, on_edge=on_edge,
                                 direct_edges=model.direct_edges, tls=self.tls, run_timeout_s=self.run_timeout_s,
                                 selector=self.selectors[model.name], max_message_bytes=self.max_message_bytes,
