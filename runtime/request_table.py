@@ -114,9 +114,10 @@ class RequestTable:
                                                              f"{len(self.requests)} requests (max_requests)", iteration)
         return None
 
-    def open_run(self, stream_id: str, item: OpenNode) -> tuple[NodeRun, trace.Span]:
-        """Registers the request on its stream and starts a `node <name>` span whose
-        parent is the request's remote span (the OpenNode's traceparent)."""
+    def open_run(self, stream_id: str, item: OpenNode, span: trace.Span | None = None) -> tuple[NodeRun, trace.Span]:
+        """Registers the request on its stream and starts its `node <name>` span (ended
+        with the run); `span`: one the caller owns and ends instead (the one span of all
+        the chunk runs of a per-item route)."""
         known = self.requests.get(item.request_id)
         self.requests[item.request_id] = RequestState(stream_id, item.consumer_host_ids,
                                                       known.ended if known is not None else set())
@@ -125,7 +126,15 @@ class RequestTable:
         run.credits.update(item.credits)
         run.consumer_host_ids = item.consumer_host_ids
         run.quiet_ports = item.quiet_ports
-        span = self._tracer.start_span(
+        if span is None:
+            span = self.node_span(item)
+            run.spans.append(span)
+        return run, span
+
+    def node_span(self, item: OpenNode) -> trace.Span:
+        """A `node <name>` span whose parent is the request's remote span (the OpenNode's
+        traceparent)."""
+        return self._tracer.start_span(
             f"node {item.node}",
             context=extract_context(item.traceparent, item.tracestate),
             attributes={
@@ -136,8 +145,6 @@ class RequestTable:
                 "starmesh.num_inputs": len(item.inputs),
             },
         )
-        run.spans.append(span)
-        return run, span
 
     def adopt(self, stream_id: str, request_id: str, consumer_host_ids: tuple[str, ...] = ()) -> None:
         """Registers a request on its stream before any run (a route's grant)."""

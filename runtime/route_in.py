@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from core.errors import InvalidArgument
 from runtime.edge_stats import EdgeRecorder, now_us, percentile
@@ -40,6 +41,10 @@ class InRoute:
     credits: dict[str, int] = field(default_factory=dict)  # client-bound port -> outputs it may still send
     recorder: EdgeRecorder = field(default_factory=EdgeRecorder)
     arenas: set = field(default_factory=set)  # the producer's arenas its pushes referenced
+    # A per-item route's chunk runs share one `node <name>` span (one per item would cost
+    # more than the item's work): started with the first, ended when the route finishes.
+    span: Any = None
+    span_error: str | None = None  # the first of its chunk runs' failures
 
     @property
     def request_id(self) -> str:

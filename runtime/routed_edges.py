@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
 
 from runtime.grpc_status import failure
 from runtime.items import AcceptRoute, Credit, NodeDone, NodeError, OpenNode, PushChunk, RouteCredit
@@ -111,7 +112,9 @@ class RoutedEdges:
             self._maybe_finish(route)
             return
         item = self.inb.chunk_run(route, push)
-        run, span = self.table.open_run(route.owner, item)
+        if route.accept.per_item and route.span is None:
+            route.span = self.table.node_span(item)
+        run, span = self.table.open_run(route.owner, item, route.span if route.accept.per_item else None)
         run.quiet_ports = item.quiet_ports
         try:
             values = self._values(push, tensors, run.handles, field)
@@ -148,6 +151,7 @@ class RoutedEdges:
         self._send(self.out.end(run.request_id, run.node, run.iteration))
         self.emit(route.owner, NodeDone(run.request_id, run.node, iteration=run.iteration,
                                         metadata=self._report(route)))
+        _end_span(route)
 
     def _report(self, route: InRoute) -> dict:
         """The edge's statistics for the conductor, and its spans in the request's trace."""
@@ -207,8 +211,10 @@ class RoutedEdges:
             self._credit(route, 0, consumed)  # the pushes' leases, now unreferenced
         return NodeDone(ev.request_id, ev.node, ev.consumed + consumed, ev.iteration, metadata)
 
-    def run_failed(self, request_id: str, node: str, iteration: tuple[int, ...]) -> None:
-        self.inb.run_ended((request_id, node, iteration))
+    def run_failed(self, request_id: str, node: str, iteration: tuple[int, ...], message: str) -> None:
+        found = self.inb.run_ended((request_id, node, iteration))
+        if found is not None:
+            found[0].span_error = found[0].span_error or message
 
     # ---- producer half: sending, credits, peers -----------------------------------
 
@@ -272,4 +278,19 @@ class RoutedEdges:
 
     def cancel(self, request_id: str) -> None:
         self.out.cancel(request_id)
+        for route in self.inb.routes.values():
+            if route.request_id == request_id and not route.is_finished:
+                _end_span(route, "cancelled")
         self.inb.cancel(request_id)
+
+
+def _end_span(route: InRoute, error: str | None = None) -> None:
+    """Ends the shared span of a per-item route's chunk runs (once), with how many ran."""
+    if route.span is None:
+        return
+    span, route.span = route.span, None
+    span.set_attribute("starmesh.num_runs", route.num_opened)
+    error = route.span_error or error
+    if error is not None:
+        span.set_status(Status(StatusCode.ERROR, error))
+    span.end()

@@ -369,7 +369,7 @@ class StepLoop:
         leases of other arenas, so their producers can free them."""
         stream_id = self._table.owner(request_id)
         consumed = self._table.end_run(request_id, node, iteration, error=message)
-        self.routed.run_failed(request_id, node, iteration)
+        self.routed.run_failed(request_id, node, iteration, message)
         if stream_id is None:
             return
         self._emit(stream_id, NodeError(request_id, node, status, message, iteration))
