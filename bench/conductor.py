@@ -41,6 +41,9 @@ one src emission carried end to end: two streaming hops and one client event.
   graph and toys in this process through `inprocess_executor`, same concurrency).
 - time_to_unavailable_ms: a request whose sink runs alone on service K; K is killed at
   its first item; the time until the client sees UNAVAILABLE.
+- grpc_stream_floor_us_per_msg (bench.grpc_floor): the CPU a bare grpc.aio server stream
+  spends per message on this machine; conductor_cpu_over_floor = conductor CPU per item
+  / it (each item reaches the client as one message, so 1.0 is the floor).
 
 Speculation (bench.conductor_spec): DynamicLoop(step on A -> check on B), the conductor
 driving it one iteration at a time; `step` sleeps `--step-ms` (device compute), `check`
@@ -279,6 +282,8 @@ def report(results: dict) -> None:
         ("conductor CPU there", "conductor_cpu_util", "cores"),
         ("conductor saturation", "conductor_saturation_items_per_s", "items/s"),
         ("one busy core would route", "conductor_items_per_core_s", "items/s (1e6 / CPU us per item)"),
+        ("bare grpc.aio stream, CPU per message", "grpc_stream_floor_us_per_msg", "us (bench.grpc_floor)"),
+        ("conductor CPU per item / that", "conductor_cpu_over_floor", "x"),
         ("mesh", "mesh_items_per_s", "items/s"),
         ("in-process", "inprocess_items_per_s", "items/s"),
         ("mesh / in-process", "mesh_over_inprocess", "x (target >= 0.8)"),
@@ -326,6 +331,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)  # like every service process
     from bench.conductor_spec import run_spec
+    from bench.grpc_floor import floor_us_per_message
 
     from bench.trace_store_proc import TraceStoreProcess
 
@@ -341,6 +347,8 @@ def main(argv=None) -> int:
             svc.stop()
         store.close()
     results["inprocess_items_per_s"] = asyncio.run(inprocess_items_per_s(args.items, args.concurrency, 3))
+    results.update(floor_us_per_message())
+    results["conductor_cpu_over_floor"] = results["conductor_cpu_us_per_item"] / results["grpc_stream_floor_us_per_msg"]
     for prefix in MODELS:
         results[f"{prefix}hop_over_echo"] = results[f"{prefix}hop_us_c1"] / results["grpc_echo_paced_us"]
         results[f"{prefix}hop_over_echo_hot"] = results[f"{prefix}hop_us_c1"] / results["grpc_echo_us"]
