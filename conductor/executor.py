@@ -276,7 +276,7 @@ class Executor:
                 self._fail(run, ev.status, f"lockstep padding: {ev.message}")
             return
         if isinstance(ev, NodeOutput):
-            run.state.on_output(ev.node, ev.iteration, ev.tensors, ev.metadata.get("t_us"))
+            run.state.on_output(ev.node, ev.iteration, ev.tensors, ev.produced_us or None)
         elif isinstance(ev, NodeDone):
             edge = ev.metadata.get("edge") if ev.metadata else None
             if edge:  # a routed edge ended: its statistics (the consumer emitted its spans)

@@ -286,7 +286,9 @@ def events_to_proto(events: Iterable[OutboundEvent]) -> pb.RunResponse:
             o.request_id, o.node = ev.request_id, ev.node
             o.iteration.extend(ev.iteration)
             tensors_to_proto(ev.tensors, o.outputs)
-            params_to_struct(ev.metadata, o.metadata, "output.metadata")
+            o.produced_us = ev.produced_us
+            if ev.metadata:
+                params_to_struct(ev.metadata, o.metadata, "output.metadata")
         elif isinstance(ev, NodeError):
             r = e.error
             r.request_id, r.node, r.message = ev.request_id, ev.node, ev.message
@@ -331,8 +333,8 @@ def _event_from_proto(e: pb.RunEvent, where: str) -> OutboundEvent:
     if kind == "output":
         o = e.output
         tensors = tensors_from_proto(o.outputs, f"{where}.output.outputs")
-        return NodeOutput(o.request_id, o.node, tensors, tuple(o.iteration),
-                          params_from_struct(o.metadata, f"{where}.output.metadata"))
+        metadata = params_from_struct(o.metadata, f"{where}.output.metadata") if o.HasField("metadata") else {}
+        return NodeOutput(o.request_id, o.node, tensors, tuple(o.iteration), metadata, o.produced_us)
     if kind == "error":
         r = e.error
         return NodeError(r.request_id, r.node, status_name(r.code), r.message, tuple(r.iteration))

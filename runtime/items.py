@@ -183,6 +183,7 @@ class NodeOutput:
     tensors: dict[str, Any]
     iteration: tuple[int, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
+    produced_us: float = 0.0  # set by the runtime as it sends the output (0: unknown)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,11 @@ import warnings
 from core.errors import BadTensorRef
 from transport.dtypes import to_torch
 
+# torch.frombuffer over bytes (inline protobuf bytes) warns that the buffer is not
+# writable; inputs are read-only by contract. Filtered once here: a catch_warnings block
+# per view cost more than the view itself (it resets the process's warning caches).
+warnings.filterwarnings("ignore", message="The given buffer is not writable", category=UserWarning)
+
 
 def as_host(tensor):
     """Detached CPU tensor (device tensors are staged through host memory)."""
@@ -43,10 +48,7 @@ def view(buffer, dtype: str, shape: tuple[int, ...]):
     try:
         if 0 in shape or len(buffer) == 0:
             return torch.empty(shape, dtype=tdtype)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "buffer is not writable" for bytes
-            flat = torch.frombuffer(buffer, dtype=torch.uint8)
-        return flat.view(tdtype).view(shape)
+        return torch.frombuffer(buffer, dtype=torch.uint8).view(tdtype).view(shape)
     except RuntimeError as e:  # a shape that does not fit the bytes, or overflows torch's sizes
         raise BadTensorRef(f"tensor of dtype {dtype} and shape {list(shape)[:8]} over {len(buffer)} bytes: {e}") \
             from None

@@ -252,18 +252,20 @@ class ConsumedLease(_message.Message):
     def __init__(self, arena: _Optional[str] = ..., lease_id: _Optional[int] = ...) -> None: ...
 
 class NodeOutput(_message.Message):
-    __slots__ = ("request_id", "node", "iteration", "outputs", "metadata")
+    __slots__ = ("request_id", "node", "iteration", "outputs", "metadata", "produced_us")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    PRODUCED_US_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     node: str
     iteration: _containers.RepeatedScalarFieldContainer[int]
     outputs: _containers.RepeatedCompositeFieldContainer[_tensor_pb2.NamedTensor]
     metadata: _struct_pb2.Struct
-    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., outputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    produced_us: float
+    def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., outputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., produced_us: _Optional[float] = ...) -> None: ...
 
 class NodeError(_message.Message):
     __slots__ = ("request_id", "node", "code", "message", "iteration")
