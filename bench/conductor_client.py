@@ -37,13 +37,12 @@ def make_request(model: str, request_id: str, params: dict):
 
 async def one_call(stub, req, items: int) -> tuple[int, float]:
     t0 = time.perf_counter()
-    call, got = stub.Generate(req), 0
+    call, got = stub.GenerateBatches(req), 0  # as starmesh's own clients read
     try:
-        async for ev in call:
-            if ev.WhichOneof("kind") == "tensor":
-                got += 1
-                if got >= items:
-                    break
+        async for batch in call:
+            got += sum(1 for ev in batch.events if ev.WhichOneof("kind") == "tensor")
+            if got >= items:
+                break
     finally:
         call.cancel()
     return got, time.perf_counter() - t0

@@ -55,12 +55,15 @@ class ConductorSession:
         """The request's events in order, `Usage` last."""
         import grpc
 
-        stream = self._stub.Generate(call.to_proto(), timeout=timeout_s, metadata=self._metadata(authorization))
+        # GenerateBatches: the events that were ready together arrive as one message
+        stream = self._stub.GenerateBatches(call.to_proto(), timeout=timeout_s,
+                                            metadata=self._metadata(authorization))
         try:
-            async for ev in stream:
-                event = event_from_proto(ev)
-                if event is not None:
-                    yield event
+            async for batch in stream:
+                for ev in batch.events:
+                    event = event_from_proto(ev)
+                    if event is not None:
+                        yield event
         except grpc.aio.AioRpcError as e:
             raise call_failed(e) from None
         finally:

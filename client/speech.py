@@ -112,10 +112,11 @@ async def speak_stream(conductor: "str | Connection", model: str, input_ids: lis
     conn = conductor if isinstance(conductor, Connection) else Connection.from_env(conductor)
     t0 = time.perf_counter()
     async with conn.aio_channel() as channel:
-        async for ev in conductor_pb2_grpc.ConductorStub(channel).Generate(req, timeout=timeout_s):
-            event = speech_event(ev, time.perf_counter() - t0)
-            if event is not None:
-                yield event
+        async for batch in conductor_pb2_grpc.ConductorStub(channel).GenerateBatches(req, timeout=timeout_s):
+            for ev in batch.events:
+                event = speech_event(ev, time.perf_counter() - t0)
+                if event is not None:
+                    yield event
 
 
 async def speak(conductor: "str | Connection", model: str, input_ids: list[int] | None, params: dict | None = None,

@@ -8,6 +8,8 @@ reached, which frees its component state, buffers and leases there.
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from typing import Any, AsyncIterator, Mapping
@@ -29,6 +31,19 @@ from runtime.items import LOCKSTEP_PAD, Alive, Cancel, Credit, NodeDone, NodeErr
 from runtime.telemetry import inject_context
 
 log = logging.getLogger(__name__)
+
+
+def _take_ready(queue: asyncio.Queue, first) -> tuple[list, Any]:
+    """(the outputs queued now, starting with `first`; END or the Failure that ended
+    them, else None). Nothing is queued after END or a Failure."""
+    batch, item = [], first
+    while True:
+        if item is END or isinstance(item, Failure):
+            return batch, item
+        batch.append(item)
+        if queue.empty():
+            return batch, None
+        item = queue.get_nowait()
 
 
 class RequestFailed(StarmeshError):
@@ -70,7 +85,18 @@ class Executor:
     async def generate(self, request_id: str, inputs: dict[str, tuple], params=None,
                        wanted: frozenset[str] = frozenset(), playback=None,
                        silent: frozenset[str] = frozenset()) -> AsyncIterator[tuple[str, Any]]:
-        """Runs a request through its walks; yields (output name, value) as produced.
+        """generate_batches, one (output name, value) at a time."""
+        async with contextlib.aclosing(self.generate_batches(request_id, inputs, params, wanted, playback,
+                                                             silent)) as batches:
+            async for batch in batches:
+                for output in batch:
+                    yield output
+
+    async def generate_batches(self, request_id: str, inputs: dict[str, tuple], params=None,
+                               wanted: frozenset[str] = frozenset(), playback=None,
+                               silent: frozenset[str] = frozenset()) -> AsyncIterator[list[tuple[str, Any]]]:
+        """Runs a request through its walks; yields lists of (output name, value) as
+        produced: everything that arrived together (never an empty list).
         `wanted`: the output kinds it asks for (graph.walk.FirstWalk; empty: all);
         playback: a media stream's conductor.playback.Playback: its origin_s is when media
         position 0 plays (core.pace; `repace` moves it), its attributes() end on the
@@ -91,14 +117,15 @@ class Executor:
             self._pump(run)
             self._flush()
             while True:
-                item = await run.queue.get()
-                if item is END:
+                batch, last = _take_ready(run.queue, await run.queue.get())
+                if batch:
+                    yield batch
+                if last is END:
                     return
-                if isinstance(item, Failure):
-                    raise RequestFailed(item.status, item.message)
-                yield item
+                if isinstance(last, Failure):
+                    raise RequestFailed(last.status, last.message)
                 if run.state is not None and run.state.credits.is_waiting_room:
-                    run.state.is_dirty = True  # the client took one: a waiting run may start
+                    run.state.is_dirty = True  # the client took some: a waiting run may start
                 self._pump(run)  # ... and producers may get credit again
                 self._flush()
         finally:

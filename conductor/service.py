@@ -46,6 +46,18 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
 
     @map_errors
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
+        async for batch in self._batches(request):
+            for event in batch:
+                yield event
+
+    @map_errors
+    async def GenerateBatches(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
+        async for batch in self._batches(request):
+            yield pb.GenerateEventBatch(events=batch)
+
+    async def _batches(self, request: pb.GenerateRequest):
+        """The request's GenerateEvents, as lists of those made from outputs that arrived
+        together (never empty); Usage last."""
         model = served_model(self.service.served, request.model)
         executor = self.service.executors.get(model.name)
         if executor is None:
@@ -66,27 +78,33 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
                 if playback is not None:  # its deadlines count from admission: the wait was not its engines'
                     playback.origin_s = playback.arrival_s = time.time()
                 silent = parsed.wanted.silent(model.output_kinds, model.output_names)
-                async for name, value in executor.generate(parsed.request_id, parsed.inputs, parsed.params,
-                                                            parsed.wanted.kinds(model.output_kinds), playback,
-                                                            silent):
-                    now = time.perf_counter()
-                    meter.output(name, value, now)
-                    if events.is_heavy(name):  # PNG encoding: off the event loop other streams share
-                        made = await asyncio.to_thread(events.of, name, value, now)
-                    else:
-                        made = events.of(name, value, now)
-                    for event in made:
-                        yield event
-                    if playback is not None and name in meter.audio_outputs:
-                        self._played(model.name, executor, parsed.request_id, playback, numel(value))
+                async for outputs in executor.generate_batches(parsed.request_id, parsed.inputs, parsed.params,
+                                                               parsed.wanted.kinds(model.output_kinds), playback,
+                                                               silent):
+                    batch, played = [], []
+                    for name, value in outputs:
+                        batch += await self._events_of(events, meter, name, value)
+                        if playback is not None and name in meter.audio_outputs:
+                            played.append(numel(value))
+                    if batch:
+                        yield batch
+                    for samples in played:  # once sent
+                        self._played(model.name, executor, parsed.request_id, playback, samples)
             outcome = "ok"
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
         finally:
             meter.end(outcome, time.perf_counter())
-        for event in events.end(time.perf_counter()):
-            yield event
+        yield events.end(time.perf_counter())
+
+    @staticmethod
+    async def _events_of(events: RequestEvents, meter: RequestMeter, name: str, value) -> list[pb.GenerateEvent]:
+        now = time.perf_counter()
+        meter.output(name, value, now)
+        if events.is_heavy(name):  # PNG encoding: off the event loop other streams share
+            return await asyncio.to_thread(events.of, name, value, now)
+        return events.of(name, value, now)
 
     def _played(self, model: str, executor: Executor, request_id: str, playback: Playback, samples: int) -> None:
         """An audio chunk was sent: the stream's playback origin may move (re-time its work

@@ -95,6 +95,20 @@ def test_mesh_equals_inprocess_and_concurrent_requests_get_their_solo_result(mes
         assert [a for chunk in expected["audio"] for a in chunk] == [10 * f for f in frames]  # each frame once
 
 
+def test_generate_batches_carries_generates_events_in_batches(mesh):
+    server, _ = mesh
+    with grpc.insecure_channel(server.address) as channel:
+        stub = conductor_pb2_grpc.ConductorStub(channel)
+        batches = list(stub.GenerateBatches(request(3.0, "batched")))
+        with pytest.raises(grpc.RpcError) as refused:
+            list(stub.GenerateBatches(pb.GenerateRequest(model="nope")))
+    events = [ev for batch in batches for ev in batch.events]
+    assert all(batch.events for batch in batches) and len(batches) <= len(events)
+    assert collect(events) == inprocess(3.0)
+    assert events[-1].WhichOneof("kind") == "usage" and sum(ev.WhichOneof("kind") == "usage" for ev in events) == 1
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # Generate's statuses
+
+
 def test_cancel_mid_stream_frees_state_everywhere(mesh):
     server, procs = mesh
     with grpc.insecure_channel(server.address) as channel:

@@ -159,6 +159,12 @@ class GenerateEvent(_message.Message):
     usage: Usage
     def __init__(self, request_id: _Optional[str] = ..., text: _Optional[_Union[TextDelta, _Mapping]] = ..., audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., image: _Optional[_Union[Image, _Mapping]] = ..., tensor: _Optional[_Union[_tensor_pb2.NamedTensor, _Mapping]] = ..., step: _Optional[_Union[StepEvent, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
 
+class GenerateEventBatch(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[GenerateEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[GenerateEvent, _Mapping]]] = ...) -> None: ...
+
 class ListModelsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -29,6 +29,9 @@ class ConductorStub:
     """Generate: one request, one stream of events; the last event is `usage`. A failure ends
     the stream with a gRPC status whose details name the bad field (INVALID_ARGUMENT), the
     capacity refusal (RESOURCE_EXHAUSTED), or the service that is down (UNAVAILABLE).
+    GenerateBatches: the same events, those that were ready together in one message (one
+    engine step of the request's producers, or more while the client read slower), in order;
+    the same failures. One message per batch instead of per event: starmesh's own clients use it.
     ListModels: what each served model takes and makes, and its params.
     """
 
@@ -43,6 +46,11 @@ class ConductorStub:
                 request_serializer=protos_dot_starmesh_dot_v1_dot_conductor__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=protos_dot_starmesh_dot_v1_dot_conductor__pb2.GenerateEvent.FromString,
                 _registered_method=True)
+        self.GenerateBatches = channel.unary_stream(
+                '/starmesh.v1.Conductor/GenerateBatches',
+                request_serializer=protos_dot_starmesh_dot_v1_dot_conductor__pb2.GenerateRequest.SerializeToString,
+                response_deserializer=protos_dot_starmesh_dot_v1_dot_conductor__pb2.GenerateEventBatch.FromString,
+                _registered_method=True)
         self.ListModels = channel.unary_unary(
                 '/starmesh.v1.Conductor/ListModels',
                 request_serializer=protos_dot_starmesh_dot_v1_dot_conductor__pb2.ListModelsRequest.SerializeToString,
@@ -54,10 +62,19 @@ class ConductorServicer:
     """Generate: one request, one stream of events; the last event is `usage`. A failure ends
     the stream with a gRPC status whose details name the bad field (INVALID_ARGUMENT), the
     capacity refusal (RESOURCE_EXHAUSTED), or the service that is down (UNAVAILABLE).
+    GenerateBatches: the same events, those that were ready together in one message (one
+    engine step of the request's producers, or more while the client read slower), in order;
+    the same failures. One message per batch instead of per event: starmesh's own clients use it.
     ListModels: what each served model takes and makes, and its params.
     """
 
     def Generate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GenerateBatches(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -77,6 +94,11 @@ def add_ConductorServicer_to_server(servicer, server):
                     request_deserializer=protos_dot_starmesh_dot_v1_dot_conductor__pb2.GenerateRequest.FromString,
                     response_serializer=protos_dot_starmesh_dot_v1_dot_conductor__pb2.GenerateEvent.SerializeToString,
             ),
+            'GenerateBatches': grpc.unary_stream_rpc_method_handler(
+                    servicer.GenerateBatches,
+                    request_deserializer=protos_dot_starmesh_dot_v1_dot_conductor__pb2.GenerateRequest.FromString,
+                    response_serializer=protos_dot_starmesh_dot_v1_dot_conductor__pb2.GenerateEventBatch.SerializeToString,
+            ),
             'ListModels': grpc.unary_unary_rpc_method_handler(
                     servicer.ListModels,
                     request_deserializer=protos_dot_starmesh_dot_v1_dot_conductor__pb2.ListModelsRequest.FromString,
@@ -94,6 +116,9 @@ class Conductor:
     """Generate: one request, one stream of events; the last event is `usage`. A failure ends
     the stream with a gRPC status whose details name the bad field (INVALID_ARGUMENT), the
     capacity refusal (RESOURCE_EXHAUSTED), or the service that is down (UNAVAILABLE).
+    GenerateBatches: the same events, those that were ready together in one message (one
+    engine step of the request's producers, or more while the client read slower), in order;
+    the same failures. One message per batch instead of per event: starmesh's own clients use it.
     ListModels: what each served model takes and makes, and its params.
     """
 
@@ -114,6 +139,33 @@ class Conductor:
             '/starmesh.v1.Conductor/Generate',
             protos_dot_starmesh_dot_v1_dot_conductor__pb2.GenerateRequest.SerializeToString,
             protos_dot_starmesh_dot_v1_dot_conductor__pb2.GenerateEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GenerateBatches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/starmesh.v1.Conductor/GenerateBatches',
+            protos_dot_starmesh_dot_v1_dot_conductor__pb2.GenerateRequest.SerializeToString,
+            protos_dot_starmesh_dot_v1_dot_conductor__pb2.GenerateEventBatch.FromString,
             options,
             channel_credentials,
             insecure,
