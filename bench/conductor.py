@@ -68,7 +68,7 @@ import statistics
 import time
 
 from bench.conductor_client import Client
-from bench.output import print_table, write_json
+from bench.output import cpu_ticks, print_table, steal_share, write_json
 
 STREAM_EDGES = ("src.x -> mid.x", "mid.y -> sink.y")  # the per-item hops (not input.n -> src.n)
 FACTORIES = {"a": "bench.conductor_toys:make_a", "b": "bench.conductor_toys:make_b", "c": "bench.conductor_toys:make_c",
@@ -299,6 +299,7 @@ def report(results: dict) -> None:
         ("g (step) / c (check)", "spec_g_ms", f"ms / {results['spec_c_ms']:.2f} ms"),
         ("spec speedup", "spec_speedup", f"x (formula 9: {results['spec_predicted_speedup']:.2f})"),
         ("wasted steps per request", "spec_wasted_per_request", ""),
+        ("CPU stolen by other guests", "cpu_steal_share", "of the machine's time (high: noisy figures)"),
     ]
     print_table(rows, results)
 
@@ -335,7 +336,7 @@ def main(argv=None) -> int:
 
     from bench.trace_store_proc import TraceStoreProcess
 
-    t0 = time.perf_counter()
+    t0, ticks0 = time.perf_counter(), cpu_ticks()
     store = TraceStoreProcess()
     services = start_services(trace_store=store.otlp)
     try:
@@ -356,6 +357,7 @@ def main(argv=None) -> int:
         results[f"{prefix}hop_c16_over_c1"] = results[f"{prefix}hop_us_c16"] / results[f"{prefix}hop_us_c1"]
     results["items_per_request"] = args.items
     results["bench_wall_s"] = time.perf_counter() - t0
+    results["cpu_steal_share"] = steal_share(ticks0, cpu_ticks())
     report(results)
     write_json(args.json, results)
     return 0

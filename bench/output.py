@@ -17,3 +17,20 @@ def write_json(path: str | None, results: dict) -> None:
     with open(path, "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)
     print(f"\nwrote {path}")
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(all CPU ticks, stolen ticks) of the machine so far (Linux /proc/stat; zeros elsewhere)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return sum(fields), (fields[7] if len(fields) > 7 else 0)
+
+
+def steal_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """Share of the machine's CPU time the hypervisor gave to other guests between two
+    cpu_ticks() readings: figures measured while it is high are noisy."""
+    total, stolen = after[0] - before[0], after[1] - before[1]
+    return stolen / total if total > 0 else 0.0
