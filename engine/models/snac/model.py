@@ -53,14 +53,20 @@ class SnacDecoder(nn.Module):
 
     @torch.inference_mode()
     def decode(self, levels: list[torch.Tensor], noise_seeds: list[int] | None = None) -> torch.Tensor:
-        """levels (see the module docstring) -> audio [B, T * hop] float."""
+        """levels (see the module docstring) -> audio [B, T * hop] float; each window's
+        audio is bit-identical whatever else is in the batch."""
         generators = None
         if noise_seeds is not None:
             generators = [torch.Generator().manual_seed(int(s)) for s in noise_seeds]
         for block in self.noise_blocks:
             block.generators = generators
         try:
-            return self.decoder(self.quantizer(levels))[:, 0]
+            # oneDNN picks another convolution kernel for a batch of one than for several,
+            # which rounds differently: a window's audio then depended on which windows the
+            # engine batched with it. PyTorch's own CPU kernels are batch-invariant here
+            # (and faster at batch 1 on this model; ~25% slower at batch 8).
+            with torch.backends.mkldnn.flags(enabled=False):
+                return self.decoder(self.quantizer(levels))[:, 0]
         finally:
             for block in self.noise_blocks:
                 block.generators = None
