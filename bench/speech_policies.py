@@ -104,10 +104,12 @@ def _merge(phases: list[dict]) -> dict:
 
 
 def measure(ckpt: str, prompts, params: dict, concurrency: list[int], rounds: int, audio_s: float,
-            modes: tuple[str, ...] = ("burst", "poisson"), capacity: bool = True) -> dict:
+            modes: tuple[str, ...] = ("burst", "poisson"), capacity: bool = True,
+            ttfa_target_s: float | None = None) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
-    meshes = {p: SpeechMesh(ckpt, split_only=True, admission=_admission(p, capacity), options=(f"schedule={p}",))
+    meshes = {p: SpeechMesh(ckpt, split_only=True, admission=_admission(p, capacity), options=(f"schedule={p}",),
+                            ttfa_target_s=ttfa_target_s)
               for p in POLICIES}
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda m: m.__enter__(), meshes.values()))
@@ -172,14 +174,17 @@ def main(argv=None) -> None:
     p.add_argument("--modes", nargs="+", choices=("burst", "poisson"), default=["burst", "poisson"])
     p.add_argument("--no-capacity", action="store_true",
                    help="the deadline mesh admits by max_in_flight only (scheduling alone)")
+    p.add_argument("--ttfa-target-ms", type=float, default=None,
+                   help="the model's ttfa_target_s, in ms (default: the model's own)")
     args = p.parse_args(argv)
     if args.quick:
         args.frames, args.concurrency, args.rounds = 50, [1, 4], 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     params = {"max_new_tokens": 32, "max_frames": args.frames + 1, "min_frames": args.frames + 1}
     prompts = [chat_prompt(x) for x in PROMPTS]
+    target_s = None if args.ttfa_target_ms is None else args.ttfa_target_ms / 1e3
     results = measure(checkpoint(args), prompts, params, args.concurrency, args.rounds, args.frames / 12.5,
-                      tuple(args.modes))
+                      tuple(args.modes), capacity=not args.no_capacity, ttfa_target_s=target_s)
     results["targets"] = targets(results)
     report(results["targets"])
     results["config"] = vars(args)

@@ -53,6 +53,7 @@ class ServedModel:
     voices: tuple[str, ...] = ()
     read_voices: Callable[[str], tuple[str, ...]] | None = None
     pacing: Mapping[str, NodePace] = field(default_factory=dict)  # node -> its items' media time (core.pace)
+    ttfa_target_s: float = 0.0  # when a paced stream's first audio is due after admission (conductor.playback)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -64,6 +65,9 @@ class ServedModel:
         if self.tokenizer_node and self.tokenizer_node not in self.graph.node_by_name:
             raise GraphError(f"model {self.name}: tokenizer_node {self.tokenizer_node!r} is not a node of its graph")
         object.__setattr__(self, "voices", tuple(self.voices))
+        if not (isinstance(self.ttfa_target_s, (int, float)) and 0 <= self.ttfa_target_s < 60):
+            raise GraphError(f"model {self.name}: ttfa_target_s must be in [0, 60) seconds, "
+                             f"got {self.ttfa_target_s!r}")
         if self.voice_param and self.params is not None and \
                 self.voice_param not in {s.name for s in self.params.specs()}:
             raise GraphError(f"model {self.name}: voice_param {self.voice_param!r} is not one of its params")

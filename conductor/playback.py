@@ -8,6 +8,12 @@ request's arrival until the first audio is sent (the first chunk's items are due
 once), then the first chunk's send time, moved later by every stall. `on_audio` says
 when it moved: the conductor then re-times the request's work on every service.
 
+ttfa_target_s moves the origin before the first audio to arrival + the target: the
+first chunk is then due when the model means it to be heard, not at once. A stream
+still ramping is not more urgent than one already playing whose next chunk is due
+sooner: with many streams arriving together, the playing ones are fed before their
+buffers run dry, and the first chunks of the rest are made within the target.
+
 All times are unix seconds (time.time()), the clock the services compare deadlines to.
 """
 from __future__ import annotations
@@ -16,17 +22,25 @@ STALL_EPS_S = 0.005  # a stall shorter than this neither counts nor moves the or
 
 
 class Playback:
-    def __init__(self, sample_rate: int, arrival_s: float) -> None:
+    def __init__(self, sample_rate: int, arrival_s: float, ttfa_target_s: float = 0.0) -> None:
         if sample_rate <= 0:
             raise ValueError(f"playback needs a sample rate > 0, got {sample_rate}")
+        if not ttfa_target_s >= 0:
+            raise ValueError(f"playback ttfa_target_s must be >= 0, got {ttfa_target_s!r}")
         self.sample_rate = sample_rate
+        self.ttfa_target_s = ttfa_target_s
         self.arrival_s = arrival_s
-        self.origin_s = arrival_s
+        self.origin_s = arrival_s + ttfa_target_s
         self.first_audio_s: float | None = None  # when the first chunk was sent
         self.play_end_s: float | None = None     # when the audio sent so far finishes playing
         self.delivered_s = 0.0                   # audio sent so far, seconds
         self.underrun_s = 0.0                    # total stall
         self.num_underruns = 0
+
+    def admitted(self, now_s: float) -> None:
+        """Its deadlines count from admission (a wait in the queue was not its engines')."""
+        self.arrival_s = now_s
+        self.origin_s = now_s + self.ttfa_target_s
 
     def on_audio(self, num_samples: int, now_s: float) -> float | None:
         """A chunk of num_samples was sent at now_s; the new origin when it moved, else None."""

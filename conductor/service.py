@@ -71,12 +71,13 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             events = RequestEvents(model, self.service.outputs, parsed.request_id,
                                    tokenizer if model.decode_text else None, parsed.wanted, t0,
                                    prompt_tokens=_num_ids(parsed.inputs))
-            playback = Playback(model.sample_rate, time.time()) if model.pacing and model.sample_rate else None
+            playback = Playback(model.sample_rate, time.time(), model.ttfa_target_s) \
+                if model.pacing and model.sample_rate else None
             meter.playback = playback
             admission = self.service.admission
             async with admission.admit(model.name, playback) as meter.waited_s:  # waits for a slot, or Overloaded
-                if playback is not None:  # its deadlines count from admission: the wait was not its engines'
-                    playback.origin_s = playback.arrival_s = time.time()
+                if playback is not None:
+                    playback.admitted(time.time())
                 silent = parsed.wanted.silent(model.output_kinds, model.output_names)
                 async for outputs in executor.generate_batches(parsed.request_id, parsed.inputs, parsed.params,
                                                                parsed.wanted.kinds(model.output_kinds), playback,

@@ -24,6 +24,17 @@ def test_playback_origin_moves_on_first_audio_and_on_stalls_only():
     assert p.attributes()["starmesh.ttfa_ms"] == pytest.approx(400.0)
 
 
+def test_a_ttfa_target_makes_the_first_audio_due_then_and_counts_from_admission():
+    p = Playback(RATE, arrival_s=10.0, ttfa_target_s=0.3)
+    assert p.origin_s == pytest.approx(10.3)              # the first chunk is due at the target
+    p.admitted(11.0)                                      # it waited in the queue: deadlines start now
+    assert (p.arrival_s, p.origin_s) == (11.0, pytest.approx(11.3))
+    assert p.on_audio(50, 11.2) == pytest.approx(11.2)    # then playback rules the origin, as without one
+    assert p.attributes()["starmesh.ttfa_ms"] == pytest.approx(200.0)
+    with pytest.raises(ValueError, match="ttfa_target_s"):
+        Playback(RATE, 0.0, ttfa_target_s=-0.1)
+
+
 def _stream(capacity: Capacity, now: float) -> Playback:
     p = Playback(RATE, now)
     capacity.add(p)
@@ -87,3 +98,17 @@ def test_capacity_config_names_the_bad_field():
         CapacityConfig(headroom=-1)
     with pytest.raises(ValueError, match="admission.capacity.window_s"):
         CapacityConfig(window_s=0)
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), 60.0, "0.3"])
+def test_a_models_ttfa_target_is_checked_once(bad):
+    from bench import toys
+    from conductor.model import ServedModel
+    from conductor.placement import Placement
+    from core.errors import GraphError
+
+    placement = Placement.from_dict({"services": {"s": {"replicas": ["127.0.0.1:1"]}},
+                                     "placement": {"embed": "s", "lm": "s", "codec": "s"}})
+    assert ServedModel("ok", toys.toy_pipeline(), placement, {"gen"}, ttfa_target_s=0.3).ttfa_target_s == 0.3
+    with pytest.raises(GraphError, match="ttfa_target_s"):
+        ServedModel("bad", toys.toy_pipeline(), placement, {"gen"}, ttfa_target_s=bad)
