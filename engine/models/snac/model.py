@@ -65,7 +65,9 @@ class SnacDecoder(nn.Module):
             # which rounds differently: a window's audio then depended on which windows the
             # engine batched with it. PyTorch's own CPU kernels are batch-invariant here
             # (and faster at batch 1 on this model; ~25% slower at batch 8).
-            with torch.backends.mkldnn.flags(enabled=False):
+            # only `enabled` changes (flags' other defaults would set oneDNN's TF32, which warns)
+            with torch.backends.mkldnn.flags(enabled=False, deterministic=None, allow_tf32=None,
+                                             fp32_precision=None):
                 return self.decoder(self.quantizer(levels))[:, 0]
         finally:
             for block in self.noise_blocks:
