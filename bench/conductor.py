@@ -349,7 +349,8 @@ def main(argv=None) -> int:
         store.close()
     results["inprocess_items_per_s"] = asyncio.run(inprocess_items_per_s(args.items, args.concurrency, 3))
     results.update(floor_us_per_message())
-    results["conductor_cpu_over_floor"] = results["conductor_cpu_us_per_item"] / results["grpc_stream_floor_us_per_msg"]
+    results["conductor_cpu_over_floor"] = (results["conductor_cpu_us_per_item"]
+                                           / results["grpc_stream_floor_us_per_msg"])
     for prefix in MODELS:
         results[f"{prefix}hop_over_echo"] = results[f"{prefix}hop_us_c1"] / results["grpc_echo_paced_us"]
         results[f"{prefix}hop_over_echo_hot"] = results[f"{prefix}hop_us_c1"] / results["grpc_echo_us"]

@@ -3,9 +3,10 @@
 One long-lived stream per peer address, multiplexing every request whose routed edge
 goes there (as the conductor's streams do). `post` is called on the engine thread and
 never blocks: the batch crosses to the event loop with the engine iteration's other
-calls (runtime.loop_calls), where a writer sends it as one RunRequest. What comes back (credits, refusals) goes to `on_events(peer, events)`; a
-broken stream goes to `on_broken(peer, message)` once, and the next post opens a new
-one (the peer may have restarted).
+calls (runtime.loop_calls), where a writer sends it as one RunRequest. What comes back
+(credits, refusals) goes to `on_events(peer, events)`; a broken stream goes to
+`on_broken(peer, message)` once, and the next post opens a new one (the peer may have
+restarted).
 """
 from __future__ import annotations
 

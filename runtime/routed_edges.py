@@ -114,7 +114,7 @@ class RoutedEdges:
         item = self.inb.chunk_run(route, push)
         if route.accept.per_item and route.span is None:
             route.span = self.table.node_span(item)
-        run, span = self.table.open_run(route.owner, item, route.span if route.accept.per_item else None)
+        run, span = self.table.open_run(route.owner, item, route.span)  # None: the run's own span
         run.quiet_ports = item.quiet_ports
         try:
             values = self._values(push, tensors, run.handles, field)
