@@ -229,7 +229,10 @@ def time_to_unavailable_ms(conductor_address: str, victim) -> float:
 def run_mesh(services: dict, store, args) -> dict:
     from bench.transport import grpc_echo_us
 
+    from runtime.heap import settle_heap
+
     server = start_conductor(services, args.items, store.otlp)
+    settle_heap()  # as a conductor process does once serving (runtime.server.serve)
     client = None
     try:
         client = Client(server.address, {f"svc_{k}": s.pid for k, s in services.items() if k != "k"})

@@ -28,20 +28,28 @@ class CreditLedger:
         self.outstanding: dict[tuple[str, Tag, str], int] = {}  # loop run port -> granted, not produced
         self.reserved = 0  # client-bound items granted or dispatched, not yet queued
         self.is_waiting_room = False  # a run could not start for want of room (cleared per scan)
+        self._num_to_client: dict[tuple[str, str | None], int] = {}
+        self._buffered: dict[tuple[str, str | None], list] = {}
 
     def _client_free(self) -> int:
         return self.client_room() - self.reserved
 
     def _to_client(self, node: str, port: str | None = None) -> int:
-        return sum(1 for e in self.scope.out_edges[node]
-                   if e.dst_node == WALK_OUTPUT and e.dst_port not in self.state.silent
-                   and (port is None or e.src_port == port))
+        """Client-bound edges out of `node` (its `port`); fixed for the walk, so counted once."""
+        count = self._num_to_client.get((node, port))
+        if count is None:
+            count = self._num_to_client[(node, port)] = sum(
+                1 for e in self.scope.out_edges[node] if e.dst_node == WALK_OUTPUT
+                and e.dst_port not in self.state.silent and (port is None or e.src_port == port))
+        return count
 
     def _buffer_room(self, node: str, tag: "Tag", port: str | None = None) -> int:
-        rooms = [self.state.buffer(e, tag[: self.scope.common(node, e.dst_node)]).credit
-                 for e in self.scope.out_edges[node]
-                 if e.is_streaming and e not in self.scope.routed and (port is None or e.src_port == port)]
-        return min(rooms, default=UNBOUNDED)
+        edges = self._buffered.get((node, port))
+        if edges is None:  # the streams out of `node` the conductor buffers: fixed for the walk
+            edges = self._buffered[(node, port)] = [
+                (e, self.scope.common(node, e.dst_node)) for e in self.scope.out_edges[node]
+                if e.is_streaming and e not in self.scope.routed and (port is None or e.src_port == port)]
+        return min((self.state.buffer(e, tag[:depth]).credit for e, depth in edges), default=UNBOUNDED)
 
     def can_run(self, node: str, tag: "Tag") -> bool:
         """A run producing one item per output may start: room downstream, reserved."""

@@ -44,6 +44,8 @@ class LoopTracker:
 
     def is_speculative(self, node: str, iteration: "Tag") -> tuple[str, "Tag"] | None:
         """(loop, iteration tag) when `iteration` runs ahead of its loop's current one."""
+        if not self.scope.path[node]:
+            return None
         for loop, t, k in self._enclosing(node, iteration):
             if self.current.get((loop.name, t), k) < k:
                 return loop.name, t + (k,)
@@ -51,6 +53,8 @@ class LoopTracker:
 
     def is_discarded(self, node: str, iteration: "Tag") -> bool:
         """A late event of an iteration past its loop's stop: never shown."""
+        if not self.scope.path[node]:  # checked per streamed item: most nodes are in no loop
+            return False
         return any(self.finished.get((loop.name, t), k) < k for loop, t, k in self._enclosing(node, iteration))
 
     def _parent_tags(self, loop: Loop) -> list["Tag"]:

@@ -161,7 +161,10 @@ class RemoteTarget:
     async def _write(self) -> None:
         try:
             while True:
-                too_big = await self.client.send(await self.outbox.get())
+                items = await self.outbox.get()
+                while not self.outbox.empty():  # posted while the last write was in flight: one message
+                    items = items + self.outbox.get_nowait()
+                too_big = await self.client.send(items)
                 if too_big:  # those requests fail; the stream and its other requests go on
                     self.sink([oversized_error(i, self.client.max_message_bytes) for i in too_big], self)
         except Exception as e:

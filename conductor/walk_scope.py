@@ -25,6 +25,7 @@ class WalkScope:
         self.speculative = speculative  # nodes that may run one DynamicLoop iteration ahead
         self.nodes = walk.node_names
         self.path: dict[str, tuple[Loop, ...]] = {n: walk.loop_path(n) for n in self.nodes}
+        self._top_nodes = [n for n in self.nodes if not self.path[n]]  # read per pump (is_complete)
         self.loops = [loop for loop, _ in walk.loops]
         self.members = {loop.name: set(node_names(loop)) for loop in self.loops}
         self.inner: dict[str, Loop] = walk.component_loops(frozenset(inner_loops))  # node -> its loop
@@ -138,7 +139,7 @@ class WalkScope:
         return self._children.get(None if loop is None else loop.name, [])
 
     def top_nodes(self) -> list[str]:
-        return [n for n in self.nodes if not self.path[n]]
+        return self._top_nodes
 
 
 def _edges_by_node(walk: Walk) -> tuple[dict[str, dict[str, GraphEdge]], dict[str, list[GraphEdge]]]:

@@ -3,6 +3,7 @@ that flow while the producer still runs, grouped by a chunk policy)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from graph.chunking import ChunkPolicy, FixedChunk
 from core.errors import GraphError
@@ -31,19 +32,19 @@ class GraphEdge:
         split_endpoint(self.src)
         split_endpoint(self.dst)
 
-    @property
+    @cached_property  # read per streamed item: split once (not a field: eq and hash stay src, dst)
     def src_node(self) -> str:
         return self.src.partition(".")[0]
 
-    @property
+    @cached_property
     def src_port(self) -> str:
         return self.src.partition(".")[2]
 
-    @property
+    @cached_property
     def dst_node(self) -> str:
         return self.dst.partition(".")[0]
 
-    @property
+    @cached_property
     def dst_port(self) -> str:
         return self.dst.partition(".")[2]
 

@@ -97,13 +97,14 @@ def _plain(value: struct_pb2.Value, field: str) -> Any:
 def tensors_from_proto(named: Iterable, field: str) -> dict[str, TensorRef]:
     out: dict[str, TensorRef] = {}
     for i, nt in enumerate(named):
-        if not nt.name:
+        name = nt.name  # each read of a proto string field makes a new str: once per tensor
+        if not name:
             raise InvalidArgument(f"{field}[{i}].name is empty")
-        if nt.name in out:
-            raise InvalidArgument(f"{field}[{nt.name}]: duplicate tensor name")
+        if name in out:
+            raise InvalidArgument(f"{field}[{name}]: duplicate tensor name")
         if not nt.HasField("tensor"):
-            raise InvalidArgument(f"{field}[{nt.name}].tensor is not set")
-        out[nt.name] = ref_from_proto(nt.tensor, f"{field}[{nt.name}]")
+            raise InvalidArgument(f"{field}[{name}].tensor is not set")
+        out[name] = ref_from_proto(nt.tensor, f"{field}[{name}]")
     return out
 
 

@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 
 from runtime.decode_guard import DecodeGuard
 from runtime.health_list import ListingHealthServicer
+from runtime.heap import settle_heap
 from runtime.telemetry import Telemetry
 from runtime.tls import TlsConfig
 
@@ -252,6 +253,8 @@ async def serve(
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
         serving.cancel()
+        if serving.done() and not serving.cancelled():
+            settle_heap()  # built and serving: what exists now lives as long as the process
         if serving.done() and not serving.cancelled() and on_serving is not None:
             result = on_serving(port)
             if asyncio.iscoroutine(result):

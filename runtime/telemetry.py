@@ -23,7 +23,6 @@ from typing import Iterable, Mapping
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_server_interceptor
-from opentelemetry.instrumentation.grpc.filters import any_of, method_name, negate, service_prefix
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -35,10 +34,20 @@ TRACER_NAME = "starmesh.services"
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
-def _untraced_rpc():
-    """Calls that must not become spans: the endless Run stream, health probes and
-    reflection (infrastructure: a compose health check every few seconds is noise)."""
-    return any_of(method_name("Run"), service_prefix("grpc.health."), service_prefix("grpc.reflection."))
+_UNTRACED_SERVICES = ("/grpc.health.", "/grpc.reflection.")
+
+
+def is_traced_rpc(details) -> bool:
+    """False for calls that must not become spans: the endless Run stream, health probes
+    and reflection (infrastructure: a compose health check every few seconds is noise).
+    `details`: the call details an interceptor sees (their `method`, "/service/Method",
+    is bytes on some grpc.aio client paths). Checked once per call on every server and
+    channel, so a plain string test (the instrumentation's own filters cost tens of
+    microseconds a call)."""
+    method = getattr(details, "method", "") or ""
+    if isinstance(method, bytes):
+        method = method.decode(errors="replace")
+    return not (method.endswith("/Run") or method.startswith(_UNTRACED_SERVICES))
 
 
 TRACE_STORE_ENV = "STARMESH_TRACE_STORE"  # host:port of the local OTLP trace store
@@ -85,13 +94,13 @@ class Telemetry:
     def server_interceptors(self) -> list:
         if not self.is_enabled:
             return []
-        return [aio_server_interceptor(self.tracer_provider, filter_=negate(_untraced_rpc()))]
+        return [aio_server_interceptor(self.tracer_provider, filter_=is_traced_rpc)]
 
     def client_interceptors(self) -> list:
         """For grpc.aio channels this service opens (a Run stream stays untraced)."""
         if not self.is_enabled:
             return []
-        return aio_client_interceptors(self.tracer_provider, filter_=negate(_untraced_rpc()))
+        return aio_client_interceptors(self.tracer_provider, filter_=is_traced_rpc)
 
     def install_global(self) -> None:
         """Makes this provider the process's global one (one service per process)."""

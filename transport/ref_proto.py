@@ -38,13 +38,14 @@ def ref_to_proto(ref: TensorRef, out: pb.TensorRef | None = None) -> pb.TensorRe
 
 def ref_from_proto(msg: pb.TensorRef, field: str = "tensor") -> TensorRef:
     """Validates as it converts; errors name `field` (e.g. "open.inputs[x]")."""
-    if msg.dtype not in _FROM_PB:
+    dtype = _FROM_PB.get(msg.dtype)
+    if dtype is None:
         raise BadTensorRef(f"{field}.dtype: unknown dtype value {msg.dtype}")
     which = msg.WhichOneof("location")
-    if which is None:
-        raise BadTensorRef(f"{field}.location: none of inline_bytes, shm, mooncake is set")
-    if which == "inline_bytes":
+    if which == "inline_bytes":  # the common case first: read per streamed item
         loc = InlineLocation(msg.inline_bytes)
+    elif which is None:
+        raise BadTensorRef(f"{field}.location: none of inline_bytes, shm, mooncake is set")
     elif which == "shm":
         s = msg.shm
         if not s.arena:
@@ -56,6 +57,6 @@ def ref_from_proto(msg: pb.TensorRef, field: str = "tensor") -> TensorRef:
             raise BadTensorRef(f"{field}.mooncake: session and address are required")
         loc = MooncakeLocation(m.session, m.address, m.nbytes, m.lease_id, m.arena, m.host_id)
     try:
-        return TensorRef(_FROM_PB[msg.dtype], tuple(msg.shape), loc)
+        return TensorRef(dtype, tuple(msg.shape), loc)
     except BadTensorRef as e:
         raise BadTensorRef(f"{field}: {e}") from None

@@ -62,18 +62,21 @@ class TensorRef:
     location: Location
 
     def __post_init__(self) -> None:
-        if any(d < 0 for d in self.shape):
-            raise BadTensorRef(f"tensor.shape has a negative dimension: {list(self.shape)}")
-        if len(self.shape) > MAX_RANK or math.prod(max(d, 1) for d in self.shape) >= 1 << 62:
-            # torch computes strides (the product of the later dims, empty ones included)
-            # in int64: such a shape is no tensor, even with a zero dimension.
-            raise BadTensorRef(f"tensor.shape {_shown(self.shape)} is not a tensor's: more than {MAX_RANK} "
+        shape = self.shape
+        if shape and min(shape) < 0:
+            raise BadTensorRef(f"tensor.shape has a negative dimension: {list(shape)}")
+        numel = math.prod(shape)
+        # torch computes strides (the product of the later dims, empty ones included) in
+        # int64: past 2^62 such a shape is no tensor, even with a zero dimension.
+        strided = numel if numel else math.prod(max(d, 1) for d in shape)
+        if len(shape) > MAX_RANK or strided >= 1 << 62:
+            raise BadTensorRef(f"tensor.shape {_shown(shape)} is not a tensor's: more than {MAX_RANK} "
                                "dimensions, or a product of dimensions past 2^62")
         size = element_size(self.dtype)  # raises BadTensorRef for an unknown dtype
-        if self.stored_nbytes != self.numel * size:
+        if self.stored_nbytes != numel * size:
             raise BadTensorRef(
                 f"tensor.nbytes is {self.stored_nbytes}, but dtype {self.dtype} and shape "
-                f"{list(self.shape)} need {self.numel * size}"
+                f"{list(shape)} need {numel * size}"
             )
 
     @property

@@ -82,6 +82,42 @@ def test_unary_describe_server_span_is_a_child_of_the_client_span(traced):
     assert server_span.resource.attributes["service.name"] == "relay"
 
 
+def test_health_and_reflection_calls_are_not_traced_but_describe_is(traced):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    exporter, client, a, _b = traced
+    exporter.clear()
+
+    async def calls():
+        async with grpc.aio.insecure_channel(a.address, interceptors=client.client_interceptors()) as channel:
+            await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+            stream = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+            async for _ in stream:
+                pass
+            await component_pb2_grpc.ComponentStub(channel).Describe(component_pb2.DescribeRequest())
+
+    asyncio.run(calls())
+    assert wait_until(lambda: len([s for s in exporter.get_finished_spans() if s.name.endswith("/Describe")]) == 2)
+    names = {s.name for s in exporter.get_finished_spans()}
+    assert not [n for n in names if "grpc.health" in n or "grpc.reflection" in n], names
+
+
+def test_is_traced_rpc_reads_str_and_bytes_methods():
+    from types import SimpleNamespace
+
+    from runtime.telemetry import is_traced_rpc
+
+    for method, traced in (("/starmesh.v1.Component/Run", False), (b"/starmesh.v1.Component/Run", False),
+                           ("/grpc.health.v1.Health/Check", False), (b"/grpc.health.v1.Health/Watch", False),
+                           ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", False),
+                           ("/starmesh.v1.Conductor/Generate", True), (b"/starmesh.v1.Component/Describe", True),
+                           ("/starmesh.v1.Conductor/RunAway", True)):
+        assert is_traced_rpc(SimpleNamespace(method=method)) is traced, method
+    assert is_traced_rpc(SimpleNamespace()) is True  # no method known: traced (never silently dropped)
+
+
 def test_node_error_ends_the_node_span_with_error(traced):
     exporter, _client, a, _b = traced
     exporter.clear()
