@@ -8,7 +8,6 @@ reached, which frees its component state, buffers and leases there.
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -31,19 +30,6 @@ from runtime.items import LOCKSTEP_PAD, Alive, Cancel, Credit, NodeDone, NodeErr
 from runtime.telemetry import inject_context
 
 log = logging.getLogger(__name__)
-
-
-def _take_ready(queue: asyncio.Queue, first) -> tuple[list, Any]:
-    """(the outputs queued now, starting with `first`; END or the Failure that ended
-    them, else None). Nothing is queued after END or a Failure."""
-    batch, item = [], first
-    while True:
-        if item is END or isinstance(item, Failure):
-            return batch, item
-        batch.append(item)
-        if queue.empty():
-            return batch, None
-        item = queue.get_nowait()
 
 
 class RequestFailed(StarmeshError):
@@ -117,7 +103,7 @@ class Executor:
             self._pump(run)
             self._flush()
             while True:
-                batch, last = _take_ready(run.queue, await run.queue.get())
+                batch, last = await run.queue.take()
                 if batch:
                     yield batch
                 if last is END:
@@ -234,7 +220,7 @@ class Executor:
         following = self.graph.after(run.inputs, run.walk, outputs)
         if following is None:
             self._finish(run, "done")
-            run.queue.put_nowait(END)
+            run.queue.end(END)
             return
         inputs = {**run.inputs, **{name: tuple(values) for name, values in outputs.items()}}
         try:
@@ -263,8 +249,8 @@ class Executor:
             touched[run.request_id] = run
             try:
                 self._collect(run, ev)
-                for name, value in run.state.take_emitted() if run.state is not None else ():
-                    run.queue.put_nowait((name, value))
+                if run.state is not None:
+                    run.queue.extend(run.state.take_emitted())
             except Exception as e:  # a bad event fails its request, never the executor
                 log.exception("collecting %s", ev)
                 self._fail(run, getattr(e, "status", "INTERNAL"), f"node {ev.node}: {e}")
@@ -317,7 +303,7 @@ class Executor:
             return
         run.spans[0].set_status(trace.Status(trace.StatusCode.ERROR, message))
         self._finish(run, "failed")
-        run.queue.put_nowait(Failure(status, message))
+        run.queue.end(Failure(status, message))
 
     def _finish(self, run: RequestRun, reason: str) -> None:
         """Drops the request everywhere it ran: state, buffers and leases are freed there."""

@@ -1,10 +1,10 @@
 """Per-request state on the conductor, in one object."""
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from conductor.client_queue import ClientQueue
 from conductor.walk_state import WalkState
 from core.pace import NodePace, Pace
 
@@ -27,7 +27,7 @@ class RequestRun:
     params: dict[str, Any]
     walk: str
     state: WalkState | None
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    queue: ClientQueue = field(default_factory=ClientQueue)
     reached: dict[str, Any] = field(default_factory=dict)  # target name -> target
     # target name -> when the target last listed the request in its heartbeat (or when
     # it was first sent there); targets without heartbeats (in-process) are not in it
@@ -60,7 +60,7 @@ class RequestRun:
                 self.seen[target.name] = now
 
     def client_room(self) -> int:
-        return self.max_backlog - self.queue.qsize()
+        return self.max_backlog - len(self.queue)
 
     @property
     def is_finished(self) -> bool:

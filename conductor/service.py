@@ -46,14 +46,16 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
 
     @map_errors
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
-        async for batch in self._batches(request):
-            for event in batch:
-                yield event
+        async with contextlib.aclosing(self._batches(request)) as batches:
+            async for batch in batches:
+                for event in batch:
+                    yield event
 
     @map_errors
     async def GenerateBatches(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
-        async for batch in self._batches(request):
-            yield pb.GenerateEventBatch(events=batch)
+        async with contextlib.aclosing(self._batches(request)) as batches:
+            async for batch in batches:
+                yield pb.GenerateEventBatch(events=batch)
 
     async def _batches(self, request: pb.GenerateRequest):
         """The request's GenerateEvents, as lists of those made from outputs that arrived
@@ -79,20 +81,21 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
                 if playback is not None:
                     playback.admitted(time.time())
                 silent = parsed.wanted.silent(model.output_kinds, model.output_names)
-                async for outputs in executor.generate_batches(parsed.request_id, parsed.inputs, parsed.params,
-                                                               parsed.wanted.kinds(model.output_kinds), playback,
-                                                               silent):
-                    batch, played = [], []
-                    for name, value in outputs:
-                        batch += await self._events_of(events, meter, name, value)
-                        if playback is not None and name in meter.audio_outputs:
-                            played.append(numel(value))
-                    if batch:
-                        yield batch
-                    for samples in played:  # once sent
-                        self._played(model.name, executor, parsed.request_id, playback, samples)
+                stream = executor.generate_batches(parsed.request_id, parsed.inputs, parsed.params,
+                                                   parsed.wanted.kinds(model.output_kinds), playback, silent)
+                async with contextlib.aclosing(stream):
+                    async for outputs in stream:
+                        batch, played = [], []
+                        for name, value in outputs:
+                            batch += await self._events_of(events, meter, name, value)
+                            if playback is not None and name in meter.audio_outputs:
+                                played.append(numel(value))
+                        if batch:
+                            yield batch
+                        for samples in played:  # once sent
+                            self._played(model.name, executor, parsed.request_id, playback, samples)
             outcome = "ok"
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):  # the call was cancelled, or closed while it waited to write
             outcome = "cancelled"
             raise
         finally:

@@ -15,6 +15,7 @@ iterator, for the handler to end its stream with (runtime.servicer does).
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Any, Callable
 
@@ -71,8 +72,9 @@ def _guard_aio(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHan
         async def unary_stream(raw, context):
             request = one(raw, context)
             if request is not None:
-                async for response in _responses(behavior(request, context)):
-                    yield response
+                async with contextlib.aclosing(_responses(behavior(request, context))) as responses:
+                    async for response in responses:
+                        yield response
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, None, serializer)
     if not handler.response_streaming:
@@ -89,8 +91,9 @@ def _guard_aio(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHan
 
     async def stream_stream(raw_iterator, context):
         try:
-            async for response in _responses(behavior(many(raw_iterator), context)):
-                yield response
+            async with contextlib.aclosing(_responses(behavior(many(raw_iterator), context))) as responses:
+                async for response in responses:
+                    yield response
         except CorruptMessage as e:
             _refuse(context, e)
 
@@ -104,6 +107,10 @@ def _refuse(context, e: CorruptMessage) -> None:
     context.set_details(str(e))
 
 
+def _closing(result):
+    return contextlib.aclosing(result) if hasattr(result, "aclose") else contextlib.nullcontext(result)
+
+
 async def _result(result):
     # grpc.aio takes plain functions as well as coroutine functions as behaviours.
     return await result if inspect.isawaitable(result) else result
@@ -111,10 +118,13 @@ async def _result(result):
 
 async def _responses(result):
     """Iterates what a streaming behaviour returned: an async generator, a plain
-    iterator, or a coroutine that writes its responses with context.write."""
+    iterator, or a coroutine that writes its responses with context.write.
+    Closing this closes an async generator it iterates, at once: a cancelled call's
+    handler chain then ends in one step, not one finalizer task per generator."""
     if inspect.isasyncgen(result) or hasattr(result, "__aiter__"):
-        async for response in result:
-            yield response
+        async with _closing(result):
+            async for response in result:
+                yield response
     elif inspect.isawaitable(result):
         await result
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import contextlib
 import inspect
 import logging
 from typing import Any, Callable
@@ -88,8 +89,9 @@ def map_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
         async def stream_wrapper(self, request, context):
             status = None
             try:
-                async for response in handler(self, request, context):
-                    yield response
+                async with contextlib.aclosing(handler(self, request, context)) as responses:
+                    async for response in responses:
+                        yield response
             except Exception as e:
                 if _passes_through(e):
                     raise

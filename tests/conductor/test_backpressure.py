@@ -33,7 +33,7 @@ async def timed_b(stalled: bool) -> tuple[float, dict]:
             await stuck.__anext__()  # then never read again
             await asyncio.sleep(0.5)  # A fills its backlog and is parked
             run = ex.requests["A"]
-            seen = {"backlog": run.queue.qsize(), "parked": set(comps[1].parked),
+            seen = {"backlog": len(run.queue), "parked": set(comps[1].parked),
                     "buffers": [b.num_buffered for b in run.state.buffers.values()],
                     "bounds": [b.max_buffered for b in run.state.buffers.values()]}
         t0 = time.perf_counter()

@@ -45,8 +45,8 @@ def test_outputs_queued_while_the_reader_is_away_come_as_one_batch():
                 first = await anext(batches)
                 queue = ex.requests["slow"].queue
                 # the reader is away: the request's outputs pile up in its queue meanwhile
-                assert await asyncio.to_thread(wait_until, lambda: queue.qsize() >= 5)
-                queued = queue.qsize()
+                assert await asyncio.to_thread(wait_until, lambda: len(queue) >= 5)
+                queued = len(queue)
                 second = await anext(batches)
         return first, queued, second  # closing the generator cancelled the endless request
 
