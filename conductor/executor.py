@@ -19,6 +19,7 @@ from conductor.chunk_override import first_chunk_param
 from conductor.executor_hooks import Connect, ExecutorHooks
 from conductor.request_run import END, Failure, RequestRun
 from conductor.route_plan import plan_routes
+from conductor.send_rounds import SendRounds
 from conductor.targets import run_item
 from conductor.walk_scope import WalkScope
 from conductor.walk_state import WalkState
@@ -41,12 +42,15 @@ class RequestFailed(StarmeshError):
 class Executor:
     def __init__(self, graph: WalkGraph, connect: Connect, inner_loops=frozenset(),
                  tracer: trace.Tracer | None = None, speculate: bool = True, max_backlog: int = 256,
-                 run_timeout_s: float = 10.0, pacing: Mapping[str, NodePace] | None = None) -> None:
+                 run_timeout_s: float = 10.0, pacing: Mapping[str, NodePace] | None = None,
+                 linger_s: float = 0.0) -> None:
         """connect(self.on_events) builds the targets and returns the hooks over them;
         inner_loops: names of the loops that run inside their component; max_backlog:
         outputs held for a client that does not read; run_timeout_s: a request that a
         replica's heartbeats stop listing for this long fails (check_liveness); pacing:
-        node -> NodePace, how the model's nodes' items map to media time (core.pace)."""
+        node -> NodePace, how the model's nodes' items map to media time (core.pace);
+        linger_s: how long the clean-up of a finished request may wait to ride with a later
+        message to its targets (conductor.send_rounds; 0: sent at once)."""
         if isinstance(max_backlog, bool) or not isinstance(max_backlog, int) or max_backlog < 1:
             raise InvalidArgument(f"executor max_backlog must be an integer >= 1, got {max_backlog!r}")
         if not run_timeout_s > 0:
@@ -58,7 +62,7 @@ class Executor:
         self.num_dispatched: dict[str, int] = {}  # node -> node runs and pushes sent, over all requests
         self.num_wasted = 0  # speculative runs discarded at a stop, over all requests
         self.max_backlog = max_backlog
-        self._outbox: dict[str, tuple[Any, list]] = {}  # target name -> (target, items) of this round
+        self.rounds = SendRounds(linger_s)  # one message per target per round
         self.requests: dict[str, RequestRun] = {}
         self.tracer = tracer or trace.get_tracer("starmesh.conductor")
         self.hooks: ExecutorHooks = connect(self.on_events)  # the targets may deliver from here on
@@ -164,12 +168,14 @@ class Executor:
     def _send(self, target, item) -> None:
         """Queues an item; `_flush` sends each target's items of this round as ONE
         message, whatever requests they belong to (one engine step, one message)."""
-        self._outbox.setdefault(target.name, (target, []))[1].append(item)
+        self.rounds.send(target, item)
 
     def _flush(self) -> None:
-        outbox, self._outbox = self._outbox, {}
-        for target, items in outbox.values():
-            target.post(items)
+        self.rounds.flush()
+
+    def close(self) -> None:
+        """Sends what still lingers (the clean-up of finished requests)."""
+        self.rounds.flush_all()
 
     def _pump(self, run: RequestRun) -> None:
         while not run.is_finished:
@@ -312,4 +318,7 @@ class Executor:
             self.num_wasted += run.state.num_wasted
         run.state = None
         for target in run.reached.values():
-            self._send(target, Cancel(run.request_id, reason))
+            if reason == "done":  # nothing runs there any more: its clean-up may ride with a later message
+                self.rounds.linger(target, Cancel(run.request_id, reason))
+            else:  # work may still be running there: stop it now
+                self._send(target, Cancel(run.request_id, reason))

@@ -15,6 +15,7 @@ import contextlib
 from typing import AsyncIterator, Callable
 
 from conductor.executor import Executor
+from conductor.send_rounds import LINGER_S
 from conductor.executor_hooks import ExecutorHooks, Sink, ignore_edge
 from conductor.lockstep import LockstepPadder
 from conductor.placement import Placement
@@ -98,16 +99,18 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
         return ExecutorHooks(route, placement.is_colocated, hosts, _materialize, on_edge or ignore_edge,
                              _lockstep(placement, targets, lockstep_nodes), peer_routes=direct_edges)
 
-    liveness = None
+    liveness = executor = None
     try:
         executor = Executor(graph, connect, inner_loops, tracer, speculate=speculate, run_timeout_s=run_timeout_s,
-                            pacing=pacing)
+                            pacing=pacing, linger_s=LINGER_S)  # a Run stream write costs: clean-ups ride along
         await targets.start()
         liveness = asyncio.create_task(_check_liveness(executor))
         yield executor
     finally:
         if liveness is not None:
             liveness.cancel()
+        if executor is not None:
+            executor.close()
         await targets.close()
 
 
