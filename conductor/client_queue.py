@@ -23,10 +23,6 @@ class ClientQueue:
         """Outputs queued, not yet taken (the client's backlog)."""
         return len(self._items)
 
-    @property
-    def is_ended(self) -> bool:
-        return self._end is not None
-
     def extend(self, outputs: list[tuple[str, Any]]) -> None:
         if outputs and self._end is None:
             self._items += outputs

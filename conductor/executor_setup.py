@@ -15,12 +15,12 @@ import contextlib
 from typing import AsyncIterator, Callable
 
 from conductor.executor import Executor
-from conductor.send_rounds import LINGER_S
 from conductor.executor_hooks import ExecutorHooks, Sink, ignore_edge
 from conductor.lockstep import LockstepPadder
 from conductor.placement import Placement
 from conductor.replica_targets import ReplicaTargets
 from conductor.replicas import ReplicaSelector
+from conductor.send_rounds import LINGER_S
 from conductor.targets import InProcessTarget
 from core.errors import GraphError
 from graph.walk import Walk, WalkGraph

@@ -56,9 +56,8 @@ class SendRounds:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for name, (target, items) in self._lingering.items():
-            self._round.setdefault(name, (target, []))[1][:0] = items
-        self._lingering = {}
+        for name, (target, _) in self._lingering.items():
+            self._round.setdefault(name, (target, []))  # flush() puts the lingering items first
         self.flush()
 
     def _arm(self) -> None:

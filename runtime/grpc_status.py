@@ -8,8 +8,8 @@ Anything else is a bug: logged with its traceback, answered with INTERNAL.
 from __future__ import annotations
 
 import asyncio
-import functools
 import contextlib
+import functools
 import inspect
 import logging
 from typing import Any, Callable

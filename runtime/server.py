@@ -255,8 +255,7 @@ async def serve(
         serving.cancel()
         if serving.done() and not serving.cancelled():
             settle_heap()  # built and serving: what exists now lives as long as the process
-        if serving.done() and not serving.cancelled() and on_serving is not None:
-            result = on_serving(port)
+            result = on_serving(port) if on_serving is not None else None
             if asyncio.iscoroutine(result):
                 await result
         await stopping

@@ -65,11 +65,12 @@ class TensorRef:
         shape = self.shape
         if shape and min(shape) < 0:
             raise BadTensorRef(f"tensor.shape has a negative dimension: {list(shape)}")
-        numel = math.prod(shape)
+        is_ranked = len(shape) <= MAX_RANK  # first: a hostile shape of a million dims is never multiplied out
+        numel = math.prod(shape) if is_ranked else 0
         # torch computes strides (the product of the later dims, empty ones included) in
         # int64: past 2^62 such a shape is no tensor, even with a zero dimension.
-        strided = numel if numel else math.prod(max(d, 1) for d in shape)
-        if len(shape) > MAX_RANK or strided >= 1 << 62:
+        strided = numel or (math.prod(max(d, 1) for d in shape) if is_ranked else 0)
+        if not is_ranked or strided >= 1 << 62:
             raise BadTensorRef(f"tensor.shape {_shown(shape)} is not a tensor's: more than {MAX_RANK} "
                                "dimensions, or a product of dimensions past 2^62")
         size = element_size(self.dtype)  # raises BadTensorRef for an unknown dtype
