@@ -4,11 +4,11 @@ equal a full decode of the same ids, for multi-byte text and for arbitrary ids
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conductor.detokenizer import REPLACEMENT, IncrementalDetokenizer
-from engine.checkpoints.tiny_omni import THINKER_VOCAB, write_omni_tokenizer
+from engine.checkpoints.tiny_omni import SPECIAL, THINKER_VOCAB, write_omni_tokenizer
 
 _TOKENIZER = []
 
@@ -35,10 +35,21 @@ def _deltas(ids: list[int], cuts: list[int]) -> list[str]:
                max_size=24),
        st.lists(st.integers(min_value=0, max_value=200), max_size=30))
 def test_deltas_of_multibyte_text_equal_the_full_decode(text, cuts):
+    # A special token's literal ("user", "<|im_end|>") encodes to its special id, which
+    # decoding skips: such text is the next test's case, not this round trip's.
+    assume(not any(literal in text for literal in SPECIAL))
     ids = _TOKENIZER[0].encode(text, add_special_tokens=False)
     deltas = _deltas(ids, cuts)
     assert "".join(deltas) == _TOKENIZER[0].decode(ids, skip_special_tokens=True) == text
     assert not any(REPLACEMENT in d for d in deltas), "a delta split a character"
+
+
+@pytest.mark.parametrize("text", ["<|im_end|>", "a user says <|im_start|>hi", "système"])
+def test_special_literals_in_text_are_dropped_as_a_full_decode_drops_them(text):
+    ids = _TOKENIZER[0].encode(text, add_special_tokens=False)
+    expected = _TOKENIZER[0].decode(ids, skip_special_tokens=True)
+    assert "".join(_deltas(ids, [1, 2, 3])) == expected
+    assert not any(literal in expected for literal in ("<|im_end|>", "<|im_start|>", "user"))
 
 
 @settings(max_examples=150, deadline=None)
