@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.errors import InvalidArgument
+from core.evolve import evolve
 from runtime.edge_stats import EdgeRecorder, now_us, percentile
 from runtime.items import AcceptRoute, ChunkInfo, OpenNode, PushChunk
 
@@ -117,7 +118,8 @@ class InboundRoutes:
         template = route.accept.run
         chunk = ChunkInfo(push.start, push.num_context, push.end_of_stream, push.num_pad)
         pace = template.pace.starting_at(chunk.first_new) if template.pace else None
-        item = replace(template, iteration=template.iteration + (route.num_opened,), inputs={}, chunk=chunk, pace=pace)
+        # evolve: the template was checked when its grant was decoded; these fields have no checks
+        item = evolve(template, iteration=template.iteration + (route.num_opened,), inputs={}, chunk=chunk, pace=pace)
         route.num_opened += 1
         route.num_running += 1
         self.chunk_runs[(item.request_id, item.node, item.iteration)] = (route, len(push.produced_us))

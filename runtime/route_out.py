@@ -121,7 +121,7 @@ class OutboundRoutes:
         for chunk in out.buffer.pop_ready():
             r = out.route
             new = chunk.new_items
-            tensors = {r.dst_port: torch.cat([t for t, _ in chunk.items])} if chunk.items else {}
+            tensors = {r.dst_port: _joined([t for t, _ in chunk.items], copy=not r.peer)} if chunk.items else {}
             out.in_flight += len(new)
             push = PushChunk(out.request_id, r.dst_node, r.dst_port, r.dst_iteration, {}, chunk.is_last,
                              chunk.num_context, chunk.num_pad, r.token, chunk.start, tuple(t for _, t in new))
@@ -172,3 +172,9 @@ class OutboundRoutes:
             for out in stream.routes:
                 assert 0 <= out.in_flight, (key, out.in_flight)
                 assert out.buffer.num_buffered <= max(out.route.window, out.route.policy.min_buffer), key
+
+
+def _joined(items: list, copy: bool):
+    """The chunk's items along dim 0. One item bound for a peer goes as it is (its export
+    copies it); a consumer in this process always gets a tensor of its own."""
+    return items[0] if len(items) == 1 and not copy else torch.cat(items)

@@ -15,12 +15,12 @@ and the edge's span is emitted here, in the request's trace.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Callable
 
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from core.evolve import evolve
 from runtime.grpc_status import failure
 from runtime.items import AcceptRoute, Credit, NodeDone, NodeError, OpenNode, PushChunk, RouteCredit
 from runtime.parts import resolve_inputs
@@ -228,7 +228,7 @@ class RoutedEdges:
             refs = {name: self.transport.export(t, request_id=s.push.request_id, carrier=f"peer:{peer}",
                                                 consumer_host_ids=(host,) if host else ())
                     for name, t in s.tensors.items()}
-            self._pending.setdefault(peer, []).append(replace(s.push, tensors=refs))
+            self._pending.setdefault(peer, []).append(evolve(s.push, tensors=refs))
 
     def flush(self) -> None:
         """One message per peer for this engine iteration's pushes."""

@@ -22,6 +22,8 @@ def to_bytes(tensor) -> bytes:
     """Row-major bytes of any tensor: 0-d, empty, non-contiguous and bool included."""
     import torch
 
+    if tensor.device.type == "cpu" and tensor.dtype is not torch.bfloat16:  # numpy has every other wire dtype
+        return tensor.detach().numpy().tobytes()  # C order, whatever the strides
     flat = as_host(tensor).contiguous().reshape(-1)
     return flat.view(torch.uint8).numpy().tobytes()
 
@@ -48,8 +50,8 @@ def view(buffer, dtype: str, shape: tuple[int, ...]):
     try:
         if 0 in shape or len(buffer) == 0:
             return torch.empty(shape, dtype=tdtype)
-        return torch.frombuffer(buffer, dtype=torch.uint8).view(tdtype).view(shape)
-    except RuntimeError as e:  # a shape that does not fit the bytes, or overflows torch's sizes
+        return torch.frombuffer(buffer, dtype=tdtype).view(shape)
+    except (RuntimeError, ValueError) as e:  # bytes that do not fit the shape or the dtype, or too big a shape
         raise BadTensorRef(f"tensor of dtype {dtype} and shape {list(shape)[:8]} over {len(buffer)} bytes: {e}") \
             from None
 

@@ -50,3 +50,12 @@ def test_inline_decode_is_zero_copy():
         assert res.tensor.data_ptr() == start  # a view of the protobuf bytes, not a copy
     finally:
         t.close()
+
+
+@pytest.mark.parametrize("nbytes, shape", [(7, (1,)), (16, (1,)), (16, (3,)), (8, (2**40, 2**40))])
+def test_a_view_over_bytes_that_do_not_fit_is_a_bad_ref_naming_dtype_and_shape(nbytes, shape):
+    from core.errors import BadTensorRef
+    from transport.codec import view
+
+    with pytest.raises(BadTensorRef, match=r"dtype int64 and shape \["):
+        view(b"\0" * nbytes, "int64", shape)
