@@ -1,0 +1,148 @@
+"""CPU per item of a service's routed-edge path, in one process, without gRPC.
+
+    python -m bench.routed_item [--streams S] [--rounds R] [--json PATH]
+
+A StepLoop (its engine thread, as in a service) runs bench.conductor's middle toy `mid`:
+the consumer of one routed edge (FixedChunk(1), a chunk run per item) and the producer
+of the next (its outputs exported and posted to a peer). Each batch is one message of S
+pushes, one per stream, as a producer's engine step sends them; the next batch goes once
+the peer posts of this one are out. runtime_us_per_item is this process's CPU per item:
+claim, chunk run, resolve, the toy's open and step, route out, export, credit.
+component_us_per_item, the baseline measured in alternate rounds, is the toy alone
+(open + step of the same items, no runtime); runtime_over_component is the median of the
+rounds' paired ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+
+from bench.output import write_json
+
+PEER = "127.0.0.1:9"  # never dialled: the peers object below only counts posts
+
+
+class CountingPeers:
+    """The engine thread's peer links, reduced to a count of posted pushes."""
+
+    def __init__(self) -> None:
+        self.num_posted, self.wanted = 0, 0
+        self.reached = threading.Event()
+
+    def expect(self, wanted: int) -> None:
+        self.reached.clear()
+        self.wanted = wanted
+        if self.num_posted >= wanted:
+            self.reached.set()
+
+    def post(self, peer: str, items: list) -> None:
+        self.num_posted += len(items)
+        if self.num_posted >= self.wanted:
+            self.reached.set()
+
+
+def _grants(streams: int) -> list:
+    from graph.chunking import FixedChunk
+    from runtime.items import AcceptRoute, EdgeRoute, OpenNode
+
+    out = []
+    for r in range(streams):
+        onward = EdgeRoute("y", "sink", "y", FixedChunk(1), window=1 << 20, peer=PEER, peer_host_id="bench-host",
+                           token=f"to-c-{r}", edge="mid.y -> sink.y")
+        run = OpenNode(f"req-{r}", "mid", walk="stream", consumer_host_ids=("bench-host",), routes=(onward,),
+                       quiet_ports=("y",), traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01")
+        out.append((f"items[{r}]", AcceptRoute(f"to-b-{r}", run, "x", edge="src.x -> mid.x", window=1 << 20,
+                                               per_item=True)))
+    return out
+
+
+def _batch(streams: int, k: int, ref) -> list:
+    from runtime.items import PushChunk
+
+    now = time.time() * 1e6
+    return [(f"items[{r}]", PushChunk(f"req-{r}", "mid", "x", (), {"x": ref}, False, 0, 0, f"to-b-{r}", k, (now,)))
+            for r in range(streams)]
+
+
+def runtime_round(loop, peers: CountingPeers, batches: list) -> float:
+    """CPU seconds of this process for `batches`, each posted on before the next goes."""
+    cpu0 = time.process_time()
+    for batch in batches:
+        peers.expect(peers.num_posted + len(batch))
+        loop.submit("peer-a", batch)
+        if not peers.reached.wait(60):
+            raise RuntimeError("the engine thread posted nothing for a minute")
+    return time.process_time() - cpu0
+
+
+def component_round(toy, batches: list, values: dict) -> float:
+    """The toy alone: open a run per push and step, as the engine thread does."""
+    cpu0 = time.process_time()
+    for batch in batches:
+        for _, push in batch:
+            toy.open(_run_of(push), values)
+        toy.step()
+    return time.process_time() - cpu0
+
+
+def _run_of(push):
+    from runtime.items import OpenNode
+
+    return OpenNode(push.request_id, push.node, iteration=(push.start,))
+
+
+def measure(streams: int, rounds: int, batches_per_round: int) -> dict:
+    import torch
+
+    from bench.conductor_toys import make_b
+    from runtime.step_loop import StepLoop
+    from transport.codec import inline_ref
+    from transport.config import TransportConfig
+    from transport.transport import Transport
+
+    torch.set_num_threads(1)
+    peers, transport = CountingPeers(), Transport(TransportConfig(host_id="bench-host"))
+    loop = StepLoop(make_b(), transport, peers=peers)
+    loop.start()
+    ref, k = inline_ref(torch.tensor([5])), 0
+    try:
+        loop.attach("conductor", lambda events: None)
+        loop.submit("conductor", _grants(streams))
+        loop.name_stream("peer-a", "bench-a")
+        runtime, component, ratios = [], [], []
+        for r in range(rounds + 1):  # round 0 warms both up
+            batches = [_batch(streams, k + i, ref) for i in range(batches_per_round)]
+            k += batches_per_round
+            items = streams * batches_per_round
+            rt = runtime_round(loop, peers, batches) / items
+            ct = component_round(make_b(), batches, {"x": transport.resolve(ref).tensor}) / items
+            if r:
+                runtime.append(rt * 1e6)
+                component.append(ct * 1e6)
+                ratios.append(rt / ct)
+    finally:
+        loop.stop(10)
+        transport.close()
+    return {"streams": streams, "rounds": rounds, "items_per_round": streams * batches_per_round,
+            "runtime_us_per_item": statistics.median(runtime), "component_us_per_item": statistics.median(component),
+            "runtime_over_component": statistics.median(ratios)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--streams", type=int, default=16, help="pushes per message (one per stream)")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--batches", type=int, default=200, help="messages per round")
+    p.add_argument("--json", help="write the figures here")
+    args = p.parse_args(argv)
+    results = measure(args.streams, args.rounds, args.batches)
+    for key in ("runtime_us_per_item", "component_us_per_item", "runtime_over_component"):
+        print(f"{key:28s} {results[key]:8.2f}")
+    write_json(args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
