@@ -1,0 +1,118 @@
+"""Where a speech request's time to first audio goes, alone and in a burst, from its trace.
+
+    python -m bench.speech_timeline [--concurrency C] [--json PATH]
+
+The split speech mesh (thinker | talker | codec, bench.speech_mesh; deadline scheduling)
+exports every process's spans to a local trace store. One request alone (the baseline),
+then a burst of C at once. For each request, in ms from its send (the spans' wall clock):
+  prefill_start, prefill_end   the thinker's prefill run
+  talker_start                 the talker's loop run opens
+  codes_ready                  the first code2wav chunk's first frame is produced (edge span start)
+  codec_start, codec_end       that chunk's code2wav run (waiting for the codec: codec_start - codes_ready)
+  ttfa                         first audio at the client
+Per mark: the burst's median and max, and `*_over_alone` = burst max / the lone request's
+value: which stage the burst's last first audio waits on.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+
+from bench.output import write_json
+
+PARAMS = {"max_new_tokens": 32, "max_frames": 129, "min_frames": 129}
+MARKS = ("prefill_start", "prefill_end", "talker_start", "codes_ready", "codec_start", "codec_end", "ttfa")
+CODES_EDGE = "edge talker.codes -> code2wav.codes"
+
+
+def _first(spans: list[dict], name: str) -> dict | None:
+    found = [s for s in spans if s["name"] == name]
+    return min(found, key=lambda s: s["start_ns"]) if found else None
+
+
+def marks(spans: list[dict], sent_s: float, ttfa_ms: float) -> dict | None:
+    """The request's marks, None while one of its spans has not reached the store."""
+    prefill, talker = _first(spans, "node prefill"), _first(spans, "node talker")
+    codes, codec = _first(spans, CODES_EDGE), _first(spans, "node code2wav")
+    if None in (prefill, talker, codes, codec):
+        return None
+
+    def ms(ns: int) -> float:
+        return ns / 1e6 - sent_s * 1e3
+
+    return {"prefill_start": ms(prefill["start_ns"]), "prefill_end": ms(prefill["end_ns"]),
+            "talker_start": ms(talker["start_ns"]), "codes_ready": ms(codes["start_ns"]),
+            "codec_start": ms(codec["start_ns"]), "codec_end": ms(codec["end_ns"]), "ttfa": ttfa_ms}
+
+
+def wait_marks(store, request_id: str, sent_s: float, ttfa_ms: float, timeout_s: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:  # spans are exported in batches, after the runs end
+        found = marks(store.spans(request_id), sent_s, ttfa_ms)
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the spans of {request_id} did not reach the trace store")
+        time.sleep(0.2)
+
+
+async def wave(address: str, prompts: list, tag: str, n: int) -> tuple[float, list]:
+    from client.speech import speak
+
+    sent = time.time()
+    got = await asyncio.gather(*(speak(address, "omni", prompts[i % len(prompts)], PARAMS, request_id=f"{tag}-{i}",
+                                       timeout_s=600) for i in range(n)))
+    return sent, got
+
+
+def measure(checkpoint: str, prompts: list, concurrency: int) -> dict:
+    from bench.speech_mesh import SpeechMesh
+    from bench.speech_policies import _admission
+    from bench.trace_store_proc import TraceStoreProcess
+    from runtime.telemetry import TRACE_STORE_ENV
+
+    store = TraceStoreProcess()
+    os.environ[TRACE_STORE_ENV] = store.otlp  # the service processes inherit it
+    try:
+        with SpeechMesh(checkpoint, split_only=True, admission=_admission("deadline", False),
+                        options=("schedule=deadline",)) as mesh:
+            asyncio.run(wave(mesh.address, prompts, "warm", concurrency))
+            alone_sent, alone = asyncio.run(wave(mesh.address, prompts, "alone", 1))
+            burst_sent, burst = asyncio.run(wave(mesh.address, prompts, "burst", concurrency))
+        one = wait_marks(store, "alone-0", alone_sent, alone[0].ttfa_ms)
+        many = [wait_marks(store, f"burst-{i}", burst_sent, s.ttfa_ms) for i, s in enumerate(burst)]
+    finally:
+        os.environ.pop(TRACE_STORE_ENV, None)
+        store.close()
+    out = {"concurrency": concurrency, "alone": one, "burst": many}
+    for mark in MARKS:
+        values = [m[mark] for m in many]
+        out[f"{mark}_ms_median"], out[f"{mark}_ms_max"] = statistics.median(values), max(values)
+        out[f"{mark}_over_alone"] = max(values) / one[mark] if one[mark] > 0 else float("nan")
+    return out
+
+
+def main(argv=None) -> int:
+    from bench.speech import PROMPTS, checkpoint
+    from engine.checkpoints.tiny_omni import chat_prompt
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--checkpoint", metavar="DIR")
+    p.add_argument("--json", metavar="PATH")
+    args = p.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    results = measure(checkpoint(args), [chat_prompt(x) for x in PROMPTS], args.concurrency)
+    print(f"{'ms from send':14s} {'alone':>8s} {'burst p50':>10s} {'burst max':>10s}")
+    for mark in MARKS:
+        print(f"{mark:14s} {results['alone'][mark]:8.0f} {results[f'{mark}_ms_median']:10.0f} "
+              f"{results[f'{mark}_ms_max']:10.0f}")
+    write_json(args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
