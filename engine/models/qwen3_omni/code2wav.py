@@ -26,6 +26,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from engine.batch_invariant import batch_invariant_convs
 from engine.models.loader import _checkpoint_dir, _read_json, _Tensors, weight_files
 from engine.model_config import DTYPES
 from engine.offload.config import OffloadConfig
@@ -166,13 +167,14 @@ class Code2Wav(nn.Module):
         q = self.config.num_quantizers
         offsets = torch.arange(q, device=codes.device).view(1, q, 1) * self.config.codebook_size  # [1, Q, 1]
         hidden = self.code_embedding(codes + offsets).mean(1)  # [B, Q, T, hidden] -> [B, T, hidden]
-        hidden = self.pre_transformer(hidden).permute(0, 2, 1)  # [B, hidden, T]
-        for blocks in self.upsample:
-            for block in blocks:
-                hidden = block(hidden)  # [B, hidden, T * ratio so far]
-        wav = hidden
-        for block in self.decoder:
-            wav = block(wav)  # [B, C, S'] ... -> [B, 1, S]
+        with batch_invariant_convs():  # a window's audio is the same whatever its batch
+            hidden = self.pre_transformer(hidden).permute(0, 2, 1)  # [B, hidden, T]
+            for blocks in self.upsample:
+                for block in blocks:
+                    hidden = block(hidden)  # [B, hidden, T * ratio so far]
+            wav = hidden
+            for block in self.decoder:
+                wav = block(wav)  # [B, C, S'] ... -> [B, 1, S]
         return wav.clamp(min=-1, max=1)
 
     def decode_windows(self, codes: torch.Tensor, num_context: Sequence[int]) -> list[torch.Tensor]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine.batch_invariant import batch_invariant_convs
 from engine.models.snac.config import SnacConfig
 from engine.models.snac.layers import Decoder, NoiseBlock
 
@@ -61,13 +62,7 @@ class SnacDecoder(nn.Module):
         for block in self.noise_blocks:
             block.generators = generators
         try:
-            # oneDNN picks another convolution kernel for a batch of one than for several,
-            # which rounds differently: a window's audio then depended on which windows the
-            # engine batched with it. PyTorch's own CPU kernels are batch-invariant here
-            # (and faster at batch 1 on this model; ~25% slower at batch 8).
-            # only `enabled` changes (flags' other defaults would set oneDNN's TF32, which warns)
-            with torch.backends.mkldnn.flags(enabled=False, deterministic=None, allow_tf32=None,
-                                             fp32_precision=None):
+            with batch_invariant_convs():  # a window's audio is the same whatever its batch
                 return self.decoder(self.quantizer(levels))[:, 0]
         finally:
             for block in self.noise_blocks:
