@@ -31,16 +31,19 @@ class SpeechMesh:
     """Context manager: the service processes and the conductor; all stopped on exit."""
 
     def __init__(self, checkpoint: str, threads: int = 1, first_chunk: int = FIRST, admission=None,
-                 split_only: bool = False, options: tuple[str, ...] = (), ttfa_target_s: float | None = None) -> None:
+                 split_only: bool = False, options: tuple[str, ...] = (), ttfa_target_s: float | None = None,
+                 telemetry=None) -> None:
         """admission: the conductor's request limits (conductor.admission.Admission; default limits if None);
         split_only: only the thinker, talker and codec services and model `omni`; options: KEY=VALUE
         engine options of every service (e.g. schedule=fcfs); ttfa_target_s: the models' (None: their
-        default; ServedModel.ttfa_target_s)."""
+        default; ServedModel.ttfa_target_s); telemetry: the conductor's (runtime.telemetry.Telemetry;
+        None: the conductor's default)."""
         self.checkpoint, self.threads, self.first_chunk = checkpoint, threads, first_chunk
         self.admission = admission
         self.services = SERVICES[:3] if split_only else SERVICES
         self.options = options
         self.ttfa_target_s = ttfa_target_s
+        self.telemetry = telemetry
         self.procs: dict = {}
         self.arenas: list[str] = []  # the services' /dev/shm segments, gone once they stop
         self.conductor = None
@@ -78,7 +81,7 @@ class SpeechMesh:
             models += [speech_model("omni-colo", colo, CHUNK, LEFT, first), stage_model("omni-stage", split)]
         if self.ttfa_target_s is not None:
             models = [dataclasses.replace(m, ttfa_target_s=self.ttfa_target_s) for m in models]
-        self.conductor = BackgroundServer(ConductorService(models, admission=self.admission))
+        self.conductor = BackgroundServer(ConductorService(models, self.telemetry, admission=self.admission))
         self.conductor.start()
 
     def __exit__(self, *exc) -> None:

@@ -5,6 +5,7 @@
 The split speech mesh (thinker | talker | codec, bench.speech_mesh; deadline scheduling)
 exports every process's spans to a local trace store. One request alone (the baseline),
 then a burst of C at once. For each request, in ms from its send (the spans' wall clock):
+  admitted                     the conductor's request span starts (past admission)
   prefill_start, prefill_end   the thinker's prefill run
   talker_start                 the talker's loop run opens
   codes_ready                  the first code2wav chunk's first frame is produced (edge span start)
@@ -24,7 +25,7 @@ import time
 from bench.output import write_json
 
 PARAMS = {"max_new_tokens": 32, "max_frames": 129, "min_frames": 129}
-MARKS = ("prefill_start", "prefill_end", "talker_start", "codes_ready", "codec_start", "codec_end", "ttfa")
+MARKS = ("admitted", "prefill_start", "prefill_end", "talker_start", "codes_ready", "codec_start", "codec_end", "ttfa")
 CODES_EDGE = "edge talker.codes -> code2wav.codes"
 
 
@@ -37,13 +38,14 @@ def marks(spans: list[dict], sent_s: float, ttfa_ms: float) -> dict | None:
     """The request's marks, None while one of its spans has not reached the store."""
     prefill, talker = _first(spans, "node prefill"), _first(spans, "node talker")
     codes, codec = _first(spans, CODES_EDGE), _first(spans, "node code2wav")
-    if None in (prefill, talker, codes, codec):
+    request = _first(spans, "request")
+    if None in (request, prefill, talker, codes, codec):
         return None
 
     def ms(ns: int) -> float:
         return ns / 1e6 - sent_s * 1e3
 
-    return {"prefill_start": ms(prefill["start_ns"]), "prefill_end": ms(prefill["end_ns"]),
+    return {"admitted": ms(request["start_ns"]), "prefill_start": ms(prefill["start_ns"]), "prefill_end": ms(prefill["end_ns"]),
             "talker_start": ms(talker["start_ns"]), "codes_ready": ms(codes["start_ns"]),
             "codec_start": ms(codec["start_ns"]), "codec_end": ms(codec["end_ns"]), "ttfa": ttfa_ms}
 
@@ -72,19 +74,21 @@ def measure(checkpoint: str, prompts: list, concurrency: int) -> dict:
     from bench.speech_mesh import SpeechMesh
     from bench.speech_policies import _admission
     from bench.trace_store_proc import TraceStoreProcess
-    from runtime.telemetry import TRACE_STORE_ENV
+    from runtime.telemetry import TRACE_STORE_ENV, Telemetry
 
     store = TraceStoreProcess()
     os.environ[TRACE_STORE_ENV] = store.otlp  # the service processes inherit it
+    telemetry = Telemetry("conductor", environ={TRACE_STORE_ENV: store.otlp})
     try:
         with SpeechMesh(checkpoint, split_only=True, admission=_admission("deadline", False),
-                        options=("schedule=deadline",)) as mesh:
+                        options=("schedule=deadline",), telemetry=telemetry) as mesh:
             asyncio.run(wave(mesh.address, prompts, "warm", concurrency))
             alone_sent, alone = asyncio.run(wave(mesh.address, prompts, "alone", 1))
             burst_sent, burst = asyncio.run(wave(mesh.address, prompts, "burst", concurrency))
         one = wait_marks(store, "alone-0", alone_sent, alone[0].ttfa_ms)
         many = [wait_marks(store, f"burst-{i}", burst_sent, s.ttfa_ms) for i, s in enumerate(burst)]
     finally:
+        telemetry.shutdown()
         os.environ.pop(TRACE_STORE_ENV, None)
         store.close()
     out = {"concurrency": concurrency, "alone": one, "burst": many}
