@@ -15,6 +15,7 @@ Every bad value is InvalidArgument naming `params.<key>`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -101,24 +102,16 @@ class RequestParams:
     as valid as a parsed one; a subclass with cross-field rules extends it."""
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            if _SPEC in f.metadata:
-                spec = dataclasses.replace(f.metadata[_SPEC], name=f.name)
-                object.__setattr__(self, f.name, spec.check(getattr(self, f.name)))
-            elif _GROUP in f.metadata and not isinstance(getattr(self, f.name), f.metadata[_GROUP]):
-                raise InvalidArgument(f"{type(self).__name__}.{f.name} must be a {f.metadata[_GROUP].__name__}")
+        for name, spec, group_cls in _fields_of(type(self)):
+            if spec is not None:
+                object.__setattr__(self, name, spec.check(getattr(self, name)))
+            elif group_cls is not None and not isinstance(getattr(self, name), group_cls):
+                raise InvalidArgument(f"{type(self).__name__}.{name} must be a {group_cls.__name__}")
 
     @classmethod
     def specs(cls) -> tuple[ParamSpec, ...]:
         """Every key this class reads, groups flattened, each name once (first wins)."""
-        out: dict[str, ParamSpec] = {}
-        for f in dataclasses.fields(cls):
-            if _SPEC in f.metadata:
-                out.setdefault(f.name, dataclasses.replace(f.metadata[_SPEC], name=f.name))
-            elif _GROUP in f.metadata:
-                for spec in f.metadata[_GROUP].specs():
-                    out.setdefault(spec.name, spec)
-        return tuple(out.values())
+        return _specs_of(cls)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any] | None, strict: bool = False):
@@ -129,12 +122,37 @@ class RequestParams:
         if strict:
             check_known(params, (s.name for s in cls.specs()))
         values = {}
-        for f in dataclasses.fields(cls):
-            if _GROUP in f.metadata:
-                values[f.name] = f.metadata[_GROUP].from_params(params)
-            elif _SPEC in f.metadata and params.get(f.name) is not None:
-                values[f.name] = params[f.name]
+        for name, spec, group_cls in _fields_of(cls):
+            if group_cls is not None:
+                values[name] = group_cls.from_params(params)
+            elif spec is not None and params.get(name) is not None:
+                values[name] = params[name]
         return cls(**values)
+
+
+# A params class's declarations are fixed once the class exists: read them once per class
+# (every request parses its params through them, a few times over).
+@functools.cache
+def _fields_of(cls: type) -> tuple[tuple[str, ParamSpec | None, type | None], ...]:
+    """(field name, its ParamSpec named after it or None, its group's class or None), in order."""
+    out = []
+    for f in dataclasses.fields(cls):
+        spec = f.metadata.get(_SPEC)
+        out.append((f.name, dataclasses.replace(spec, name=f.name) if spec is not None else None,
+                    f.metadata.get(_GROUP)))
+    return tuple(out)
+
+
+@functools.cache
+def _specs_of(cls: type) -> tuple[ParamSpec, ...]:
+    out: dict[str, ParamSpec] = {}
+    for name, spec, group_cls in _fields_of(cls):
+        if spec is not None:
+            out.setdefault(name, spec)
+        elif group_cls is not None:
+            for inner in group_cls.specs():
+                out.setdefault(inner.name, inner)
+    return tuple(out.values())
 
 
 def check_known(params: Mapping[str, Any], names) -> None:
