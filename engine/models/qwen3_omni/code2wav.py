@@ -167,7 +167,10 @@ class Code2Wav(nn.Module):
         q = self.config.num_quantizers
         offsets = torch.arange(q, device=codes.device).view(1, q, 1) * self.config.codebook_size  # [1, Q, 1]
         hidden = self.code_embedding(codes + offsets).mean(1)  # [B, Q, T, hidden] -> [B, T, hidden]
-        with batch_invariant_convs():  # a window's audio is the same whatever its batch
+        # A window's audio is the same whatever its batch, for windows of 3 frames or more:
+        # with 1 or 2 frames, the transformer's matmuls over so few rows take another BLAS
+        # path at batch 1 than at batch > 1 (they differ by ~2e-8).
+        with batch_invariant_convs():
             hidden = self.pre_transformer(hidden).permute(0, 2, 1)  # [B, hidden, T]
             for blocks in self.upsample:
                 for block in blocks:
