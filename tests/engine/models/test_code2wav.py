@@ -137,6 +137,14 @@ def test_decode_windows_batch_equals_solo(model):
         assert torch.equal(batched[b], solo)  # bit-exact: batching never changes a window's audio
 
 
+@pytest.mark.parametrize("frames", [1, 2, 3, 5])
+def test_short_windows_batched_equal_solo_bit_for_bit(model, frames):
+    codes = torch.stack([random_codes(frames, NUM_GROUPS, seed=s) for s in range(4)])  # [B, T, Q]
+    batched = model.decode_windows(codes, [0] * 4)
+    for b in range(4):
+        assert torch.equal(batched[b], model.decode_window(codes[b], 0)), (frames, b)
+
+
 def test_bfloat16_load(checkpoint, model):
     half = Code2Wav.from_checkpoint(checkpoint, dtype="bfloat16")
     assert next(half.parameters()).dtype == torch.bfloat16
