@@ -10,6 +10,8 @@ top-p), so processed logits can be compared with its logits processors.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -77,18 +79,24 @@ def processed_logits(row: torch.Tensor, seq: Sequence) -> torch.Tensor:
     temperature = 1.0 if p.greedy else p.temperature
     out = row / temperature if temperature != 1.0 else row.clone()
     if p.repetition_penalty != 1.0:
-        seen = seq.token_ids if p.penalize_prompt else seq.output_ids
-        if seen:
-            idx = torch.tensor(seen, dtype=torch.long, device=row.device)
+        idx = seq.ids_tensor(with_prompt=p.penalize_prompt).to(row.device)
+        if len(idx):
             out[idx] = repetition_penalty_values(row[idx], p.repetition_penalty) / temperature
-    suppressed = list(p.suppress_token_ids)
-    if seq.num_output_tokens < p.min_new_tokens:
-        suppressed += p.eos_token_ids
-    if suppressed:
-        out[suppressed] = float("-inf")  # suppressed ids, and EOS ids before min_new_tokens
+    early = seq.num_output_tokens < p.min_new_tokens
+    if p.suppress_token_ids or (early and p.eos_token_ids):  # suppressed ids, and EOS ids before min_new_tokens
+        suppressed = _id_index(p.suppress_token_ids, p.eos_token_ids if early else (), row.device)
+        out.index_fill_(0, suppressed, float("-inf"))
     if p.greedy:
         return out
     return top_p_filter(top_k_filter(out, p.top_k), p.top_p)
+
+
+@functools.lru_cache(maxsize=64)
+def _id_index(ids: tuple[int, ...], more: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """ids + more as an index tensor on `device`, made once: a talker suppresses every
+    non-codec id (~1000) of every row at every step, and indexing by a list of that many
+    ids converts it each time (~240 us a row, against ~8 for index_fill_ with this)."""
+    return torch.tensor(ids + more, dtype=torch.long, device=device)
 
 
 def repetition_penalty(row: torch.Tensor, token_ids: list[int], penalty: float) -> torch.Tensor:

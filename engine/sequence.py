@@ -51,6 +51,9 @@ class Sequence:
         # must not be rebuilt each time.
         self._token_ids: list[int] = [int(t) for t in prompt_ids]
         self._num_prompt = len(self._token_ids)
+        # token_ids as a long tensor, extended as tokens are appended (ids_tensor): the
+        # repetition penalty reads it every step, and converting a list of n ids is O(n).
+        self._ids_tensor = None
         # Fed embeddings instead of ids (the talker): row p is the input at position p;
         # the ids still say what was sampled (stop rules, repetition penalty).
         self.input_embeds: EmbedRows | None = None
@@ -80,6 +83,18 @@ class Sequence:
     @property
     def output_ids(self) -> list[int]:
         return self._token_ids[self._num_prompt:]
+
+    def ids_tensor(self, with_prompt: bool = True):
+        """token_ids (or output_ids without the prompt) as a CPU int64 tensor [n]. Shared
+        and read-only: tokens only ever append, so the cached prefix stays valid."""
+        import torch
+
+        have = self._ids_tensor
+        if have is None or len(have) != len(self._token_ids):
+            done = 0 if have is None else len(have)
+            new = torch.tensor(self._token_ids[done:], dtype=torch.long)
+            self._ids_tensor = new if have is None else torch.cat((have, new))
+        return self._ids_tensor if with_prompt else self._ids_tensor[self._num_prompt:]
 
     @property
     def num_tokens(self) -> int:

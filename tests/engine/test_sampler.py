@@ -3,6 +3,8 @@ processors; seeded draws independent of the batch."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 from transformers.generation.logits_process import (
     RepetitionPenaltyLogitsProcessor,
@@ -154,3 +156,40 @@ def test_draw_is_the_one_draw_both_engines_use():
     # and a sampled request's token is a draw from its processed logits
     seq = make(temperature=0.7, top_k=10, seed=5)
     assert Sampler()(row[None], [seq]) == [Sampler().draw(processed_logits(row, seq), 5, 0)]
+
+
+def _reference_logits(row: torch.Tensor, seq: Sequence) -> torch.Tensor:
+    """processed_logits written plainly (list indexing, ids re-read every call)."""
+    p = seq.params
+    temperature = 1.0 if p.greedy else p.temperature
+    out = row / temperature if temperature != 1.0 else row.clone()
+    seen = seq.token_ids if p.penalize_prompt else seq.output_ids
+    if p.repetition_penalty != 1.0 and seen:
+        idx = torch.tensor(seen)
+        out[idx] = torch.where(row[idx] < 0, row[idx] * p.repetition_penalty, row[idx] / p.repetition_penalty) \
+            / temperature
+    suppressed = list(p.suppress_token_ids) + (list(p.eos_token_ids) if seq.num_output_tokens < p.min_new_tokens
+                                               else [])
+    if suppressed:
+        out[suppressed] = float("-inf")
+    return out if p.greedy else top_p_filter(top_k_filter(out, p.top_k), p.top_p)
+
+
+@settings(max_examples=80, deadline=None)
+@given(suppress=st.lists(st.integers(0, V - 1), max_size=40, unique=True),
+       eos=st.lists(st.integers(0, V - 1), max_size=3), min_new=st.integers(0, 4),
+       penalty=st.sampled_from([1.0, 1.05, 2.0]), prompt_too=st.booleans(), temperature=st.sampled_from([0.0, 0.7]),
+       outputs=st.lists(st.integers(0, V - 1), max_size=6), seed=st.integers(0, 50))
+def test_processed_logits_equal_the_plain_computation_at_every_step(suppress, eos, min_new, penalty, prompt_too,
+                                                                   temperature, outputs, seed):
+    """Cached suppression indices and the growing ids tensor change no bit of any step's logits."""
+    seq = Sequence("r", [1, 2, 3], SamplingParams(max_new_tokens=64, suppress_token_ids=tuple(suppress),
+                                                   eos_token_ids=tuple(eos), min_new_tokens=min_new,
+                                                   repetition_penalty=penalty, penalize_prompt=prompt_too,
+                                                   temperature=temperature, top_k=20), 0, 1000, V)
+    for step, t in enumerate([*outputs, None]):
+        row = randn(V, seed=seed + step)
+        assert torch.equal(processed_logits(row, seq), _reference_logits(row, seq))
+        if t is None or seq.is_finished:
+            break
+        seq.append_token(t)

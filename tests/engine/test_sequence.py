@@ -142,3 +142,18 @@ def test_stops_exactly_at_the_first_rule(prompt_len, max_new, eos, stop, stream)
         assert fed == first + 1
         assert s.finish_reason == ("eos" if stream[first] in eos else "stop")
     assert s.output_ids == stream[:fed]
+
+
+@settings(max_examples=60, deadline=None)
+@given(prompt=st.lists(st.integers(0, 127), min_size=1, max_size=8),
+       appends=st.lists(st.lists(st.integers(0, 127), max_size=5), max_size=6))
+def test_ids_tensor_follows_every_append(prompt, appends):
+    """The cached ids tensor, read between any appends, is token_ids (and output_ids) as a tensor."""
+    import torch
+
+    s = seq(prompt=prompt, max_context=1000, max_new_tokens=500)
+    for batch in appends:
+        for t in batch:
+            s.append_token(t)
+        assert s.ids_tensor().tolist() == s.token_ids and s.ids_tensor().dtype == torch.long
+        assert s.ids_tensor(with_prompt=False).tolist() == s.output_ids
