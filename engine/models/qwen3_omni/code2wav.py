@@ -106,10 +106,6 @@ class Code2WavConfig:
         return math.prod(self.upsample_rates + self.upsampling_ratios)
 
 
-# Windows of at most this many frames are decoded alone even in a batch (see forward).
-SOLO_FRAMES = 2
-
-
 class Code2Wav(nn.Module):
     """codes [B, Q, T] int64 -> wav [B, 1, S]; see the module docstring."""
 
@@ -168,15 +164,14 @@ class Code2Wav(nn.Module):
         """Decodes whole windows; S = T * samples_per_frame minus the fixed end shortfall."""
         if codes.dim() != 3 or codes.shape[1] != self.config.num_quantizers:
             raise InvalidArgument(f"codes must be [B, {self.config.num_quantizers}, T], got {tuple(codes.shape)}")
-        if codes.shape[0] > 1 and codes.shape[-1] <= SOLO_FRAMES:
-            # the transformer's matmuls over 1 or 2 rows take another BLAS path at batch 1 than
-            # at batch > 1 (~2e-8 apart): such short windows are decoded one by one
-            return torch.cat([self(codes[b:b + 1]) for b in range(codes.shape[0])])
         q = self.config.num_quantizers
         offsets = torch.arange(q, device=codes.device).view(1, q, 1) * self.config.codebook_size  # [1, Q, 1]
         hidden = self.code_embedding(codes + offsets).mean(1)  # [B, Q, T, hidden] -> [B, T, hidden]
         with batch_invariant_convs():  # a window's audio is the same whatever its batch
-            hidden = self.pre_transformer(hidden).permute(0, 2, 1)  # [B, hidden, T]
+            # The transformer runs window by window: its matmuls over B*T rows took another BLAS
+            # path than over T rows alone (~5e-8 apart, for T <= 3 on one CPU, T <= 2 on another).
+            hidden = torch.cat([self.pre_transformer(hidden[b:b + 1]) for b in range(hidden.shape[0])])
+            hidden = hidden.permute(0, 2, 1)  # [B, hidden, T]
             for blocks in self.upsample:
                 for block in blocks:
                     hidden = block(hidden)  # [B, hidden, T * ratio so far]

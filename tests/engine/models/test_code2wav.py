@@ -137,11 +137,13 @@ def test_decode_windows_batch_equals_solo(model):
         assert torch.equal(batched[b], solo)  # bit-exact: batching never changes a window's audio
 
 
-@pytest.mark.parametrize("frames", [1, 2, 3, 5])
-def test_short_windows_batched_equal_solo_bit_for_bit(model, frames):
-    codes = torch.stack([random_codes(frames, NUM_GROUPS, seed=s) for s in range(4)])  # [B, T, Q]
-    batched = model.decode_windows(codes, [0] * 4)
-    for b in range(4):
+@pytest.mark.parametrize("frames, batch", [(1, 4), (2, 4), (3, 4), (5, 4), (3, 16), (7, 16)])
+def test_windows_batched_equal_solo_bit_for_bit(model, frames, batch):
+    """Short windows (the transformer's matmuls over few rows) and batches of 16 (where
+    NNPACK would take over the convolutions) included."""
+    codes = torch.stack([random_codes(frames, NUM_GROUPS, seed=s) for s in range(batch)])  # [B, T, Q]
+    batched = model.decode_windows(codes, [0] * batch)
+    for b in range(batch):
         assert torch.equal(batched[b], model.decode_window(codes[b], 0)), (frames, b)
 
 

@@ -62,13 +62,15 @@ def test_with_noise_equals_the_package_seeded_per_window(config, ours):
 
 
 @torch.no_grad()
-def test_a_window_decodes_the_same_batched_or_alone(ours):
-    w = windows(5, seed=2)
-    batched = ours.decode(snac_levels(w), [1, 2, 3, 4, 5])
-    pair = ours.decode(snac_levels(w[3:]), [4, 5])
-    for i in range(5):  # bit for bit: the engine's batching must not change a request's audio
+@pytest.mark.parametrize("n", [5, 16])  # 16: the codec service's batch limit, where NNPACK would take over
+def test_a_window_decodes_the_same_batched_or_alone(ours, n):
+    w = windows(n, seed=2)
+    seeds = list(range(1, n + 1))
+    batched = ours.decode(snac_levels(w), seeds)
+    pair = ours.decode(snac_levels(w[3:5]), seeds[3:5])
+    for i in range(n):  # bit for bit: the engine's batching must not change a request's audio
         assert torch.equal(batched[i], ours.decode(snac_levels(w[i:i + 1]), [i + 1])[0]), i
-    assert torch.equal(pair, batched[3:])
+    assert torch.equal(pair, batched[3:5])
 
 
 def test_released_weights_convert_once_to_safetensors(tmp_path):
