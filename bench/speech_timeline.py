@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import time
@@ -61,16 +62,23 @@ def wait_marks(store, request_id: str, sent_s: float, ttfa_ms: float, timeout_s:
         time.sleep(0.2)
 
 
-async def wave(address: str, prompts: list, tag: str, n: int) -> tuple[float, list]:
+async def wave(address: str, prompts: list, tag: str, n: int, shared: bool = False) -> tuple[float, list]:
+    """n requests at once; shared: on one open channel (as a gateway holds one), else a
+    channel per request (client.speech's default for an address)."""
+    from client.connection import Connection
     from client.speech import speak
 
-    sent = time.time()
-    got = await asyncio.gather(*(speak(address, "omni", prompts[i % len(prompts)], PARAMS, request_id=f"{tag}-{i}",
-                                       timeout_s=600) for i in range(n)))
+    async with contextlib.AsyncExitStack() as stack:
+        to = await stack.enter_async_context(Connection.from_env(address).aio_channel()) if shared else address
+        if shared:
+            await to.channel_ready()
+        sent = time.time()
+        got = await asyncio.gather(*(speak(to, "omni", prompts[i % len(prompts)], PARAMS, request_id=f"{tag}-{i}",
+                                           timeout_s=600) for i in range(n)))
     return sent, got
 
 
-def measure(checkpoint: str, prompts: list, concurrency: int) -> dict:
+def measure(checkpoint: str, prompts: list, concurrency: int, shared: bool = False) -> dict:
     from bench.speech_mesh import SpeechMesh
     from bench.speech_policies import _admission
     from bench.trace_store_proc import TraceStoreProcess
@@ -82,16 +90,16 @@ def measure(checkpoint: str, prompts: list, concurrency: int) -> dict:
     try:
         with SpeechMesh(checkpoint, split_only=True, admission=_admission("deadline", False),
                         options=("schedule=deadline",), telemetry=telemetry) as mesh:
-            asyncio.run(wave(mesh.address, prompts, "warm", concurrency))
-            alone_sent, alone = asyncio.run(wave(mesh.address, prompts, "alone", 1))
-            burst_sent, burst = asyncio.run(wave(mesh.address, prompts, "burst", concurrency))
+            asyncio.run(wave(mesh.address, prompts, "warm", concurrency, shared))
+            alone_sent, alone = asyncio.run(wave(mesh.address, prompts, "alone", 1, shared))
+            burst_sent, burst = asyncio.run(wave(mesh.address, prompts, "burst", concurrency, shared))
         one = wait_marks(store, "alone-0", alone_sent, alone[0].ttfa_ms)
         many = [wait_marks(store, f"burst-{i}", burst_sent, s.ttfa_ms) for i, s in enumerate(burst)]
     finally:
         telemetry.shutdown()
         os.environ.pop(TRACE_STORE_ENV, None)
         store.close()
-    out = {"concurrency": concurrency, "alone": one, "burst": many}
+    out = {"concurrency": concurrency, "shared_channel": shared, "alone": one, "burst": many}
     for mark in MARKS:
         values = [m[mark] for m in many]
         out[f"{mark}_ms_median"], out[f"{mark}_ms_max"] = statistics.median(values), max(values)
@@ -106,10 +114,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--checkpoint", metavar="DIR")
+    p.add_argument("--shared-channel", action="store_true", help="every request of a wave on one open channel")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    results = measure(checkpoint(args), [chat_prompt(x) for x in PROMPTS], args.concurrency)
+    results = measure(checkpoint(args), [chat_prompt(x) for x in PROMPTS], args.concurrency, args.shared_channel)
     print(f"{'ms from send':14s} {'alone':>8s} {'burst p50':>10s} {'burst max':>10s}")
     for mark in MARKS:
         print(f"{mark:14s} {results['alone'][mark]:8.0f} {results[f'{mark}_ms_median']:10.0f} "

@@ -5,11 +5,14 @@ arrive from the conductor, and a summary (time to first audio, real-time factor)
         if ev.kind == "audio": play(ev.value)             # float32 [S] at SAMPLE_RATE
     summary = await speak("127.0.0.1:50050", "qwen3-omni", prompt_ids, on_event=...)
 
-The conductor is a HOST:PORT (plaintext, the key from $STARMESH_API_KEY if set) or a
-client.connection.Connection (its key and TLS).
+The conductor is a HOST:PORT (plaintext, the key from $STARMESH_API_KEY if set), a
+client.connection.Connection (its key and TLS): each call then opens and closes a channel
+of its own; or an open grpc.aio channel (`Connection.aio_channel()`), which many calls
+share and which stays open: concurrent requests then skip a connection setup each.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
@@ -85,7 +88,20 @@ def media_message(text: str = "", audio: bytes | None = None, image: bytes | Non
     return message_proto(Message("user", (*parts, *([text] if text else []))))
 
 
-async def speak_stream(conductor: "str | Connection", model: str, input_ids: list[int] | None = None,
+def _channel_of(conductor):
+    """An async context giving the grpc.aio channel to call on: a caller's open channel
+    as it is (it stays open: one channel serves many calls, as HTTP/2 multiplexes them),
+    else a new one to `conductor` (an address or a Connection), closed after the call."""
+    import grpc
+
+    if isinstance(conductor, grpc.aio.Channel):
+        return contextlib.nullcontext(conductor)
+    conn = conductor if isinstance(conductor, Connection) else Connection.from_env(conductor)
+    return conn.aio_channel()
+
+
+async def speak_stream(conductor: "str | Connection | grpc.aio.Channel", model: str,
+                       input_ids: list[int] | None = None,
                        params: dict | None = None, request_id: str = "", timeout_s: float | None = None,
                        text: str = "", audio: bytes | None = None, image: bytes | None = None,
                        video: bytes | None = None, text_only: bool = False,
@@ -109,9 +125,8 @@ async def speak_stream(conductor: "str | Connection", model: str, input_ids: lis
     if audio_only:
         req.output_modalities.append(pb.Modality.Value("MODALITY_AUDIO"))
     req.params.update(params or {})
-    conn = conductor if isinstance(conductor, Connection) else Connection.from_env(conductor)
     t0 = time.perf_counter()
-    async with conn.aio_channel() as channel:
+    async with _channel_of(conductor) as channel:
         async for batch in conductor_pb2_grpc.ConductorStub(channel).GenerateBatches(req, timeout=timeout_s):
             for ev in batch.events:
                 event = speech_event(ev, time.perf_counter() - t0)
@@ -119,7 +134,8 @@ async def speak_stream(conductor: "str | Connection", model: str, input_ids: lis
                     yield event
 
 
-async def speak(conductor: "str | Connection", model: str, input_ids: list[int] | None, params: dict | None = None,
+async def speak(conductor: "str | Connection | grpc.aio.Channel", model: str, input_ids: list[int] | None,
+                params: dict | None = None,
                 on_event: Callable[[SpeechEvent], None] | None = None, **kwargs) -> SpeechSummary:
     """Runs one request to the end; `on_event` sees every event as it arrives."""
     summary = SpeechSummary()

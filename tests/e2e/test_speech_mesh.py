@@ -17,6 +17,7 @@ from pipelines.qwen3_omni.runner import SpeechRunner
 from tests.e2e.speech_mesh import CHUNK, LEFT, run, start_mesh, stop_mesh
 from tests.fixtures import registry
 from tests.fixtures.services import describe, wait_until
+from tests.fixtures.threads import one_thread
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -36,7 +37,8 @@ def expected(tiny_omni):
     runner = SpeechRunner.from_checkpoint(str(tiny_omni))
     reqs = [SpeechRequest(f"ref{i}", chat_prompt(p), max_text_tokens=16, max_frames=40, chunk_size=CHUNK,
                           left_context=LEFT) for i, p in enumerate(PROMPTS)]
-    return runner.generate(reqs)
+    with one_thread():  # as the services run: the audio is compared bit for bit
+        return runner.generate(reqs)
 
 
 def _check(summary, ref) -> None:
@@ -61,9 +63,10 @@ def test_mesh_equals_the_inprocess_runner(model, mesh, expected):
 
 @pytest.mark.parametrize("model", ["omni", "omni-colo"])
 def test_a_request_asks_for_a_smaller_first_chunk(model, mesh, tiny_omni):
-    ref = SpeechRunner.from_checkpoint(str(tiny_omni)).generate([SpeechRequest(
-        "first", chat_prompt(PROMPTS[1]), max_text_tokens=16, max_frames=40, chunk_size=CHUNK, left_context=LEFT,
-        first_chunk=2)])[0]
+    with one_thread():  # as the services run: the audio is compared bit for bit
+        ref = SpeechRunner.from_checkpoint(str(tiny_omni)).generate([SpeechRequest(
+            "first", chat_prompt(PROMPTS[1]), max_text_tokens=16, max_frames=40, chunk_size=CHUNK, left_context=LEFT,
+            first_chunk=2)])[0]
     summary = run(speak(mesh.conductor.address, model, chat_prompt(PROMPTS[1]), {**PARAMS, "first_chunk": 2}))
     _check(summary, ref)
     assert summary.chunks[0].numel() < summary.chunks[1].numel()  # 2 frames, then C = 8
@@ -72,13 +75,22 @@ def test_a_request_asks_for_a_smaller_first_chunk(model, mesh, tiny_omni):
 
 
 def test_concurrent_streaming_requests_get_their_solo_results(mesh, expected):
+    """Half the requests share one open channel (speak leaves it open), half dial their own."""
+    from client.connection import Connection
+
     async def main():
         prompts = [PROMPTS[i % len(PROMPTS)] for i in range(8)]
-        return await asyncio.gather(*(speak(mesh.conductor.address, "omni" if i % 2 else "omni-colo",
-                                            chat_prompt(p), PARAMS) for i, p in enumerate(prompts)))
+        async with Connection(mesh.conductor.address).aio_channel() as channel:
+            got = await asyncio.gather(*(speak(channel if i < 4 else mesh.conductor.address,
+                                               "omni" if i % 2 else "omni-colo", chat_prompt(p), PARAMS)
+                                         for i, p in enumerate(prompts)))
+            again = await speak(channel, "omni", chat_prompt(PROMPTS[0]), PARAMS)  # still open after eight calls
+        return [*got, again]
 
-    for i, summary in enumerate(run(main())):
+    *summaries, again = run(main())
+    for i, summary in enumerate(summaries):
         _check(summary, expected[i % len(PROMPTS)])
+    _check(again, expected[0])
 
 
 def test_cancel_mid_audio_frees_kv_blocks_and_leases(mesh):

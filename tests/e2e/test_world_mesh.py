@@ -20,7 +20,7 @@ from tests.e2e.image_mesh import collect, rpc_error
 from tests.e2e.world_mesh import WorldMesh, request
 from tests.fixtures import tiny_vjepa2 as tv
 from tests.fixtures.services import wait_until
-from tests.fixtures.tiny_sd3 import one_thread
+from tests.fixtures.threads import one_thread
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -10,7 +10,7 @@ from core.errors import InvalidArgument
 from engine.models.vjepa2.checkpoint import load_predictor_state, upstream_predictor_state
 from engine.models.vjepa2.predictor import ACPredictor
 from tests.fixtures import tiny_vjepa2 as tv
-from tests.fixtures.tiny_sd3 import one_thread
+from tests.fixtures.threads import one_thread
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from engine.rollout.engine import RolloutEngine
 from engine.rollout.planner import CemPlan, PlanConfig, run_plan
 from engine.rollout.recompute import recompute_rollout
 from tests.fixtures import tiny_vjepa2 as tv
-from tests.fixtures.tiny_sd3 import one_thread
+from tests.fixtures.threads import one_thread
 
 
 @pytest.fixture(scope="module")

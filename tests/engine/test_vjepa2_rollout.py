@@ -12,7 +12,7 @@ from engine.rollout.recompute import recompute_rollout
 from core.errors import ResourceExhausted
 from engine.rollout.requests import Rollout, RolloutFailed
 from tests.fixtures import tiny_vjepa2 as tv
-from tests.fixtures.tiny_sd3 import one_thread
+from tests.fixtures.threads import one_thread
 
 ATOL = 1e-5
 

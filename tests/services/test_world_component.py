@@ -10,7 +10,7 @@ from core.errors import InvalidArgument, ResourceExhausted
 from runtime.items import NodeDone, NodeOutput, OpenNode
 from services.world.component import WorldComponent
 from tests.fixtures import tiny_vjepa2 as tv
-from tests.fixtures.tiny_sd3 import one_thread
+from tests.fixtures.threads import one_thread
 
 
 @pytest.fixture(scope="module")
