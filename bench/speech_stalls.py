@@ -1,0 +1,93 @@
+"""Where a speech burst's streams stall: per chunk index, on the client's clock.
+
+    python -m bench.speech_stalls [--concurrency 16] [--rounds 3] [--schedule deadline] [--json PATH]
+
+The split speech mesh (bench.speech_mesh, admission by max_in_flight only) serves a warm-up
+wave, then `--rounds` bursts of C requests at once. For each burst, with playback starting
+when a stream's first chunk arrives and a late chunk stalling it until it arrives:
+  stalls_ms[k]     the stalls before chunk k, over the burst's streams (k = 1: the second chunk)
+  gap01_ms         each stream's arrival of chunk 1 minus chunk 0, against
+  chunk_ms         the audio each chunk holds (chunk 0's length is the gap a stream can afford)
+  ttfa_ms          first audio, from send
+A ramp of chunks (first_chunk, then growth) asks the mesh for growth x real time over every
+stream at once: where that meets its capacity, the stalls sit at the first chunks.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from bench.output import write_json
+
+PARAMS = {"max_new_tokens": 32, "max_frames": 129, "min_frames": 129}
+
+
+def stalls_of(summary, sample_rate: int) -> dict[int, float]:
+    """chunk index -> ms the stream's playback waited for it (only chunks that stalled)."""
+    stalls, play_end = {}, None
+    for k, (t, chunk) in enumerate(zip(summary.chunk_times_s, summary.chunks)):
+        if play_end is not None and t > play_end:
+            stalls[k] = (t - play_end) * 1e3
+        play_end = max(play_end or t, t) + int(chunk.numel()) / sample_rate
+    return stalls
+
+
+async def burst(address: str, prompts: list, n: int, params: dict) -> list:
+    from client.speech import speak
+
+    return await asyncio.gather(*(speak(address, "omni", prompts[i % len(prompts)], params, timeout_s=600)
+                                  for i in range(n)))
+
+
+def round_figures(summaries: list, sample_rate: int) -> dict:
+    stalls: dict[int, list[float]] = {}
+    for s in summaries:
+        for k, ms in stalls_of(s, sample_rate).items():
+            stalls.setdefault(k, []).append(ms)
+    return {"stalls_ms": {str(k): sorted(v) for k, v in sorted(stalls.items())},
+            "gap01_ms": sorted((s.chunk_times_s[1] - s.chunk_times_s[0]) * 1e3 for s in summaries
+                               if len(s.chunk_times_s) > 1),
+            "chunk_ms": [int(c.numel()) / sample_rate * 1e3 for c in summaries[0].chunks],
+            "ttfa_ms": sorted(s.ttfa_ms for s in summaries)}
+
+
+def measure(checkpoint: str, prompts: list, concurrency: int, rounds: int, schedule: str) -> dict:
+    from bench.speech_mesh import SpeechMesh
+    from bench.speech_policies import _admission
+    from client.speech import SAMPLE_RATE
+
+    out = {"concurrency": concurrency, "schedule": schedule, "rounds": []}
+    with SpeechMesh(checkpoint, split_only=True, admission=_admission(schedule, False),
+                    options=(f"schedule={schedule}",)) as mesh:
+        asyncio.run(burst(mesh.address, prompts, concurrency, {**PARAMS, "max_frames": 30, "min_frames": 30}))
+        for r in range(rounds):
+            got = round_figures(asyncio.run(burst(mesh.address, prompts, concurrency, PARAMS)), SAMPLE_RATE)
+            out["rounds"].append(got)
+            stalls = {k: [round(x) for x in v] for k, v in got["stalls_ms"].items()}
+            print(f"round {r}: ttfa {got['ttfa_ms'][0]:.0f}..{got['ttfa_ms'][-1]:.0f} ms, chunk 0 holds "
+                  f"{got['chunk_ms'][0]:.0f} ms, gap to chunk 1 {got['gap01_ms'][0]:.0f}..{got['gap01_ms'][-1]:.0f}"
+                  f" ms; stalls by chunk (ms): {stalls}", flush=True)
+    return out
+
+
+def main(argv=None) -> int:
+    from bench.speech import PROMPTS, checkpoint
+    from engine.checkpoints.tiny_omni import chat_prompt
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--schedule", choices=("deadline", "fcfs"), default="deadline")
+    p.add_argument("--checkpoint", metavar="DIR")
+    p.add_argument("--json", metavar="PATH")
+    args = p.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    results = measure(checkpoint(args), [chat_prompt(x) for x in PROMPTS], args.concurrency, args.rounds,
+                      args.schedule)
+    write_json(args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
