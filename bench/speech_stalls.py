@@ -9,8 +9,8 @@ when a stream's first chunk arrives and a late chunk stalling it until it arrive
   gap01_ms         each stream's arrival of chunk 1 minus chunk 0, against
   chunk_ms         the audio each chunk holds (chunk 0's length is the gap a stream can afford)
   ttfa_ms          first audio, from send
-A ramp of chunks (first_chunk, then growth) asks the mesh for growth x real time over every
-stream at once: where that meets its capacity, the stalls sit at the first chunks.
+A burst starts every stream's chunk ramp at once: the chunk right after the first is
+made while only the first plays, for every stream together.
 """
 from __future__ import annotations
 
