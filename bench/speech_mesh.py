@@ -125,6 +125,18 @@ def viability(chunk_times_s: list[float], chunk_samples: list[int]) -> tuple[int
     return viable, len(chunk_times_s) - 1
 
 
+def stalls_s(summary) -> dict[int, float]:
+    """chunk index -> seconds one request's playback waited for that chunk (only chunks
+    that stalled), on the client's clock: playback starts when the first chunk arrives, a
+    late chunk stalls it until it arrives."""
+    stalls, play_end = {}, None
+    for k, (t, chunk) in enumerate(zip(summary.chunk_times_s, summary.chunks)):
+        if play_end is not None and t > play_end:
+            stalls[k] = t - play_end
+        play_end = max(play_end or t, t) + int(chunk.numel()) / SAMPLE_RATE
+    return stalls
+
+
 @dataclass
 class Phase:
     """Every request of one model at one concurrency."""

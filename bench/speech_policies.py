@@ -27,7 +27,7 @@ import statistics
 import time
 
 from bench.output import write_json
-from bench.speech_mesh import SpeechMesh, viability
+from bench.speech_mesh import SpeechMesh, stalls_s, viability
 
 POLICIES = ("fcfs", "deadline")
 
@@ -54,18 +54,7 @@ async def _one(address: str, ids: list[int], params: dict, delay_s: float) -> di
         raise
     counts = viability(s.chunk_times_s, [int(c.numel()) for c in s.chunks])
     return {"refused": False, "ttfa_ms": s.ttfa_ms, "continuous": counts[0] == counts[1],
-            "underrun_s": _underrun_s(s), "audio_s": s.audio_s}
-
-
-def _underrun_s(summary) -> float:
-    from client.speech import SAMPLE_RATE
-
-    times, stall, play_end = summary.chunk_times_s, 0.0, None
-    for t, chunk in zip(times, summary.chunks):
-        if play_end is not None and t > play_end:
-            stall += t - play_end
-        play_end = max(play_end or t, t) + int(chunk.numel()) / SAMPLE_RATE
-    return stall
+            "underrun_s": sum(stalls_s(s).values()), "audio_s": s.audio_s}
 
 
 async def _phase(address: str, prompts, params: dict, delays: list[float]) -> dict:

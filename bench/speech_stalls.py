@@ -23,16 +23,6 @@ from bench.output import write_json
 PARAMS = {"max_new_tokens": 32, "max_frames": 129, "min_frames": 129}
 
 
-def stalls_of(summary, sample_rate: int) -> dict[int, float]:
-    """chunk index -> ms the stream's playback waited for it (only chunks that stalled)."""
-    stalls, play_end = {}, None
-    for k, (t, chunk) in enumerate(zip(summary.chunk_times_s, summary.chunks)):
-        if play_end is not None and t > play_end:
-            stalls[k] = (t - play_end) * 1e3
-        play_end = max(play_end or t, t) + int(chunk.numel()) / sample_rate
-    return stalls
-
-
 async def burst(address: str, prompts: list, n: int, params: dict) -> list:
     from client.speech import speak
 
@@ -41,10 +31,12 @@ async def burst(address: str, prompts: list, n: int, params: dict) -> list:
 
 
 def round_figures(summaries: list, sample_rate: int) -> dict:
+    from bench.speech_mesh import stalls_s
+
     stalls: dict[int, list[float]] = {}
     for s in summaries:
-        for k, ms in stalls_of(s, sample_rate).items():
-            stalls.setdefault(k, []).append(ms)
+        for k, stall in stalls_s(s).items():
+            stalls.setdefault(k, []).append(stall * 1e3)
     return {"stalls_ms": {str(k): sorted(v) for k, v in sorted(stalls.items())},
             "gap01_ms": sorted((s.chunk_times_s[1] - s.chunk_times_s[0]) * 1e3 for s in summaries
                                if len(s.chunk_times_s) > 1),

@@ -68,8 +68,7 @@ async def wave(address: str, prompts: list, tag: str, n: int, shared: bool = Fal
     from client.connection import Connection
     from client.speech import speak
 
-    async with contextlib.AsyncExitStack() as stack:
-        to = await stack.enter_async_context(Connection.from_env(address).aio_channel()) if shared else address
+    async with Connection.from_env(address).aio_channel() if shared else contextlib.nullcontext(address) as to:
         if shared:
             await to.channel_ready()
         sent = time.time()
