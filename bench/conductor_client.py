@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from bench.output import proc_cpu_s
+
 
 def make_request(model: str, request_id: str, params: dict):
     import torch
@@ -79,15 +81,6 @@ async def serve(address: str) -> None:
 
 
 # ---- the bench side ------------------------------------------------------------
-
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of another process (Linux /proc; 0 elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Client:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from bench.conductor_client import proc_cpu_s
+from bench.output import proc_cpu_s
 
 
 def _event():

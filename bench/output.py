@@ -34,3 +34,13 @@ def steal_share(before: tuple[int, int], after: tuple[int, int]) -> float:
     cpu_ticks() readings: figures measured while it is high are noisy."""
     total, stolen = after[0] - before[0], after[1] - before[1]
     return stolen / total if total > 0 else 0.0
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of another process (Linux /proc; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -94,6 +94,15 @@ class SpeechMesh:
     def address(self) -> str:
         return self.conductor.address
 
+    def cpu_s(self) -> dict[str, float]:
+        """CPU seconds so far of each service process, and of this process (the conductor
+        and the benchmark's client, which share it) as "conductor+client"."""
+        from bench.output import proc_cpu_s
+
+        times = os.times()
+        return {**{name: proc_cpu_s(proc.pid) for name, proc in self.procs.items()},
+                "conductor+client": times.user + times.system}
+
     def leftover_segments(self) -> list[str]:
         """The services' shm segments still in /dev/shm (after __exit__: a leak)."""
         return [name for name in self.arenas if name and os.path.exists(os.path.join("/dev/shm", name))]

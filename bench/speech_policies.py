@@ -8,12 +8,17 @@ and `deadline` (engines by least slack, admission by measured capacity; `--no-ca
 by max_in_flight only, to see what scheduling alone does). Every point runs
 its waves alternately on the two, the same prompts in the same order. Arrivals: `burst`
 (a wave of c requests at once) and `poisson` (max(2c, 4) requests per round at a Poisson rate
-chosen so that about c are in flight). Keys per point (c1, c4, c16, c32):
+chosen so that about c are in flight). Each client asks for text and audio, as a voice
+client and the HTTP gateway's chat do (`--outputs all`: every output, the codec codes too,
+which the conductor then forwards frame by frame). Keys per point (c1, c4, c16, c32):
   ttfa_ms_p50, ttfa_ms_p99   at the client, from send (admission wait included)
   viability                  share of requests that never underrun once playing (client clock)
   underrun_s_total           playback stalls, all requests
   audio_s_per_s              audio of every request over the phase's wall time
   refused                    requests refused with RESOURCE_EXHAUSTED
+  cpu_s_per_audio_s          CPU seconds per second of audio made, per process (thinker,
+                             talker, codec, and this process: the conductor with the client)
+                             and in all: what the audio costs, and where the capacity goes
 Before measuring, each mesh serves one wave at every concurrency (warm-up: the
 deadline mesh's admission learns the deployment's rate as it would in service).
 """
@@ -40,14 +45,17 @@ def _admission(policy: str, capacity: bool = True):
                                              capacity=CapacityConfig(enabled=capacity and policy == "deadline")))
 
 
-async def _one(address: str, ids: list[int], params: dict, delay_s: float) -> dict:
+OUTPUTS = {"voice": ("text", "audio"), "all": ()}  # --outputs -> client.speech modalities
+
+
+async def _one(address: str, ids: list[int], params: dict, delay_s: float, modalities: tuple[str, ...]) -> dict:
     import grpc
 
     from client.speech import speak
 
     await asyncio.sleep(delay_s)
     try:
-        s = await speak(address, "omni", ids, params, timeout_s=600)
+        s = await speak(address, "omni", ids, params, timeout_s=600, modalities=modalities)
     except grpc.aio.AioRpcError as e:
         if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
             return {"refused": True}
@@ -57,19 +65,28 @@ async def _one(address: str, ids: list[int], params: dict, delay_s: float) -> di
             "underrun_s": sum(stalls_s(s).values()), "audio_s": s.audio_s}
 
 
-async def _phase(address: str, prompts, params: dict, delays: list[float]) -> dict:
-    t0 = time.perf_counter()
-    results = await asyncio.gather(*(_one(address, prompts[i % len(prompts)], params, d)
+async def _phase(mesh: SpeechMesh, prompts, params: dict, delays: list[float],
+                 modalities: tuple[str, ...] = OUTPUTS["voice"]) -> dict:
+    t0, cpu0 = time.perf_counter(), mesh.cpu_s()
+    results = await asyncio.gather(*(_one(mesh.address, prompts[i % len(prompts)], params, d, modalities)
                                      for i, d in enumerate(delays)))
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, mesh.cpu_s()
     done = [r for r in results if not r["refused"]]
     ttfa = sorted(r["ttfa_ms"] for r in done)
+    audio_s = sum(r["audio_s"] for r in done)
     return {"ttfa_ms_p50": statistics.median(ttfa) if ttfa else None,
             "ttfa_ms_p99": ttfa[min(len(ttfa) - 1, int(0.99 * len(ttfa)))] if ttfa else None,
             "viability": sum(r["continuous"] for r in done) / len(done) if done else None,
             "underrun_s_total": sum(r["underrun_s"] for r in done),
-            "audio_s_per_s": sum(r["audio_s"] for r in done) / wall,
-            "refused": len(results) - len(done), "requests": len(results)}
+            "audio_s_per_s": audio_s / wall,
+            "refused": len(results) - len(done), "requests": len(results),
+            "cpu_s_per_audio_s": _per_audio_s(cpu0, cpu, audio_s)}
+
+
+def _per_audio_s(before: dict[str, float], after: dict[str, float], audio_s: float) -> dict[str, float]:
+    spent = {name: after[name] - before[name] for name in after}
+    spent["all"] = sum(spent.values())
+    return {name: s / audio_s if audio_s else float("nan") for name, s in spent.items()}
 
 
 def _delays(mode: str, c: int, n: int, audio_s: float, rng: random.Random) -> list[float]:
@@ -88,13 +105,15 @@ def _merge(phases: list[dict]) -> dict:
     out = {k: statistics.median([p[k] for p in phases if p[k] is not None] or [float("nan")]) for k in keys}
     out["underrun_s_total"] = sum(p["underrun_s_total"] for p in phases)
     out["refused"] = sum(p["refused"] for p in phases)
+    out["cpu_s_per_audio_s"] = {name: statistics.median(p["cpu_s_per_audio_s"][name] for p in phases)
+                                for name in phases[0]["cpu_s_per_audio_s"]}
     out["requests"] = sum(p["requests"] for p in phases)
     return out
 
 
 def measure(ckpt: str, prompts, params: dict, concurrency: list[int], rounds: int, audio_s: float,
             modes: tuple[str, ...] = ("burst", "poisson"), capacity: bool = True,
-            ttfa_target_s: float | None = None) -> dict:
+            ttfa_target_s: float | None = None, outputs: str = "voice") -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     meshes = {p: SpeechMesh(ckpt, split_only=True, admission=_admission(p, capacity), options=(f"schedule={p}",),
@@ -106,7 +125,7 @@ def measure(ckpt: str, prompts, params: dict, concurrency: list[int], rounds: in
         warm = {**params, "max_frames": 30, "min_frames": 30}
         for c in concurrency:
             for mesh in meshes.values():
-                asyncio.run(_phase(mesh.address, prompts, warm, [0.0] * c))
+                asyncio.run(_phase(mesh, prompts, warm, [0.0] * c, OUTPUTS[outputs]))
         results = {key: {} for key in ("fcfs", "deadline", "fcfs_poisson", "deadline_poisson")}
         for mode in modes:
             for c in concurrency:
@@ -114,7 +133,7 @@ def measure(ckpt: str, prompts, params: dict, concurrency: list[int], rounds: in
                 for r in range(rounds):
                     delays = _delays(mode, c, c if mode == "burst" else max(2 * c, 4), audio_s, random.Random(r))
                     for p in (POLICIES if r % 2 == 0 else POLICIES[::-1]):  # alternate which goes first
-                        phases[p].append(asyncio.run(_phase(meshes[p].address, prompts, params, delays)))
+                        phases[p].append(asyncio.run(_phase(meshes[p], prompts, params, delays, OUTPUTS[outputs])))
                 for p in POLICIES:
                     key = p if mode == "burst" else f"{p}_poisson"
                     results[key][f"c{c}"] = _merge(phases[p])
@@ -129,7 +148,8 @@ def measure(ckpt: str, prompts, params: dict, concurrency: list[int], rounds: in
 
 def _line(r: dict) -> str:
     return (f"ttfa p50 {r['ttfa_ms_p50']:.0f} ms p99 {r['ttfa_ms_p99']:.0f} ms, viability {r['viability']:.2f}, "
-            f"underrun {r['underrun_s_total']:.2f} s, {r['audio_s_per_s']:.2f} audio s/s, refused {r['refused']}")
+            f"underrun {r['underrun_s_total']:.2f} s, {r['audio_s_per_s']:.2f} audio s/s, refused {r['refused']}; "
+            "CPU s per audio s: " + ", ".join(f"{k} {v:.3f}" for k, v in r["cpu_s_per_audio_s"].items()))
 
 
 def targets(results: dict) -> dict:
@@ -165,6 +185,9 @@ def main(argv=None) -> None:
                    help="the deadline mesh admits by max_in_flight only (scheduling alone)")
     p.add_argument("--ttfa-target-ms", type=float, default=None,
                    help="the model's ttfa_target_s, in ms (default: the model's own)")
+    p.add_argument("--outputs", choices=tuple(OUTPUTS), default="voice",
+                   help="what each client asks for: voice = text and audio (as the HTTP gateway's chat does), "
+                        "all = every output, the codec codes too")
     args = p.parse_args(argv)
     if args.quick:
         args.frames, args.concurrency, args.rounds = 50, [1, 4], 1
@@ -173,7 +196,7 @@ def main(argv=None) -> None:
     prompts = [chat_prompt(x) for x in PROMPTS]
     target_s = None if args.ttfa_target_ms is None else args.ttfa_target_ms / 1e3
     results = measure(checkpoint(args), prompts, params, args.concurrency, args.rounds, args.frames / 12.5,
-                      tuple(args.modes), capacity=not args.no_capacity, ttfa_target_s=target_s)
+                      tuple(args.modes), capacity=not args.no_capacity, ttfa_target_s=target_s, outputs=args.outputs)
     results["targets"] = targets(results)
     report(results["targets"])
     results["config"] = vars(args)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Sequence
 
 from client.connection import Connection
 from client.events import tensor_of
-from client.generate_call import Media, Message, message_proto
+from client.generate_call import GenerateCall, Media, Message
 from pipelines.qwen3_omni.graph import OUTPUT_KINDS as KINDS  # output name -> "text", "codes" or "audio"
 from pipelines.qwen3_omni.model import SAMPLE_RATE
 
@@ -79,15 +79,6 @@ def speech_event(ev, t_s: float) -> SpeechEvent | None:
     return None
 
 
-def media_message(text: str = "", audio: bytes | None = None, image: bytes | None = None,
-                  video: bytes | None = None):
-    """One user ChatMessage: the audio clip (WAV bytes), the image (PNG/JPEG bytes), the
-    video (animated GIF bytes), then the text, as the conductor's chat template lays them out."""
-    parts = [Media(kind, data) for kind, data in (("audio", audio), ("image", image), ("video", video))
-             if data is not None]
-    return message_proto(Message("user", (*parts, *([text] if text else []))))
-
-
 def _channel_of(conductor):
     """An async context giving the grpc.aio channel to call on: a caller's open channel
     as it is (it stays open: one channel serves many calls, as HTTP/2 multiplexes them),
@@ -105,26 +96,24 @@ async def speak_stream(conductor: "str | Connection | grpc.aio.Channel", model: 
                        params: dict | None = None, request_id: str = "", timeout_s: float | None = None,
                        text: str = "", audio: bytes | None = None, image: bytes | None = None,
                        video: bytes | None = None, text_only: bool = False,
-                       audio_only: bool = False) -> AsyncIterator[SpeechEvent]:
+                       audio_only: bool = False, modalities: Sequence[str] = ()) -> AsyncIterator[SpeechEvent]:
     """Yields the request's events in order; raises grpc.aio.AioRpcError on failure. The
     prompt is `input_ids` (chat-formatted ids), or `text` for the server's chat template;
     `audio` (WAV bytes), `image` (PNG/JPEG bytes) and/or `video` (animated GIF bytes) make
-    it one user message with those parts before the text. text_only: ask for text alone
-    (the model then runs no talker and no code2wav); audio_only: ask for audio alone (outputs
-    only the client would have read, such as codec codes, then stay on their services)."""
-    from protos.starmesh.v1 import conductor_pb2 as pb
+    it one user message with those parts before the text. modalities: what to send back,
+    of "text", "audio", "image" (empty: every output, codec codes included); ("text",
+    "audio") is what a voice client needs, and what the HTTP gateway's chat asks for: the
+    codes then stay on their services. text_only / audio_only add "text" / "audio" (text
+    alone: the model runs no talker and no code2wav)."""
     from protos.starmesh.v1 import conductor_pb2_grpc
 
-    if audio is None and image is None and video is None:
-        req = pb.GenerateRequest(model=model, request_id=request_id, input_ids=list(input_ids or ()), text=text)
-    else:
-        req = pb.GenerateRequest(model=model, request_id=request_id, input_ids=list(input_ids or ()),
-                                 messages=[media_message(text, audio, image, video)])
-    if text_only:
-        req.output_modalities.append(pb.Modality.Value("MODALITY_TEXT"))
-    if audio_only:
-        req.output_modalities.append(pb.Modality.Value("MODALITY_AUDIO"))
-    req.params.update(params or {})
+    wanted = tuple(dict.fromkeys((*modalities, *("text",) * text_only, *("audio",) * audio_only)))
+    parts = [Media(kind, data) for kind, data in (("audio", audio), ("image", image), ("video", video))
+             if data is not None]
+    call = GenerateCall(model, text="" if parts else text, input_ids=tuple(input_ids or ()), params=params or {},
+                        messages=(Message("user", (*parts, *([text] if text else []))),) if parts else (),
+                        output_modalities=wanted, request_id=request_id)  # checks the modalities
+    req = call.to_proto()
     t0 = time.perf_counter()
     async with _channel_of(conductor) as channel:
         async for batch in conductor_pb2_grpc.ConductorStub(channel).GenerateBatches(req, timeout=timeout_s):

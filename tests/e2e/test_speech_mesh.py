@@ -74,6 +74,18 @@ def test_a_request_asks_for_a_smaller_first_chunk(model, mesh, tiny_omni):
         run(speak(mesh.conductor.address, model, chat_prompt("hi"), {**PARAMS, "first_chunk": -1}))
 
 
+@pytest.mark.parametrize("model", ["omni", "omni-colo"])
+def test_a_voice_request_gets_the_text_and_audio_and_no_codes(model, mesh, expected):
+    """modalities text + audio, as a voice client (and the HTTP gateway's chat) asks: the
+    same text and audio, bit for bit; the codec codes stay on the services."""
+    ref = expected[2]
+    summary = run(speak(mesh.conductor.address, model, chat_prompt(PROMPTS[2]), PARAMS, modalities=("text", "audio")))
+    assert summary.text_ids == ref.text_ids and summary.codec_codes == []
+    assert torch.equal(torch.cat(summary.chunks), ref.audio)
+    with pytest.raises(ValueError, match=r"output_modalities\[1\] is 'codes'"):
+        run(speak(mesh.conductor.address, model, chat_prompt(PROMPTS[2]), PARAMS, modalities=("audio", "codes")))
+
+
 def test_concurrent_streaming_requests_get_their_solo_results(mesh, expected):
     """Half the requests share one open channel (speak leaves it open), half dial their own."""
     from client.connection import Connection
