@@ -13,7 +13,8 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from engine.sampler import Sampler, processed_logits, repetition_penalty, seeded_generator, top_k_filter, top_p_filter
+from engine.sampler import (Sampler, processed_greedy, processed_logits, repetition_penalty, seeded_generator,
+                            top_k_filter, top_p_filter)
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 
@@ -193,3 +194,31 @@ def test_processed_logits_equal_the_plain_computation_at_every_step(suppress, eo
         if t is None or seq.is_finished:
             break
         seq.append_token(t)
+
+
+_greedy_seq = st.fixed_dictionaries({
+    "suppress": st.sampled_from([(), (0, 7, 9), tuple(range(10, 40))]), "eos": st.lists(st.integers(0, V - 1), max_size=2),
+    "min_new": st.integers(0, 3), "penalty": st.sampled_from([1.0, 1.05, 2.0]), "prompt_too": st.booleans(),
+    "outputs": st.lists(st.integers(0, V - 1), max_size=5)})
+
+
+@settings(max_examples=60, deadline=None)
+@given(specs=st.lists(_greedy_seq, min_size=1, max_size=6), seed=st.integers(0, 50))
+def test_greedy_rows_processed_together_equal_each_row_alone(specs, seed):
+    """The batch's penalties and suppression in a few writes give every row's own logits bit
+    for bit, and the sampler's tokens are their argmaxes, plain greedy rows mixed in."""
+    seqs = []
+    for i, spec in enumerate(specs):
+        seq = Sequence(f"r{i}", [1, 2, 3], SamplingParams(
+            max_new_tokens=64, suppress_token_ids=spec["suppress"], eos_token_ids=tuple(spec["eos"]),
+            min_new_tokens=spec["min_new"], repetition_penalty=spec["penalty"], penalize_prompt=spec["prompt_too"]),
+            0, 1000, V)
+        for t in spec["outputs"]:
+            if not seq.is_finished:
+                seq.append_token(t)
+        seqs.append(seq)
+    rows = randn(len(seqs), V, seed=seed)
+    together = processed_greedy(rows, seqs)
+    for r, seq in enumerate(seqs):
+        assert torch.equal(together[r], _reference_logits(rows[r], seq)), r
+    assert Sampler()(rows, seqs) == [int(_reference_logits(rows[r], s).argmax()) for r, s in enumerate(seqs)]
