@@ -3,7 +3,8 @@
     python -m bench.speech_stalls [--concurrency 16] [--rounds 3] [--schedule deadline] [--json PATH]
 
 The split speech mesh (bench.speech_mesh, admission by max_in_flight only) serves a warm-up
-wave, then `--rounds` bursts of C requests at once. For each burst, with playback starting
+wave, then `--rounds` bursts of C requests at once, each client asking for text and audio
+(`--outputs all`: the codes too). For each burst, with playback starting
 when a stream's first chunk arrives and a late chunk stalling it until it arrives:
   stalls_ms[k]     the stalls before chunk k, over the burst's streams (k = 1: the second chunk)
   gap01_ms         each stream's arrival of chunk 1 minus chunk 0, against
@@ -23,10 +24,11 @@ from bench.output import write_json
 PARAMS = {"max_new_tokens": 32, "max_frames": 129, "min_frames": 129}
 
 
-async def burst(address: str, prompts: list, n: int, params: dict) -> list:
+async def burst(address: str, prompts: list, n: int, params: dict, modalities: tuple[str, ...]) -> list:
     from client.speech import speak
 
-    return await asyncio.gather(*(speak(address, "omni", prompts[i % len(prompts)], params, timeout_s=600)
+    return await asyncio.gather(*(speak(address, "omni", prompts[i % len(prompts)], params, timeout_s=600,
+                                        modalities=modalities)
                                   for i in range(n)))
 
 
@@ -44,17 +46,20 @@ def round_figures(summaries: list, sample_rate: int) -> dict:
             "ttfa_ms": sorted(s.ttfa_ms for s in summaries)}
 
 
-def measure(checkpoint: str, prompts: list, concurrency: int, rounds: int, schedule: str) -> dict:
+def measure(checkpoint: str, prompts: list, concurrency: int, rounds: int, schedule: str,
+            outputs: str = "voice") -> dict:
     from bench.speech_mesh import SpeechMesh
-    from bench.speech_policies import _admission
+    from bench.speech_policies import OUTPUTS, _admission
     from client.speech import SAMPLE_RATE
 
     out = {"concurrency": concurrency, "schedule": schedule, "rounds": []}
     with SpeechMesh(checkpoint, split_only=True, admission=_admission(schedule, False),
                     options=(f"schedule={schedule}",)) as mesh:
-        asyncio.run(burst(mesh.address, prompts, concurrency, {**PARAMS, "max_frames": 30, "min_frames": 30}))
+        asyncio.run(burst(mesh.address, prompts, concurrency, {**PARAMS, "max_frames": 30, "min_frames": 30},
+                          OUTPUTS[outputs]))
         for r in range(rounds):
-            got = round_figures(asyncio.run(burst(mesh.address, prompts, concurrency, PARAMS)), SAMPLE_RATE)
+            got = round_figures(asyncio.run(burst(mesh.address, prompts, concurrency, PARAMS, OUTPUTS[outputs])),
+                                SAMPLE_RATE)
             out["rounds"].append(got)
             stalls = {k: [round(x) for x in v] for k, v in got["stalls_ms"].items()}
             print(f"round {r}: ttfa {got['ttfa_ms'][0]:.0f}..{got['ttfa_ms'][-1]:.0f} ms, chunk 0 holds "
@@ -72,11 +77,13 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--schedule", choices=("deadline", "fcfs"), default="deadline")
     p.add_argument("--checkpoint", metavar="DIR")
+    p.add_argument("--outputs", choices=("voice", "all"), default="voice",
+                   help="voice: the clients ask for text and audio (bench.speech_policies); all: the codes too")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     results = measure(checkpoint(args), [chat_prompt(x) for x in PROMPTS], args.concurrency, args.rounds,
-                      args.schedule)
+                      args.schedule, args.outputs)
     write_json(args.json, results)
     return 0
 

@@ -3,7 +3,8 @@
     python -m bench.speech_timeline [--concurrency C] [--json PATH]
 
 The split speech mesh (thinker | talker | codec, bench.speech_mesh; deadline scheduling)
-exports every process's spans to a local trace store. One request alone (the baseline),
+exports every process's spans to a local trace store; clients ask for text and audio
+(`--outputs all`: the codes too). One request alone (the baseline),
 then a burst of C at once. For each request, in ms from its send (the spans' wall clock):
   admitted                     the conductor's request span starts (past admission)
   prefill_start, prefill_end   the thinker's prefill run
@@ -62,7 +63,8 @@ def wait_marks(store, request_id: str, sent_s: float, ttfa_ms: float, timeout_s:
         time.sleep(0.2)
 
 
-async def wave(address: str, prompts: list, tag: str, n: int, shared: bool = False) -> tuple[float, list]:
+async def wave(address: str, prompts: list, tag: str, n: int, shared: bool = False,
+               modalities: tuple[str, ...] = ("text", "audio")) -> tuple[float, list]:
     """n requests at once; shared: on one open channel (as a gateway holds one), else a
     channel per request (client.speech's default for an address)."""
     from client.connection import Connection
@@ -73,25 +75,28 @@ async def wave(address: str, prompts: list, tag: str, n: int, shared: bool = Fal
             await to.channel_ready()
         sent = time.time()
         got = await asyncio.gather(*(speak(to, "omni", prompts[i % len(prompts)], PARAMS, request_id=f"{tag}-{i}",
+                                           modalities=modalities,
                                            timeout_s=600) for i in range(n)))
     return sent, got
 
 
-def measure(checkpoint: str, prompts: list, concurrency: int, shared: bool = False) -> dict:
+def measure(checkpoint: str, prompts: list, concurrency: int, shared: bool = False,
+            outputs: str = "voice") -> dict:
     from bench.speech_mesh import SpeechMesh
-    from bench.speech_policies import _admission
+    from bench.speech_policies import OUTPUTS, _admission
     from bench.trace_store_proc import TraceStoreProcess
     from runtime.telemetry import TRACE_STORE_ENV, Telemetry
 
+    wanted = OUTPUTS[outputs]
     store = TraceStoreProcess()
     os.environ[TRACE_STORE_ENV] = store.otlp  # the service processes inherit it
     telemetry = Telemetry("conductor", environ={TRACE_STORE_ENV: store.otlp})
     try:
         with SpeechMesh(checkpoint, split_only=True, admission=_admission("deadline", False),
                         options=("schedule=deadline",), telemetry=telemetry) as mesh:
-            asyncio.run(wave(mesh.address, prompts, "warm", concurrency, shared))
-            alone_sent, alone = asyncio.run(wave(mesh.address, prompts, "alone", 1, shared))
-            burst_sent, burst = asyncio.run(wave(mesh.address, prompts, "burst", concurrency, shared))
+            asyncio.run(wave(mesh.address, prompts, "warm", concurrency, shared, wanted))
+            alone_sent, alone = asyncio.run(wave(mesh.address, prompts, "alone", 1, shared, wanted))
+            burst_sent, burst = asyncio.run(wave(mesh.address, prompts, "burst", concurrency, shared, wanted))
         one = wait_marks(store, "alone-0", alone_sent, alone[0].ttfa_ms)
         many = [wait_marks(store, f"burst-{i}", burst_sent, s.ttfa_ms) for i, s in enumerate(burst)]
     finally:
@@ -114,10 +119,13 @@ def main(argv=None) -> int:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--checkpoint", metavar="DIR")
     p.add_argument("--shared-channel", action="store_true", help="every request of a wave on one open channel")
+    p.add_argument("--outputs", choices=("voice", "all"), default="voice",
+                   help="voice: the clients ask for text and audio (bench.speech_policies); all: the codes too")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    results = measure(checkpoint(args), [chat_prompt(x) for x in PROMPTS], args.concurrency, args.shared_channel)
+    results = measure(checkpoint(args), [chat_prompt(x) for x in PROMPTS], args.concurrency, args.shared_channel,
+                      args.outputs)
     print(f"{'ms from send':14s} {'alone':>8s} {'burst p50':>10s} {'burst max':>10s}")
     for mark in MARKS:
         print(f"{mark:14s} {results['alone'][mark]:8.0f} {results[f'{mark}_ms_median']:10.0f} "

@@ -197,7 +197,8 @@ def test_processed_logits_equal_the_plain_computation_at_every_step(suppress, eo
 
 
 _greedy_seq = st.fixed_dictionaries({
-    "suppress": st.sampled_from([(), (0, 7, 9), tuple(range(10, 40))]), "eos": st.lists(st.integers(0, V - 1), max_size=2),
+    "suppress": st.sampled_from([(), (0, 7, 9), tuple(range(10, 40))]),
+    "eos": st.lists(st.integers(0, V - 1), max_size=2),
     "min_new": st.integers(0, 3), "penalty": st.sampled_from([1.0, 1.05, 2.0]), "prompt_too": st.booleans(),
     "outputs": st.lists(st.integers(0, V - 1), max_size=5)})
 
