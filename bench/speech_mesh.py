@@ -25,6 +25,16 @@ from client.speech import SAMPLE_RATE
 # initial_codec_chunk_frames.
 CHUNK, LEFT, FIRST = 25, 25, 4
 SERVICES = ("thinker", "talker", "codec", "talker+codec")
+# What the benchmarks' clients ask for (--outputs -> client.speech modalities): voice = text
+# and audio, as a voice client and the HTTP gateway's chat; all = every output, the codes too.
+OUTPUTS = {"voice": ("text", "audio"), "all": ()}
+
+
+def add_outputs_option(parser) -> None:
+    """--outputs of a speech benchmark (an OUTPUTS key; default voice)."""
+    parser.add_argument("--outputs", choices=tuple(OUTPUTS), default="voice",
+                        help="what each client asks for: voice = text and audio (as the HTTP gateway's chat "
+                             "does), all = every output, the codec codes too")
 
 
 class SpeechMesh:

@@ -32,7 +32,7 @@ import statistics
 import time
 
 from bench.output import write_json
-from bench.speech_mesh import SpeechMesh, stalls_s, viability
+from bench.speech_mesh import OUTPUTS, SpeechMesh, add_outputs_option, stalls_s, viability
 
 POLICIES = ("fcfs", "deadline")
 
@@ -43,9 +43,6 @@ def _admission(policy: str, capacity: bool = True):
 
     return Admission(default=AdmissionConfig(max_in_flight=64, max_waiting=128,
                                              capacity=CapacityConfig(enabled=capacity and policy == "deadline")))
-
-
-OUTPUTS = {"voice": ("text", "audio"), "all": ()}  # --outputs -> client.speech modalities
 
 
 async def _one(address: str, ids: list[int], params: dict, delay_s: float, modalities: tuple[str, ...]) -> dict:
@@ -185,9 +182,7 @@ def main(argv=None) -> None:
                    help="the deadline mesh admits by max_in_flight only (scheduling alone)")
     p.add_argument("--ttfa-target-ms", type=float, default=None,
                    help="the model's ttfa_target_s, in ms (default: the model's own)")
-    p.add_argument("--outputs", choices=tuple(OUTPUTS), default="voice",
-                   help="what each client asks for: voice = text and audio (as the HTTP gateway's chat does), "
-                        "all = every output, the codec codes too")
+    add_outputs_option(p)
     args = p.parse_args(argv)
     if args.quick:
         args.frames, args.concurrency, args.rounds = 50, [1, 4], 1

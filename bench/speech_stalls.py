@@ -48,8 +48,8 @@ def round_figures(summaries: list, sample_rate: int) -> dict:
 
 def measure(checkpoint: str, prompts: list, concurrency: int, rounds: int, schedule: str,
             outputs: str = "voice") -> dict:
-    from bench.speech_mesh import SpeechMesh
-    from bench.speech_policies import OUTPUTS, _admission
+    from bench.speech_mesh import OUTPUTS, SpeechMesh
+    from bench.speech_policies import _admission
     from client.speech import SAMPLE_RATE
 
     out = {"concurrency": concurrency, "schedule": schedule, "rounds": []}
@@ -70,6 +70,7 @@ def measure(checkpoint: str, prompts: list, concurrency: int, rounds: int, sched
 
 def main(argv=None) -> int:
     from bench.speech import PROMPTS, checkpoint
+    from bench.speech_mesh import add_outputs_option
     from engine.checkpoints.tiny_omni import chat_prompt
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,8 +78,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--schedule", choices=("deadline", "fcfs"), default="deadline")
     p.add_argument("--checkpoint", metavar="DIR")
-    p.add_argument("--outputs", choices=("voice", "all"), default="voice",
-                   help="voice: the clients ask for text and audio (bench.speech_policies); all: the codes too")
+    add_outputs_option(p)
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

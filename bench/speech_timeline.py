@@ -63,10 +63,11 @@ def wait_marks(store, request_id: str, sent_s: float, ttfa_ms: float, timeout_s:
         time.sleep(0.2)
 
 
-async def wave(address: str, prompts: list, tag: str, n: int, shared: bool = False,
-               modalities: tuple[str, ...] = ("text", "audio")) -> tuple[float, list]:
-    """n requests at once; shared: on one open channel (as a gateway holds one), else a
-    channel per request (client.speech's default for an address)."""
+async def wave(address: str, prompts: list, tag: str, n: int, modalities: tuple[str, ...],
+               shared: bool = False) -> tuple[float, list]:
+    """n requests at once, asking for `modalities` (bench.speech_mesh.OUTPUTS); shared: on
+    one open channel (as a gateway holds one), else a channel per request (client.speech's
+    default for an address)."""
     from client.connection import Connection
     from client.speech import speak
 
@@ -82,8 +83,8 @@ async def wave(address: str, prompts: list, tag: str, n: int, shared: bool = Fal
 
 def measure(checkpoint: str, prompts: list, concurrency: int, shared: bool = False,
             outputs: str = "voice") -> dict:
-    from bench.speech_mesh import SpeechMesh
-    from bench.speech_policies import OUTPUTS, _admission
+    from bench.speech_mesh import OUTPUTS, SpeechMesh
+    from bench.speech_policies import _admission
     from bench.trace_store_proc import TraceStoreProcess
     from runtime.telemetry import TRACE_STORE_ENV, Telemetry
 
@@ -94,9 +95,9 @@ def measure(checkpoint: str, prompts: list, concurrency: int, shared: bool = Fal
     try:
         with SpeechMesh(checkpoint, split_only=True, admission=_admission("deadline", False),
                         options=("schedule=deadline",), telemetry=telemetry) as mesh:
-            asyncio.run(wave(mesh.address, prompts, "warm", concurrency, shared, wanted))
-            alone_sent, alone = asyncio.run(wave(mesh.address, prompts, "alone", 1, shared, wanted))
-            burst_sent, burst = asyncio.run(wave(mesh.address, prompts, "burst", concurrency, shared, wanted))
+            asyncio.run(wave(mesh.address, prompts, "warm", concurrency, wanted, shared))
+            alone_sent, alone = asyncio.run(wave(mesh.address, prompts, "alone", 1, wanted, shared))
+            burst_sent, burst = asyncio.run(wave(mesh.address, prompts, "burst", concurrency, wanted, shared))
         one = wait_marks(store, "alone-0", alone_sent, alone[0].ttfa_ms)
         many = [wait_marks(store, f"burst-{i}", burst_sent, s.ttfa_ms) for i, s in enumerate(burst)]
     finally:
@@ -113,14 +114,14 @@ def measure(checkpoint: str, prompts: list, concurrency: int, shared: bool = Fal
 
 def main(argv=None) -> int:
     from bench.speech import PROMPTS, checkpoint
+    from bench.speech_mesh import add_outputs_option
     from engine.checkpoints.tiny_omni import chat_prompt
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--checkpoint", metavar="DIR")
     p.add_argument("--shared-channel", action="store_true", help="every request of a wave on one open channel")
-    p.add_argument("--outputs", choices=("voice", "all"), default="voice",
-                   help="voice: the clients ask for text and audio (bench.speech_policies); all: the codes too")
+    add_outputs_option(p)
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -40,11 +40,10 @@ class Sampler:
         # and one device sync; only sampled rows go one by one.
         plain = [i for i, s in enumerate(seqs) if s.params.greedy and not s.params.needs_logit_processing]
         penalized = [i for i, s in enumerate(seqs) if s.params.greedy and s.params.needs_logit_processing]
-        for rows, values in ((plain, logits[plain]), (penalized, processed_greedy(logits[penalized],
-                                                                                  [seqs[i] for i in penalized]))):
-            if rows:
-                for i, t in zip(rows, values.argmax(dim=-1).tolist()):
-                    out[i] = t
+        if plain:
+            _argmax_into(out, plain, logits[plain])
+        if penalized:
+            _argmax_into(out, penalized, processed_greedy(logits[penalized], [seqs[i] for i in penalized]))
         for i, seq in enumerate(seqs):
             if not seq.params.greedy:
                 out[i] = self._sample_row(logits[i], seq)
@@ -67,6 +66,12 @@ class Sampler:
         return self.draw(processed_logits(row, seq), seq.params.seed, seq.num_output_tokens)
 
 
+def _argmax_into(out: list[int], rows: list[int], values: torch.Tensor) -> None:
+    """out[rows[k]] = argmax of values[k] ([len(rows), V]), with one device sync."""
+    for i, t in zip(rows, values.argmax(dim=-1).tolist()):
+        out[i] = t
+
+
 def processed_logits(row: torch.Tensor, seq: Sequence) -> torch.Tensor:
     """The logits a row is sampled from: penalties, and for sampled requests temperature,
     top-k and top-p (greedy takes the argmax of the penalized logits, as HF does).
@@ -81,10 +86,9 @@ def processed_logits(row: torch.Tensor, seq: Sequence) -> torch.Tensor:
         idx = seq.ids_tensor(with_prompt=p.penalize_prompt).to(row.device)
         if len(idx):
             out[idx] = repetition_penalty_values(row[idx], p.repetition_penalty) / temperature
-    early = seq.num_output_tokens < p.min_new_tokens
-    if p.suppress_token_ids or (early and p.eos_token_ids):  # suppressed ids, and EOS ids before min_new_tokens
-        suppressed = _id_index(p.suppress_token_ids, p.eos_token_ids if early else (), row.device)
-        out.index_fill_(0, suppressed, float("-inf"))
+    ids, more = _suppressed(seq)
+    if ids or more:
+        out.index_fill_(0, _id_index(ids, more, row.device), float("-inf"))
     if p.greedy:
         return out
     return top_p_filter(top_k_filter(out, p.top_k), p.top_p)
@@ -105,18 +109,23 @@ def processed_greedy(rows: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         row_of = torch.cat([torch.full((len(ids),), r, dtype=torch.long) for r, ids, _ in seen]).to(rows.device)
         col = torch.cat([ids for _, ids, _ in seen]).to(rows.device)  # [n] seen ids, row by row
         penalty = torch.cat([torch.full((len(ids),), p, dtype=rows.dtype) for _, ids, p in seen]).to(rows.device)
-        values = rows[row_of, col]
-        out[row_of, col] = torch.where(values < 0, values * penalty, values / penalty)
+        out[row_of, col] = repetition_penalty_values(rows[row_of, col], penalty)
     groups: dict[tuple, list[int]] = {}
     for r, s in enumerate(seqs):
-        p = s.params
-        more = p.eos_token_ids if s.num_output_tokens < p.min_new_tokens else ()
-        if p.suppress_token_ids or more:
-            groups.setdefault((p.suppress_token_ids, more), []).append(r)
+        key = _suppressed(s)
+        if key[0] or key[1]:
+            groups.setdefault(key, []).append(r)
     for (ids, more), members in groups.items():
         index = _id_index(ids, more, rows.device)
         out[torch.tensor(members, device=rows.device)[:, None], index[None, :]] = float("-inf")
     return out
+
+
+def _suppressed(seq: Sequence) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The ids a row's logits are -inf at: its suppressed ids, and its EOS ids while it has
+    fewer than min_new_tokens outputs."""
+    p = seq.params
+    return p.suppress_token_ids, p.eos_token_ids if seq.num_output_tokens < p.min_new_tokens else ()
 
 
 @functools.lru_cache(maxsize=64)
