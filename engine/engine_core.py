@@ -26,9 +26,13 @@ from engine.batch import ScheduledBatch
 from engine.engine_config import EngineConfig
 from engine.model_runner import ForwardOutput, ModelRunner
 from engine.sampler import Sampler
+from engine.kv_pool import IntegrityError
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.scheduler import PARKED, Scheduler
 from engine.sequence import Sequence
+
+
+CREDIT = "credit"  # a park reason: the service holds the request (its output credit is spent)
 
 
 class EngineCore(ABC):
@@ -40,6 +44,9 @@ class EngineCore(ABC):
         self.sampler = Sampler()
         self._arrivals = itertools.count()
         self.paces: dict[str, Pace] = {}  # request id -> when its outputs are due (until abort)
+        # request id -> why it is parked: the engine's own reason (waiting for an input) and
+        # the service's (an output's credit is spent); it runs again once none is left.
+        self.holds: dict[str, set[str]] = {}
         self.num_steps = 0
         self.forward_s = 0.0  # time inside the model forward (the rest of a step is engine overhead)
 
@@ -61,6 +68,8 @@ class EngineCore(ABC):
                        self.model.config.vocab_size, prompt_embeds, media)
         seq.pace = self.paces.get(request_id)
         self.scheduler.add(seq)
+        if self.holds.get(request_id):  # parked by its service before it started
+            self.scheduler.park(request_id)
         return seq
 
     def set_pace(self, request_id: str, pace: Pace) -> None:
@@ -87,13 +96,30 @@ class EngineCore(ABC):
     def abort(self, request_id: str) -> None:
         """Frees the request's blocks; an unknown or finished request is a no-op."""
         self.paces.pop(request_id, None)
+        self.holds.pop(request_id, None)
         self.scheduler.abort(request_id)
 
-    def park(self, request_id: str) -> None:
-        self.scheduler.park(request_id)
+    def park(self, request_id: str, reason: str = "engine") -> None:
+        """The request sits steps out (keeping its KV) until unparked for every reason
+        it was parked for; NotFound for a request the engine never saw (for its own reason)."""
+        if reason == "engine" or self.scheduler.find(request_id) is not None:
+            self.scheduler.park(request_id)
+        elif not self._is_pending(request_id):
+            return  # it finished (its last output spent the credit): nothing left to hold
+        self.holds.setdefault(request_id, set()).add(reason)
 
-    def unpark(self, request_id: str) -> None:
-        self.scheduler.unpark(request_id)
+    def _is_pending(self, request_id: str) -> bool:
+        """Known to the engine but not started (no sequence yet); none in the base engine."""
+        return False
+
+    def unpark(self, request_id: str, reason: str = "engine") -> None:
+        held = self.holds.get(request_id, set())
+        held.discard(reason)
+        if held:
+            return  # still parked for another reason
+        self.holds.pop(request_id, None)
+        if reason == "engine" or self.scheduler.find(request_id) is not None:
+            self.scheduler.unpark(request_id)
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -121,3 +147,9 @@ class EngineCore(ABC):
 
     def check_integrity(self) -> None:
         self.scheduler.check_integrity()
+        for request_id, reasons in self.holds.items():
+            seq = self.scheduler.find(request_id)
+            if not reasons or (seq is None and not self._is_pending(request_id)):
+                raise IntegrityError(f"request {request_id!r} is held for {sorted(reasons)} but not in the engine")
+            if seq is not None and seq.status is not PARKED:
+                raise IntegrityError(f"request {request_id!r} is held for {sorted(reasons)} but {seq.status}")

@@ -7,7 +7,10 @@ schedule -> run -> postprocess:
     schedule     the most urgent queued item fixes the batch key (config.policy: least
                  slack first, an item without a deadline aging into urgency; fcfs: the
                  oldest); up to `max_batch_size` items with the same key join it, most
-                 urgent first (so no key starves: every item's slack falls as it waits);
+                 urgent first (so no key starves: every item's slack falls as it waits),
+                 their weights summing to at most `max_batch_weight` (the first always
+                 runs: a bound on how long one batch holds the engine, since a running
+                 batch is never preempted by a more urgent item);
     run          `run_batch(items)` -> one output per item, in order;
     postprocess  one WorkResult per item. If the batch raises, each item is retried alone
                  so one bad item fails only its own request.
@@ -31,11 +34,14 @@ class StatelessConfig:
     max_batch_size: int = 8
     max_queued: int = 1024  # add() refuses beyond this many queued items (can_add() says so first)
     policy: SlackPolicy = field(default_factory=SlackPolicy)
+    max_batch_weight: int | None = None  # items' weights a batch sums to at most; None: no bound
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.max_queued < 1:
             raise ValueError(f"StatelessConfig: max_batch_size ({self.max_batch_size}) and max_queued "
                              f"({self.max_queued}) must be >= 1")
+        if self.max_batch_weight is not None and self.max_batch_weight < 1:
+            raise ValueError(f"StatelessConfig: max_batch_weight must be >= 1 or None, got {self.max_batch_weight}")
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class WorkItem:
     tag: Any = None   # carried to the result untouched (e.g. the node run it answers)
     pace: Pace | None = None  # when its output is due (its item 0); None: no media deadline
     queued_s: float = field(default_factory=time.time)
+    weight: int = 1   # what it adds to a batch's work (e.g. a codec window's frames), >= 1
 
 
 @dataclass(frozen=True)
@@ -117,9 +124,20 @@ class StatelessEngine:
         same = [i for i in self.queue if i.key == key]
         if not policy.is_fcfs:
             same.sort(key=slack)  # stable: equal slack keeps queue order
-        batch = same[:self.config.max_batch_size]
+        batch = self._fill(same)
         taken = {id(i) for i in batch}
         self.queue = deque(i for i in self.queue if id(i) not in taken)
+        return batch
+
+    def _fill(self, candidates: list[WorkItem]) -> list[WorkItem]:
+        """The leading candidates within max_batch_size and max_batch_weight (at least one)."""
+        limit = self.config.max_batch_weight
+        batch, weight = [], 0
+        for item in candidates[:self.config.max_batch_size]:
+            weight += item.weight
+            if batch and limit is not None and weight > limit:
+                break
+            batch.append(item)
         return batch
 
     def _run(self, batch: list[WorkItem]) -> list[WorkResult]:

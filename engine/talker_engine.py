@@ -108,6 +108,9 @@ class TalkerEngine(EngineCore):
     def has_work(self) -> bool:
         return bool(self._failed) or super().has_work()
 
+    def _is_pending(self, request_id: str) -> bool:
+        return request_id in self.requests  # waiting for the rows it starts on
+
     def _get(self, request_id: str) -> TalkerRequest:
         req = self.requests.get(request_id)
         if req is None:

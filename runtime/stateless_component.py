@@ -35,6 +35,10 @@ class StatelessComponent:
         """Outputs (port -> tensor) for each payload of one batch, in order."""
         raise NotImplementedError
 
+    def weight(self, key: Hashable, payload: Any) -> int:
+        """What a payload adds to a batch's work (StatelessConfig.max_batch_weight bounds the sum)."""
+        return 1
+
     # ---- the component protocol (runtime.component) ------------------------------
 
     def open(self, item: OpenNode, inputs: dict[str, Any]) -> None:
@@ -43,7 +47,8 @@ class StatelessComponent:
         key, payload = self.prepare(item, inputs)
         if not self.engine.can_add():
             raise ResourceExhausted(f"open: the {self.name} queue is full ({self.engine.num_queued} items)")
-        self.engine.add(WorkItem(item.request_id, key, payload, tag=item, pace=item.pace))
+        self.engine.add(WorkItem(item.request_id, key, payload, tag=item, pace=item.pace,
+                                 weight=self.weight(key, payload)))
 
     def push(self, item, tensors) -> None:
         raise InvalidArgument(f"push.node {item.node!r}: the {self.name} component takes no streamed input")

@@ -2,11 +2,18 @@
 
 open() validates the window and queues it on the stateless engine; each step() decodes
 one batch of windows of equal length (chunks of different requests batched together)
-and answers each with NodeOutput {"audio": float32 [S]} then NodeDone. A window is
-`codes` [T, Q] (frames first: streamed parts arrive concatenated along dim 0) whose
-first `chunk.num_context` frames are left context: decoded, but their audio dropped.
-`chunk.num_pad` is not used: the model is causal, so padding frames would not change
-the real frames' audio and are simply not decoded.
+and answers each with NodeOutput {"audio": float32 [S]} then NodeDone.
+
+A batch holds at most `max_batch_frames` frames (its windows' T summed; one window
+always fits). On CPU a window of 50 frames costs as much alone as in a batch of 8 (the
+activations outgrow the caches), so a big batch only holds the engine longer while an
+urgent first window waits behind it; short first windows still batch (4 frames: half
+the cost each in a batch of 8).
+
+A window is `codes` [T, Q] (frames first: streamed parts arrive concatenated along
+dim 0) whose first `chunk.num_context` frames are left context: decoded, but their
+audio dropped. `chunk.num_pad` is not used: the model is causal, so padding frames
+would not change the real frames' audio and are simply not decoded.
 """
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ if TYPE_CHECKING:
     from engine.models.qwen3_omni.code2wav import Code2Wav
 
 NODE = "code2wav"
+MAX_BATCH_FRAMES = 64  # a batch's frames (bench: python -m bench.codec_batch)
 
 
 @dataclass(frozen=True)
@@ -48,14 +56,18 @@ class CodecComponent(StatelessComponent):
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str, dtype: str | None = None, device: str = "cpu",
-                        max_batch_size: int = 8, max_queued: int = 1024,
-                        schedule: str = "deadline") -> "CodecComponent":
-        """The code2wav of a Qwen3-Omni checkpoint; dtype defaults to the checkpoint's."""
+                        max_batch_size: int = 8, max_queued: int = 1024, schedule: str = "deadline",
+                        max_batch_frames: int | None = None) -> "CodecComponent":
+        """The code2wav of a Qwen3-Omni checkpoint; dtype defaults to the checkpoint's;
+        max_batch_frames: None is MAX_BATCH_FRAMES."""
         from engine.models.qwen3_omni.code2wav import Code2Wav
 
+        frames = MAX_BATCH_FRAMES if max_batch_frames is None else max_batch_frames
+        if not isinstance(frames, int) or isinstance(frames, bool) or frames < 1:
+            raise InvalidArgument(f"max_batch_frames must be an integer >= 1, got {frames!r}")
         model = Code2Wav.from_checkpoint(checkpoint, dtype=dtype, device=device)
         return cls(model, StatelessConfig(max_batch_size=max_batch_size, max_queued=max_queued,
-                                          policy=SlackPolicy(schedule)))
+                                          policy=SlackPolicy(schedule), max_batch_weight=frames))
 
     def prepare(self, item: OpenNode, inputs: dict[str, torch.Tensor]) -> tuple[int, Window]:
         """(window length T, the window); InvalidArgument naming the field for a bad window."""
@@ -80,6 +92,9 @@ class CodecComponent(StatelessComponent):
             raise InvalidArgument(f"open.inputs[codes]: values must be in [0, {config.codebook_size}), "
                                   f"got [{low}, {high}]")
         return codes.shape[0], Window(codes.to(torch.int64), num_context)
+
+    def weight(self, key: int, payload: Window) -> int:
+        return key  # the window's frames
 
     def run(self, key: int, payloads: list[Window]) -> list[dict[str, torch.Tensor]]:
         """One forward over the batch: codes [B, T, Q] -> per window {"audio": float32 [S]}."""

@@ -29,7 +29,8 @@ def has_code2wav(checkpoint: str) -> bool:
 
 
 def codec_from_checkpoint(checkpoint: str, dtype: str | None = None, device: str = "cpu", max_batch_size: int = 8,
-                          max_queued: int = 1024, schedule: str = "deadline"):
+                          max_queued: int = 1024, schedule: str = "deadline", max_batch_frames: int | None = None):
+    """max_batch_frames: code2wav's (None: its default); SNAC's windows are all one size."""
     from services.codec.component import CodecComponent
 
     snac, code2wav = snac_dir(checkpoint), has_code2wav(checkpoint)
@@ -39,7 +40,7 @@ def codec_from_checkpoint(checkpoint: str, dtype: str | None = None, device: str
                                   "here or under snac/) nor a Qwen3-Omni code2wav")
         return CodecComponent.from_checkpoint(checkpoint, dtype=dtype, device=device,
                                               max_batch_size=max_batch_size, max_queued=max_queued,
-                                              schedule=schedule)
+                                              schedule=schedule, max_batch_frames=max_batch_frames)
     from services.codec.snac_component import SnacComponent
 
     component = SnacComponent.from_checkpoint(snac, device=device, max_batch_size=max(16, max_batch_size),
@@ -49,5 +50,5 @@ def codec_from_checkpoint(checkpoint: str, dtype: str | None = None, device: str
     from runtime.colocated import Colocated
 
     codec = CodecComponent.from_checkpoint(checkpoint, dtype=dtype, device=device, max_batch_size=max_batch_size,
-                                           max_queued=max_queued, schedule=schedule)
+                                           max_queued=max_queued, schedule=schedule, max_batch_frames=max_batch_frames)
     return Colocated([codec, component], name="codec")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.engine_core import CREDIT
 from engine.engine_load import scheduler_load
 from engine.llm_engine import EngineConfig
 from engine.models.qwen3_omni.params import TalkerParams
@@ -116,6 +117,16 @@ class TalkerComponent:
     def cancel(self, request_id: str) -> None:
         self.runs.pop(request_id, None)
         self.engine.abort(request_id)
+
+    def park(self, request_id: str, node: str, iteration: tuple[int, ...]) -> None:
+        """The run's output credit is spent or its routed window is full: it sits steps
+        out (keeping its KV) until resumed (runtime.backpressure)."""
+        if request_id in self.runs:
+            self.engine.park(request_id, CREDIT)
+
+    def resume(self, request_id: str, node: str, iteration: tuple[int, ...]) -> None:
+        if request_id in self.runs:
+            self.engine.unpark(request_id, CREDIT)
 
     def repace(self, request_id: str, origin_s: float) -> None:
         self.engine.repace(request_id, origin_s)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.engine_core import CREDIT
 from engine.engine_load import scheduler_load
 from engine.llm_engine import EngineConfig, LLMEngine
 from engine.sampling_params import TextParams
@@ -129,6 +130,16 @@ class ThinkerComponent:
 
     def push(self, item, tensors) -> None:
         raise InvalidArgument(f"push.node {item.node!r}: the thinker takes no streamed input")
+
+    def park(self, request_id: str, node: str, iteration: tuple[int, ...]) -> None:
+        """The run's output credit is spent or its routed window is full: its decodes
+        sit steps out (keeping its KV) until resumed (runtime.backpressure)."""
+        if request_id in self.runs:
+            self.engine.park(request_id, CREDIT)
+
+    def resume(self, request_id: str, node: str, iteration: tuple[int, ...]) -> None:
+        if request_id in self.runs:
+            self.engine.unpark(request_id, CREDIT)
 
     def cancel(self, request_id: str) -> None:
         self.runs.pop(request_id, None)

@@ -57,3 +57,24 @@ def test_config_and_queue_bounds():
     assert not engine.can_add()
     with pytest.raises(OverflowError):
         engine.add(WorkItem("b", "k", 0))
+
+
+def test_a_batch_stays_within_its_weight_and_one_heavy_item_still_runs():
+    batches = []
+
+    def run(items):
+        batches.append([i.payload for i in items])
+        return [i.payload for i in items]
+
+    engine = StatelessEngine(run, StatelessConfig(max_batch_size=8, max_batch_weight=64))
+    for n, weight in enumerate([29, 29, 29, 100, 4, 4]):  # one key: order is arrival
+        engine.add(WorkItem(f"r{n}", "k", n, weight=weight))
+    while engine.has_work():
+        engine.step()
+        engine.check_integrity()
+    assert batches == [[0, 1], [2], [3], [4, 5]]  # 29+29 fit 64; 29+100 does not; 100 alone
+
+
+def test_the_weight_bound_is_checked_once():
+    with pytest.raises(ValueError, match="max_batch_weight"):
+        StatelessConfig(max_batch_weight=0)

@@ -159,3 +159,28 @@ def test_cancel_drops_queued_windows_and_a_failing_window_fails_alone(model, mon
         component.open(OpenNode(request_id="x", node="talker"), {})
     with pytest.raises(InvalidArgument, match="needs 'codes'"):
         component.open(OpenNode(request_id="x", node="code2wav"), {})
+
+
+def test_code2wav_batches_windows_up_to_max_batch_frames(tmp_path):
+    """Long windows run in small batches (a batch never holds the engine long), short first
+    windows batch together; the audio of each window is the same as alone."""
+    from engine.checkpoints.tiny_omni import make_tiny_omni
+
+    ckpt = make_tiny_omni(str(tmp_path / "omni"))
+    codec = CodecComponent.from_checkpoint(str(ckpt), max_batch_frames=60)
+    q, size = codec.model.config.num_quantizers, codec.model.config.codebook_size
+    windows = {f"r{i}": torch.randint(0, size, (t, q), generator=torch.Generator().manual_seed(i))
+               for i, t in enumerate([29, 29, 29, 4, 4, 4])}
+    for rid, codes in windows.items():
+        codec.open(OpenNode(rid, "code2wav"), {"codes": codes})
+    sizes, audio = [], {}
+    while codec.has_work():
+        events = codec.step()
+        outputs = [ev for ev in events if isinstance(ev, NodeOutput)]
+        sizes.append(len(outputs))
+        audio.update({ev.request_id: ev.tensors["audio"] for ev in outputs})
+    assert sorted(sizes) == [1, 2, 3]  # 29+29 | 29 | 4+4+4
+    for rid, codes in windows.items():
+        assert torch.equal(audio[rid], codec.model.decode_window(codes))
+    with pytest.raises(InvalidArgument, match="max_batch_frames"):
+        CodecComponent.from_checkpoint(str(ckpt), max_batch_frames=0)
