@@ -41,13 +41,15 @@ def measure(checkpoint: str, rounds: int) -> dict:
             for b in SIZES:
                 many = torch.randint(0, size, (b, t, q))
                 _ms(model, many)
-                ratios, alone, batched = [], [], []
-                for r in range(rounds):
-                    pair = (_ms(model, one), _ms(model, many) / b) if r % 2 == 0 else \
-                        tuple(reversed((_ms(model, many) / b, _ms(model, one))))
-                    alone.append(pair[0])
-                    batched.append(pair[1])
-                    ratios.append(pair[1] / pair[0])
+                alone, batched = [], []
+                for r in range(rounds):  # alternate which goes first
+                    if r % 2 == 0:
+                        alone.append(_ms(model, one))
+                        batched.append(_ms(model, many) / b)
+                    else:
+                        batched.append(_ms(model, many) / b)
+                        alone.append(_ms(model, one))
+                ratios = [x / a for x, a in zip(batched, alone)]
                 out[f"T{t}_B{b}"] = {"ms_alone": statistics.median(alone), "ms_per_window": statistics.median(batched),
                                      "per_window_over_alone": statistics.median(ratios)}
                 print(f"T={t:2d} B={b:2d}: {out[f'T{t}_B{b}']['ms_per_window']:6.1f} ms per window, alone "

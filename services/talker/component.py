@@ -121,12 +121,10 @@ class TalkerComponent:
     def park(self, request_id: str, node: str, iteration: tuple[int, ...]) -> None:
         """The run's output credit is spent or its routed window is full: it sits steps
         out (keeping its KV) until resumed (runtime.backpressure)."""
-        if request_id in self.runs:
-            self.engine.park(request_id, CREDIT)
+        self.engine.park(request_id, CREDIT)  # a request that has finished holds nothing
 
     def resume(self, request_id: str, node: str, iteration: tuple[int, ...]) -> None:
-        if request_id in self.runs:
-            self.engine.unpark(request_id, CREDIT)
+        self.engine.unpark(request_id, CREDIT)
 
     def repace(self, request_id: str, origin_s: float) -> None:
         self.engine.repace(request_id, origin_s)

@@ -85,6 +85,7 @@ def test_a_park_after_the_last_output_holds_nothing(checkpoint):
     _open(thinker, "r", [3, 1, 4])
     while "r" not in done:
         _step(thinker, tokens, done)
-    thinker.engine.park("r", "credit")
+    thinker.park("r", "decode", ())
     assert thinker.engine.holds == {}
+    thinker.resume("r", "decode", ())
     thinker.engine.check_integrity()
