@@ -78,6 +78,11 @@ class RequestEvents:
     def _event(self, **kind) -> pb.GenerateEvent:
         return pb.GenerateEvent(request_id=self.request_id, **kind)
 
+    @property
+    def wants_audio(self) -> bool:
+        """The client gets audio chunks (it asked for audio, or for everything)."""
+        return any(self.wanted.wants(n, k) for n, k in self.model.output_kinds.items() if k == "audio")
+
     def is_heavy(self, name: str) -> bool:
         """Its events take milliseconds to make (an image is PNG-encoded)."""
         return self.model.output_kinds.get(name) == "image" and name not in self.wanted.raw

@@ -34,7 +34,9 @@ class ServedModel:
     prompt: how `text`/`messages` become its input (pipelines/prompt_format.py; None: it takes
     no text). voice_param: the params key naming a voice; voices: its values (empty: any);
     read_voices(checkpoint dir) -> voices, for voices only the checkpoint knows. pacing: node
-    -> NodePace, how its runs' items map to media time (the deadlines engines schedule by)."""
+    -> NodePace, how its runs' items map to media time (the deadlines engines schedule by).
+    max_held_text: for a request that gets audio, how many text deltas may wait to travel
+    with its next audio chunk (conductor.text_hold; 0: each goes as it comes)."""
 
     name: str
     graph: WalkGraph
@@ -54,6 +56,7 @@ class ServedModel:
     read_voices: Callable[[str], tuple[str, ...]] | None = None
     pacing: Mapping[str, NodePace] = field(default_factory=dict)  # node -> its items' media time (core.pace)
     ttfa_target_s: float = 0.0  # when a paced stream's first audio is due after admission (conductor.playback)
+    max_held_text: int = 0  # a stream with audio: text deltas wait for its next batch, up to this many (text_hold)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -68,6 +71,9 @@ class ServedModel:
         if not (isinstance(self.ttfa_target_s, (int, float)) and 0 <= self.ttfa_target_s < 60):
             raise GraphError(f"model {self.name}: ttfa_target_s must be in [0, 60) seconds, "
                              f"got {self.ttfa_target_s!r}")
+        if not (isinstance(self.max_held_text, int) and 0 <= self.max_held_text <= 4096):
+            raise GraphError(f"model {self.name}: max_held_text must be an int in [0, 4096], "
+                             f"got {self.max_held_text!r}")
         if self.voice_param and self.params is not None and \
                 self.voice_param not in {s.name for s in self.params.specs()}:
             raise GraphError(f"model {self.name}: voice_param {self.voice_param!r} is not one of its params")

@@ -32,6 +32,7 @@ from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc
 from conductor.generate_request import parse_generate_request, served_model
 from conductor.input_limits import InputLimits
+from conductor.text_hold import TextHold
 from conductor.tokenizer import load_tokenizer
 from runtime.grpc_status import map_errors
 from core.errors import Unavailable
@@ -46,8 +47,8 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
 
     @map_errors
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
-        async with contextlib.aclosing(self._batches(request)) as batches:
-            async for batch in batches:
+        async with contextlib.aclosing(self._batches(request, hold_text=False)) as batches:
+            async for batch in batches:  # a message per event: holding text would save nothing
                 for event in batch:
                     yield event
 
@@ -57,9 +58,10 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             async for batch in batches:
                 yield pb.GenerateEventBatch(events=batch)
 
-    async def _batches(self, request: pb.GenerateRequest):
+    async def _batches(self, request: pb.GenerateRequest, hold_text: bool = True):
         """The request's GenerateEvents, as lists of those made from outputs that arrived
-        together (never empty); Usage last."""
+        together (never empty); Usage last. hold_text: a request that gets audio sends its
+        text deltas with its next batch (conductor.text_hold; the model's max_held_text)."""
         model = served_model(self.service.served, request.model)
         executor = self.service.executors.get(model.name)
         if executor is None:
@@ -73,6 +75,7 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             events = RequestEvents(model, self.service.outputs, parsed.request_id,
                                    tokenizer if model.decode_text else None, parsed.wanted, t0,
                                    prompt_tokens=_num_ids(parsed.inputs))
+            hold = TextHold(model.max_held_text if hold_text and events.wants_audio else 0)
             playback = Playback(model.sample_rate, time.time(), model.ttfa_target_s) \
                 if model.pacing and model.sample_rate else None
             meter.playback = playback
@@ -90,6 +93,7 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
                             batch += await self._events_of(events, meter, name, value)
                             if playback is not None and name in meter.audio_outputs:
                                 played.append(numel(value))
+                        batch = hold.batch(batch)
                         if batch:
                             yield batch
                         for samples in played:  # once sent
@@ -100,7 +104,7 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             raise
         finally:
             meter.end(outcome, time.perf_counter())
-        yield events.end(time.perf_counter())
+        yield hold.rest() + events.end(time.perf_counter())
 
     @staticmethod
     async def _events_of(events: RequestEvents, meter: RequestMeter, name: str, value) -> list[pb.GenerateEvent]:

@@ -17,6 +17,10 @@ from pipelines.qwen3_omni.graph import INNER_LOOPS, OUTPUT_KINDS, speech_graph
 from pipelines.qwen3_omni.media_walks import TALKER_MEDIA, media_combinations, prefill_node
 from pipelines.qwen3_omni.params import SpeechParams
 
+# A voice client's text deltas wait for its next audio chunk, up to this many: captions
+# stay ahead of the speech, and a burst of streams sends an eighth of the text messages.
+HELD_TEXT = 8
+
 
 def speech_placement(thinker: list[str], talker: list[str], codec: list[str] | None = None,
                      encoder: list[str] | None = None) -> Placement:
@@ -62,7 +66,8 @@ def served_speech_model(name: str, graph: WalkGraph, placement: Placement, lead_
     deadlines of its nodes (speech_pacing)."""
     return ServedModel(name, graph, placement, INNER_LOOPS, params=SpeechParams, output_kinds=OUTPUT_KINDS,
                        sample_rate=SAMPLE_RATE, tokenizer_node="prefill", prompt=ChatTemplate(),
-                       voice_param="speaker", read_voices=speakers, pacing=speech_pacing(graph, lead_frames))
+                       voice_param="speaker", read_voices=speakers, pacing=speech_pacing(graph, lead_frames),
+                       max_held_text=HELD_TEXT)
 
 
 def speech_pacing(graph: WalkGraph, lead_frames: int) -> dict[str, NodePace]:

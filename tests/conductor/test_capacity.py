@@ -100,8 +100,9 @@ def test_capacity_config_names_the_bad_field():
         CapacityConfig(window_s=0)
 
 
-@pytest.mark.parametrize("bad", [-0.1, float("nan"), 60.0, "0.3"])
-def test_a_models_ttfa_target_is_checked_once(bad):
+@pytest.mark.parametrize("field, good, bad", [("ttfa_target_s", 0.3, b) for b in (-0.1, float("nan"), 60.0, "0.3")]
+                         + [("max_held_text", 8, b) for b in (-1, 4097, 2.0, "8")])
+def test_a_models_stream_fields_are_checked_once(field, good, bad):
     from bench import toys
     from conductor.model import ServedModel
     from conductor.placement import Placement
@@ -109,6 +110,6 @@ def test_a_models_ttfa_target_is_checked_once(bad):
 
     placement = Placement.from_dict({"services": {"s": {"replicas": ["127.0.0.1:1"]}},
                                      "placement": {"embed": "s", "lm": "s", "codec": "s"}})
-    assert ServedModel("ok", toys.toy_pipeline(), placement, {"gen"}, ttfa_target_s=0.3).ttfa_target_s == 0.3
-    with pytest.raises(GraphError, match="ttfa_target_s"):
-        ServedModel("bad", toys.toy_pipeline(), placement, {"gen"}, ttfa_target_s=bad)
+    assert getattr(ServedModel("ok", toys.toy_pipeline(), placement, {"gen"}, **{field: good}), field) == good
+    with pytest.raises(GraphError, match=field):
+        ServedModel("bad", toys.toy_pipeline(), placement, {"gen"}, **{field: bad})

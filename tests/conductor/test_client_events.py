@@ -62,3 +62,14 @@ def test_only_what_the_request_wants_is_sent(setup):
     raw = _run(setup, WantedOutputs(frozenset({"text"}), frozenset({"audio"})))
     assert [ev.WhichOneof("kind") for ev in raw].count("tensor") == 2
     assert {ev.tensor.name for ev in raw if ev.WhichOneof("kind") == "tensor"} == {"audio"}
+
+
+def test_a_request_that_gets_audio_is_one_whose_text_may_wait(setup):
+    model, outputs, tokenizer = setup
+
+    def wants_audio(wanted):
+        return RequestEvents(model, outputs, "r", tokenizer, wanted).wants_audio
+
+    assert wants_audio(WantedOutputs()) and wants_audio(WantedOutputs(frozenset({"text", "audio"})))
+    assert not wants_audio(WantedOutputs(frozenset({"text"})))  # its text is what it reads: it goes at once
+    assert wants_audio(WantedOutputs(frozenset({"text"}), frozenset({"audio"})))  # the audio, raw

@@ -86,6 +86,38 @@ def test_a_voice_request_gets_the_text_and_audio_and_no_codes(model, mesh, expec
         run(speak(mesh.conductor.address, model, chat_prompt(PROMPTS[2]), PARAMS, modalities=("audio", "codes")))
 
 
+def _batches(address: str, model: str, prompt: str, modalities: tuple[str, ...]) -> list[list[str]]:
+    """The kinds of each GenerateBatches message of one request, and its text ids."""
+    import grpc as grpc_sync
+
+    from client.generate_call import GenerateCall
+    from protos.starmesh.v1 import conductor_pb2_grpc
+
+    req = GenerateCall(model, input_ids=tuple(chat_prompt(prompt)), params=PARAMS,
+                       output_modalities=modalities).to_proto()
+    with grpc_sync.insecure_channel(address) as channel:
+        batches = list(conductor_pb2_grpc.ConductorStub(channel).GenerateBatches(req))
+    ids = [i for b in batches for ev in b.events if ev.WhichOneof("kind") == "text" for i in ev.text.token_ids]
+    return [[ev.WhichOneof("kind") for ev in b.events] for b in batches], ids
+
+
+@pytest.mark.parametrize("model", ["omni", "omni-colo"])
+def test_a_voice_streams_text_travels_with_its_audio(model, mesh, expected):
+    """A client that gets audio reads the text as captions: its text deltas come in the
+    message of its next audio chunk (or of Usage), at most HELD_TEXT waiting, so the
+    burst of thinker tokens costs a message per chunk, not per token; the text is the same."""
+    from pipelines.qwen3_omni.model import HELD_TEXT
+
+    ref = expected[3]
+    for modalities in (("text", "audio"), ()):  # a voice client, and one that asks for everything
+        kinds, ids = _batches(mesh.conductor.address, model, PROMPTS[3], modalities)
+        assert ids == ref.text_ids
+        assert all(any(k != "text" for k in b) or len(b) >= HELD_TEXT for b in kinds), kinds
+        assert sum(k == "text" for b in kinds for k in b) >= len(ref.text_ids)  # a delta per token still
+    kinds, ids = _batches(mesh.conductor.address, model, PROMPTS[3], ("text",))  # text alone: nothing waits
+    assert ids == ref.text_ids
+
+
 def test_concurrent_streaming_requests_get_their_solo_results(mesh, expected):
     """Half the requests share one open channel (speak leaves it open), half dial their own."""
     from client.connection import Connection

@@ -223,3 +223,17 @@ def test_greedy_rows_processed_together_equal_each_row_alone(specs, seed):
     for r, seq in enumerate(seqs):
         assert torch.equal(together[r], _reference_logits(rows[r], seq)), r
     assert Sampler()(rows, seqs) == [int(_reference_logits(rows[r], s).argmax()) for r, s in enumerate(seqs)]
+
+
+@pytest.mark.parametrize("name", ["suppress_token_ids", "eos_token_ids", "stop_token_ids"])
+def test_id_lists_are_checked_and_become_tuples_of_int(name):
+    import numpy as np
+
+    from core.errors import InvalidArgument
+
+    got = getattr(SamplingParams(**{name: [np.int64(7), 3]}), name)
+    assert got == (7, 3) and all(type(i) is int for i in got)
+    assert getattr(SamplingParams(**{name: range(1000, 2023)}), name) == tuple(range(1000, 2023))
+    for bad in ([-1], [5, True], [1.0], ["a"], [np.int64(-2)]):
+        with pytest.raises(InvalidArgument, match=f"{name} must be non-negative integers"):
+            SamplingParams(**{name: bad})
