@@ -30,6 +30,15 @@ SERVICES = ("thinker", "talker", "codec", "talker+codec")
 OUTPUTS = {"voice": ("text", "audio"), "all": ()}
 
 
+def local_nice() -> dict[str, int]:
+    """Service -> nice, as the shipped local deployment (`starmesh up`) runs the speech path."""
+    from cluster.deployment_dir import SHIPPED_DIR
+    from conductor.deployment_file import read_deployment
+
+    services = read_deployment(SHIPPED_DIR / "local.yaml").services
+    return {name: services[name].nice for name in SERVICES if name in services}
+
+
 def add_outputs_option(parser) -> None:
     """--outputs of a speech benchmark (an OUTPUTS key; default voice)."""
     parser.add_argument("--outputs", choices=tuple(OUTPUTS), default="voice",
@@ -42,18 +51,20 @@ class SpeechMesh:
 
     def __init__(self, checkpoint: str, threads: int = 1, first_chunk: int = FIRST, admission=None,
                  split_only: bool = False, options: tuple[str, ...] = (), ttfa_target_s: float | None = None,
-                 telemetry=None) -> None:
+                 telemetry=None, nice: dict[str, int] | None = None) -> None:
         """admission: the conductor's request limits (conductor.admission.Admission; default limits if None);
         split_only: only the thinker, talker and codec services and model `omni`; options: KEY=VALUE
         engine options of every service (e.g. schedule=fcfs); ttfa_target_s: the models' (None: their
         default; ServedModel.ttfa_target_s); telemetry: the conductor's (runtime.telemetry.Telemetry;
-        None: the conductor's default)."""
+        None: the conductor's default); nice: service -> CPU priority increment (None: as the
+        shipped local deployment sets them, local_nice(); {}: all equal)."""
         self.checkpoint, self.threads, self.first_chunk = checkpoint, threads, first_chunk
         self.admission = admission
         self.services = SERVICES[:3] if split_only else SERVICES
         self.options = options
         self.ttfa_target_s = ttfa_target_s
         self.telemetry = telemetry
+        self.nice = local_nice() if nice is None else nice
         self.procs: dict = {}
         self.arenas: list[str] = []  # the services' /dev/shm segments, gone once they stop
         self.conductor = None
@@ -77,8 +88,8 @@ class SpeechMesh:
 
         args = ["--checkpoint", self.checkpoint, "--torch-threads", str(self.threads), "--log-level", "WARNING"]
         args += [a for option in self.options for a in ("--option", option)]
-        self.procs = {name: ServiceProcess(name, args, name=f"bench-{name}", start_timeout_s=180)
-                      for name in self.services}
+        self.procs = {name: ServiceProcess(name, [*args, "--nice", str(self.nice.get(name, 0))], name=f"bench-{name}",
+                                           start_timeout_s=180) for name in self.services}
         with ThreadPoolExecutor(len(self.services)) as pool:  # imports overlap: a quicker start
             list(pool.map(lambda p: p.start(), self.procs.values()))
         addr = {name: proc.address for name, proc in self.procs.items()}

@@ -10,7 +10,8 @@ its waves alternately on the two, the same prompts in the same order. Arrivals: 
 (a wave of c requests at once) and `poisson` (max(2c, 4) requests per round at a Poisson rate
 chosen so that about c are in flight). Each client asks for text and audio, as a voice
 client and the HTTP gateway's chat do (`--outputs all`: every output, the codec codes too,
-which the conductor then forwards frame by frame). Keys per point (c1, c4, c16, c32):
+which the conductor then forwards frame by frame). Both meshes run their services at the
+CPU priorities of the shipped local deployment (`--equal-priority`: all the same). Keys per point (c1, c4, c16, c32):
   ttfa_ms_p50, ttfa_ms_p99   at the client, from send (admission wait included)
   viability                  share of requests that never underrun once playing (client clock)
   underrun_s_total           playback stalls, all requests
@@ -110,11 +111,11 @@ def _merge(phases: list[dict]) -> dict:
 
 def measure(ckpt: str, prompts, params: dict, concurrency: list[int], rounds: int, audio_s: float,
             modes: tuple[str, ...] = ("burst", "poisson"), capacity: bool = True,
-            ttfa_target_s: float | None = None, outputs: str = "voice") -> dict:
+            ttfa_target_s: float | None = None, outputs: str = "voice", nice: dict | None = None) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     meshes = {p: SpeechMesh(ckpt, split_only=True, admission=_admission(p, capacity), options=(f"schedule={p}",),
-                            ttfa_target_s=ttfa_target_s)
+                            ttfa_target_s=ttfa_target_s, nice=nice)
               for p in POLICIES}
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda m: m.__enter__(), meshes.values()))
@@ -182,6 +183,9 @@ def main(argv=None) -> None:
                    help="the deadline mesh admits by max_in_flight only (scheduling alone)")
     p.add_argument("--ttfa-target-ms", type=float, default=None,
                    help="the model's ttfa_target_s, in ms (default: the model's own)")
+    p.add_argument("--equal-priority", action="store_true",
+                   help="every service at the same CPU priority (default: as the local deployment, "
+                        "the thinker and talker yield to the stages after them)")
     add_outputs_option(p)
     args = p.parse_args(argv)
     if args.quick:
@@ -191,7 +195,8 @@ def main(argv=None) -> None:
     prompts = [chat_prompt(x) for x in PROMPTS]
     target_s = None if args.ttfa_target_ms is None else args.ttfa_target_ms / 1e3
     results = measure(checkpoint(args), prompts, params, args.concurrency, args.rounds, args.frames / 12.5,
-                      tuple(args.modes), capacity=not args.no_capacity, ttfa_target_s=target_s, outputs=args.outputs)
+                      tuple(args.modes), capacity=not args.no_capacity, ttfa_target_s=target_s, outputs=args.outputs,
+                      nice={} if args.equal_priority else None)
     results["targets"] = targets(results)
     report(results["targets"])
     results["config"] = vars(args)

@@ -52,6 +52,9 @@ def add_parser(sub) -> None:
     p.add_argument("--max-message-mb", type=int, default=64, metavar="N", help="gRPC message limit (MiB)")
     p.add_argument("--grace-s", type=float, default=5.0, metavar="S", help="drain time on SIGTERM")
     p.add_argument("--torch-threads", type=int, default=1, metavar="N", help="torch intra-op threads")
+    p.add_argument("--nice", type=int, default=0, metavar="N",
+                   help="CPU priority increment, 0..19: on a host whose cores a pipeline's services share, "
+                        "give the stages further from the client more (docs/scheduling.md)")
     p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus /metrics on this port")
     p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"))
     add_tls_args(p, "the service's port and its peer streams (mutual TLS with --tls-ca)")
@@ -133,16 +136,18 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from core.errors import StarmeshError
     from runtime.serve_component import serve_component
-    from runtime.server import ServerConfig, configure_torch
+    from runtime.server import ServerConfig, configure_priority, configure_torch
     from services.served_component import build_served_component
 
     try:
         server_config = ServerConfig(host=args.host, port=args.port, max_message_bytes=args.max_message_mb * MiB,
-                                     grace_s=args.grace_s, torch_threads=args.torch_threads, tls=tls_from_args(args))
+                                     grace_s=args.grace_s, torch_threads=args.torch_threads, nice=args.nice,
+                                     tls=tls_from_args(args))
     except (ValueError, StarmeshError) as e:
         print(f"starmesh serve: {e}", file=sys.stderr)
         return 2
     transport_config = _transport_config(args)
+    configure_priority(server_config.nice)  # before any thread starts
     configure_torch(server_config.torch_threads)  # before the factory loads any weights
     try:
         kwargs = _factory_kwargs(args)

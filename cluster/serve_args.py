@@ -31,6 +31,8 @@ def serve_args(s: ServiceSpec, deployment: Deployment, checkpoint: str = "", dev
         args += ["--mooncake"]
     if s.transport_mode != "auto":
         args += ["--transport-mode", s.transport_mode]
+    if s.nice:
+        args += ["--nice", str(s.nice)]
     for key, value in s.options.items():  # `serve` parses each value as JSON when it can
         args += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
     return args + member_args(deployment.dlo_groups, s.name)  # rank, world and rendezvous of a dlo_group member

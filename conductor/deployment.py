@@ -30,6 +30,8 @@ A file has one of two shapes. Served models, what `starmesh up` launches and
         host_id: a                 # optional transport host id (two-host layouts)
         mooncake: false            # optional: start a Mooncake transfer engine
         transport_mode: auto       # optional: auto | inline | shm | mooncake
+        nice: 8                    # optional CPU priority increment, 0..19 (default 0): on a
+                                   #   shared host, stages further from the client get more
         metrics: ["127.0.0.1:51061"]   # optional: each replica's Prometheus /metrics address, on
                                    #   its host; default: gRPC port + 1000 (conductor/metrics_address.py)
     dlo_groups:                    # optional: dit replicas stepping in lockstep (conductor/dlo_group_spec.py)

@@ -25,7 +25,7 @@ SERVED_KEYS = ("models", "dlo_groups")                                  # served
 SINGLE_KEYS = ("model", "placement", "kv_contexts", "lockstep_groups")  # one model's placement
 TOP_KEYS = {"name", "checkpoints", "conductor", "gateway", "services", "tls", *SERVED_KEYS, *SINGLE_KEYS}
 SERVICE_KEYS = {"replicas", "device", "options", "components", "component", "checkpoint", "host_id", "mooncake",
-                "transport_mode", "metrics"}
+                "transport_mode", "metrics", "nice"}
 MODEL_KEYS = {"pipeline", "options", "placement", "kv_contexts", "admission"}
 ADMISSION_KEYS = {"max_in_flight", "max_waiting", "min_retry_ms", "max_retry_ms", "capacity"}
 CAPACITY_KEYS = {"enabled", "headroom", "window_s", "smoothing"}
@@ -125,6 +125,7 @@ def _service(name: str, data: Any) -> ServiceSpec:
         mooncake=bool(data.get("mooncake", False)),
         transport_mode=str(data.get("transport_mode", "auto")),
         metrics=_str_list(data.get("metrics", []), f"{where}: metrics"),
+        nice=data.get("nice", 0),
     )
 
 

@@ -39,6 +39,9 @@ class ServiceSpec:
     device: passed to the factory when it is not the default "cpu".
     checkpoint: a key of the deployment's `checkpoints` ("" = none).
     host_id, mooncake, transport_mode: the process's transport flags.
+    nice: its processes' CPU priority increment, 0..19 (`starmesh serve --nice`): on a
+        host whose cores a pipeline's services share, the stages further from the client
+        yield to those nearer it.
     metrics: each replica's Prometheus /metrics address, in replica order; empty means
         the derived ones (conductor/metrics_address.py), which it then holds.
     dns: replicas that come and go (conductor/dns_replicas.py); `replicas` is then empty
@@ -58,6 +61,7 @@ class ServiceSpec:
     transport_mode: str = "auto"
     metrics: tuple[str, ...] = ()
     dns: DnsReplicas | None = None
+    nice: int = 0
 
     def __post_init__(self) -> None:
         check_name("service", self.name)
@@ -68,6 +72,8 @@ class ServiceSpec:
                 raise GraphError(f"service {self.name}: {key} must be a string, got {getattr(self, key)!r}")
         if not self.device:
             raise GraphError(f"service {self.name}: device must be a non-empty string")
+        if not (isinstance(self.nice, int) and not isinstance(self.nice, bool) and 0 <= self.nice <= 19):
+            raise GraphError(f"service {self.name}: nice must be an int in [0, 19], got {self.nice!r}")
         if not isinstance(self.mooncake, bool):
             raise GraphError(f"service {self.name}: mooncake must be true or false, got {self.mooncake!r}")
         if not isinstance(self.options, Mapping):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ class ServerConfig:
     grace_s: how long a graceful stop waits for in-flight work.
     torch_threads: intra-op threads; one per process by default because a host runs
         many service processes and oversubscribed BLAS threads slow all of them.
+    nice: the process's CPU priority increment (0..19, as nice(1)): on a host whose cores
+        a pipeline's services share, the stages further from the client yield to those
+        nearer it, so work already under way reaches the client first.
     ready_poll_s: how often readiness is checked until the service is SERVING.
     tls: the port serves TLS (mutual TLS when it has a CA: runtime/tls.py); None: plaintext.
     """
@@ -55,6 +59,7 @@ class ServerConfig:
     max_message_bytes: int = 64 * MiB
     grace_s: float = 5.0
     torch_threads: int = 1
+    nice: int = 0
     ready_poll_s: float = 0.05
     tls: TlsConfig | None = None
 
@@ -69,6 +74,8 @@ class ServerConfig:
             raise ValueError(f"server.grace_s must be >= 0, got {self.grace_s}")
         if self.torch_threads < 1:
             raise ValueError(f"server.torch_threads must be >= 1, got {self.torch_threads}")
+        if not (isinstance(self.nice, int) and 0 <= self.nice <= 19):
+            raise ValueError(f"server.nice must be an int in [0, 19], got {self.nice!r}")
         if self.ready_poll_s <= 0:
             raise ValueError(f"server.ready_poll_s must be > 0, got {self.ready_poll_s}")
         if self.tls is not None and not self.tls.has_identity:
@@ -228,6 +235,21 @@ def configure_torch(num_threads: int) -> None:
 
     if torch.get_num_threads() != num_threads:
         torch.set_num_threads(num_threads)
+
+
+def configure_priority(nice: int) -> None:
+    """Lowers this process's CPU priority by `nice`. Linux keeps a priority per thread and
+    a new thread inherits its maker's, so this runs before the server's threads start;
+    the few already there (torch's, from its import) are lowered alike."""
+    if not nice:
+        return
+    value = os.nice(nice)
+    tasks = f"/proc/{os.getpid()}/task"
+    for tid in os.listdir(tasks) if os.path.isdir(tasks) else ():
+        try:
+            os.setpriority(os.PRIO_PROCESS, int(tid), value)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
 
 
 async def serve(

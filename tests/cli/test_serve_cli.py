@@ -98,3 +98,25 @@ def test_sigterm_exits_cleanly_and_unlinks_the_arena(served):
     assert stream.error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
     stream.close()
     assert not os.path.exists(f"/dev/shm/{arena}")
+
+
+def _nice_of(pid: int) -> set[int]:
+    """The nice value of each of the process's threads (/proc/PID/task/TID/stat field 19)."""
+    values = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            values.add(int(f.read().rsplit(")", 1)[1].split()[16]))
+    return values
+
+
+def test_nice_lowers_the_priority_of_every_thread_of_the_service():
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    if base + 5 > 19:
+        pytest.skip("this process is already at the lowest priority")
+    proc = ServiceProcess("tests.fixtures.components:make_sum", ["--nice", "5"], name="niced").start()
+    try:
+        assert _nice_of(proc.pid) == {base + 5}  # grpc's and the step loop's threads too
+    finally:
+        proc.stop()
+    result = _cli("serve", "tests.fixtures.components:make_sum", "--nice", "20")
+    assert result.returncode == 2 and "nice must be an int in [0, 19], got 20" in result.stderr, result

@@ -63,3 +63,16 @@ def test_a_device_other_than_cpu_reaches_serve(tmp_path):
         proc._tmp.cleanup()
     assert args["dit"].args[args["dit"].args.index("--device") + 1] == "cuda:1"
     assert "--device" not in args["vae"].args  # the default leaves the command as compose writes it
+
+
+def test_the_local_speech_path_yields_toward_the_client(tmp_path):
+    """local.yaml runs the thinker and talker at lower CPU priority than the codec after them."""
+    deployment = launchable_from_dict(local())
+    cluster = Cluster(deployment, LOCAL, log=lambda line: None)
+    cluster.checkpoints = {"omni": tmp_path}
+    procs = {name: cluster._service(deployment.services[name], name, "127.0.0.1:1")
+             for name in ("thinker", "talker", "codec")}
+    for proc in procs.values():
+        proc._tmp.cleanup()
+    nice = {name: int(p.args[p.args.index("--nice") + 1]) if "--nice" in p.args else 0 for name, p in procs.items()}
+    assert nice["thinker"] > nice["talker"] > nice["codec"] == 0

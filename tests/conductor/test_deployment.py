@@ -66,10 +66,10 @@ def test_served_models_get_their_services_and_lockstep_groups():
 def test_one_service_spec_carries_both_users_keys():
     """A single-model placement may name what launches a service; the conductor keeps it."""
     d = {"services": {"s": {"replicas": ["127.0.0.1:1"], "component": "thinker", "host_id": "h", "mooncake": True,
-                            "transport_mode": "shm", "options": {"max_num_seqs": 2}}},
+                            "transport_mode": "shm", "options": {"max_num_seqs": 2}, "nice": 8}},
          "placement": {"n": "s"}}
     spec = Placement.from_dict(d).services["s"]
-    assert (spec.component, spec.host_id, spec.mooncake, spec.transport_mode) == ("thinker", "h", True, "shm")
+    assert (spec.component, spec.host_id, spec.mooncake, spec.transport_mode, spec.nice) == ("thinker", "h", True, "shm", 8)
     assert spec.options == {"max_num_seqs": 2} and spec.device == "cpu" and spec.checkpoint == ""
 
 
@@ -106,6 +106,8 @@ def _served_with(change) -> dict:
     (lambda d: d["models"]["m1"].update(kv_contexts={"ctx": "n1"}), "models.m1: kv_context ctx must be a list"),
     (lambda d: d["services"]["a"].update(checkpoint="nope"), "services.a.checkpoint 'nope' is not under checkpoints"),
     (lambda d: d["services"]["a"].update(replica=[]), "service a: unknown key 'replica'"),
+    (lambda d: d["services"]["a"].update(nice=20), r"service a: nice must be an int in \[0, 19\], got 20"),
+    (lambda d: d["services"]["a"].update(nice="8"), r"service a: nice must be an int in \[0, 19\], got '8'"),
     (lambda d: d["services"]["a"].update(replicas={"dns": "a.mesh"}), r"services.a.replicas.dns must be 'host:port'"),
     (lambda d: d["services"]["a"].update(replicas={"dns": "a.mesh:1", "refresh_s": 0}),
      r"services.a.replicas.refresh_s must be a number > 0"),
