@@ -74,7 +74,7 @@ class ServerConfig:
             raise ValueError(f"server.grace_s must be >= 0, got {self.grace_s}")
         if self.torch_threads < 1:
             raise ValueError(f"server.torch_threads must be >= 1, got {self.torch_threads}")
-        if not (isinstance(self.nice, int) and 0 <= self.nice <= 19):
+        if not (isinstance(self.nice, int) and not isinstance(self.nice, bool) and 0 <= self.nice <= 19):
             raise ValueError(f"server.nice must be an int in [0, 19], got {self.nice!r}")
         if self.ready_poll_s <= 0:
             raise ValueError(f"server.ready_poll_s must be > 0, got {self.ready_poll_s}")

@@ -105,6 +105,9 @@ def test_server_config_is_validated():
         ServerConfig(port=70000)
     with pytest.raises(ValueError, match="torch_threads"):
         ServerConfig(torch_threads=0)
+    for bad in (-1, 20, True, 2.0):
+        with pytest.raises(ValueError, match=r"server.nice must be an int in \[0, 19\]"):
+            ServerConfig(nice=bad)
 
 
 class _Context:
