@@ -14,6 +14,7 @@ from typing import Mapping
 from conductor.dns_replicas import DnsReplicas
 from conductor.metrics_address import check_metrics, derived_metrics
 from core.errors import GraphError
+from core.priority import MAX_NICE, is_nice
 from graph.node import check_name
 
 
@@ -72,8 +73,8 @@ class ServiceSpec:
                 raise GraphError(f"service {self.name}: {key} must be a string, got {getattr(self, key)!r}")
         if not self.device:
             raise GraphError(f"service {self.name}: device must be a non-empty string")
-        if not (isinstance(self.nice, int) and not isinstance(self.nice, bool) and 0 <= self.nice <= 19):
-            raise GraphError(f"service {self.name}: nice must be an int in [0, 19], got {self.nice!r}")
+        if not is_nice(self.nice):
+            raise GraphError(f"service {self.name}: nice must be an int in [0, {MAX_NICE}], got {self.nice!r}")
         if not isinstance(self.mooncake, bool):
             raise GraphError(f"service {self.name}: mooncake must be true or false, got {self.mooncake!r}")
         if not isinstance(self.options, Mapping):

@@ -39,13 +39,10 @@ class SamplingParams:
         # Lists are accepted for convenience; tuples keep the params hashable and immutable.
         for name in ("suppress_token_ids", "eos_token_ids", "stop_token_ids"):
             ids = tuple(getattr(self, name))
-            if not all(type(i) is int for i in ids):  # plain ints (the usual case) skip the ABC checks
-                if any(not _is_int(i) for i in ids):
-                    raise InvalidArgument(f"{name} must be non-negative integers, got {list(ids)}")
-                ids = tuple(int(i) for i in ids)  # numpy ints -> int
-            if ids and min(ids) < 0:
+            plain = all(type(i) is int for i in ids)  # the usual case: skips the per-id ABC checks
+            if not (plain or all(_is_int(i) for i in ids)) or (ids and min(ids) < 0):
                 raise InvalidArgument(f"{name} must be non-negative integers, got {list(ids)}")
-            object.__setattr__(self, name, ids)
+            object.__setattr__(self, name, ids if plain else tuple(int(i) for i in ids))  # numpy ints -> int
         for name in ("max_new_tokens", "top_k", "min_new_tokens"):
             if not _is_int(getattr(self, name)):
                 raise InvalidArgument(f"{name} must be an integer, got {getattr(self, name)!r}")

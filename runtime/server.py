@@ -24,6 +24,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from core.priority import MAX_NICE, is_nice
 from runtime.decode_guard import DecodeGuard
 from runtime.health_list import ListingHealthServicer
 from runtime.heap import settle_heap
@@ -74,8 +75,8 @@ class ServerConfig:
             raise ValueError(f"server.grace_s must be >= 0, got {self.grace_s}")
         if self.torch_threads < 1:
             raise ValueError(f"server.torch_threads must be >= 1, got {self.torch_threads}")
-        if not (isinstance(self.nice, int) and not isinstance(self.nice, bool) and 0 <= self.nice <= 19):
-            raise ValueError(f"server.nice must be an int in [0, 19], got {self.nice!r}")
+        if not is_nice(self.nice):
+            raise ValueError(f"server.nice must be an int in [0, {MAX_NICE}], got {self.nice!r}")
         if self.ready_poll_s <= 0:
             raise ValueError(f"server.ready_poll_s must be > 0, got {self.ready_poll_s}")
         if self.tls is not None and not self.tls.has_identity:

@@ -48,4 +48,3 @@ def test_text_goes_at_the_front_of_the_next_audio_batch():
 def test_a_negative_bound_is_refused():
     with pytest.raises(ValueError, match="max_held"):
         TextHold(-1)
-

@@ -86,7 +86,8 @@ def test_a_voice_request_gets_the_text_and_audio_and_no_codes(model, mesh, expec
         run(speak(mesh.conductor.address, model, chat_prompt(PROMPTS[2]), PARAMS, modalities=("audio", "codes")))
 
 
-def _batches(address: str, model: str, prompt: str, modalities: tuple[str, ...]) -> list[list[str]]:
+def _batches(address: str, model: str, prompt: str,
+             modalities: tuple[str, ...]) -> tuple[list[list[str]], list[int]]:
     """The kinds of each GenerateBatches message of one request, and its text ids."""
     import grpc as grpc_sync
 
