@@ -82,7 +82,10 @@ class EdgeRecorder:
         self.chunks: list[ChunkHop] = []
 
     def hop(self, edge: str, produced_us: float, dispatched_us: float, value) -> None:
-        self.edges.setdefault(edge, EdgeStats()).add(produced_us, dispatched_us, value)
+        stats = self.edges.get(edge)
+        if stats is None:  # not setdefault: that builds a spare EdgeStats per item
+            stats = self.edges[edge] = EdgeStats()
+        stats.add(produced_us, dispatched_us, value)
 
     def chunk(self, edge: str, stamped_items, num_context: int, dispatched_us: float) -> None:
         new = stamped_items[num_context:]
