@@ -11,6 +11,12 @@ claim, chunk run, resolve, the toy's open and step, route out, export, credit.
 component_us_per_item, the baseline measured in alternate rounds, is the toy alone
 (open + step of the same items, no runtime); runtime_over_component is the median of the
 rounds' paired ratios.
+
+The gRPC edge's own conversions of the same batches, measured here too (a hop pays them
+on the event-loop threads of both ends, beside the engine thread's runtime_us_per_item):
+encode_us_per_item (items_to_proto + SerializeToString, the producer) and
+decode_us_per_item (FromString + request_from_proto, the consumer), per push, medians
+over the rounds.
 """
 from __future__ import annotations
 
@@ -87,6 +93,21 @@ def component_round(toy, batches: list, values: dict) -> float:
     return time.process_time() - cpu0
 
 
+def wire_round(batches: list) -> tuple[float, float]:
+    """CPU seconds of encoding and of decoding `batches` as RunRequests, as the peer
+    links' writer and the consumer's Run reader do."""
+    from protos.starmesh.v1 import component_pb2 as pb
+    from runtime.item_proto import items_to_proto, request_from_proto
+
+    encoded, cpu0 = [], time.process_time()
+    for batch in batches:
+        encoded.append(items_to_proto([push for _, push in batch], "bench-a").SerializeToString())
+    cpu1 = time.process_time()
+    for data in encoded:
+        request_from_proto(pb.RunRequest.FromString(data))
+    return cpu1 - cpu0, time.process_time() - cpu1
+
+
 def _run_of(push):
     from runtime.items import OpenNode
 
@@ -111,14 +132,17 @@ def measure(streams: int, rounds: int, batches_per_round: int) -> dict:
         loop.attach("conductor", lambda events: None)
         loop.submit("conductor", _grants(streams))
         loop.name_stream("peer-a", "bench-a")
-        runtime, component, ratios = [], [], []
+        runtime, component, ratios, encode, decode = [], [], [], [], []
         for r in range(rounds + 1):  # round 0 warms both up
             batches = [_batch(streams, k + i, ref) for i in range(batches_per_round)]
             k += batches_per_round
             items = streams * batches_per_round
             rt = runtime_round(loop, peers, batches) / items
             ct = component_round(make_b(), batches, {"x": transport.resolve(ref).tensor}) / items
+            et, dt = wire_round(batches)
             if r:
+                encode.append(et / items * 1e6)
+                decode.append(dt / items * 1e6)
                 runtime.append(rt * 1e6)
                 component.append(ct * 1e6)
                 ratios.append(rt / ct)
@@ -127,7 +151,8 @@ def measure(streams: int, rounds: int, batches_per_round: int) -> dict:
         transport.close()
     return {"streams": streams, "rounds": rounds, "items_per_round": streams * batches_per_round,
             "runtime_us_per_item": statistics.median(runtime), "component_us_per_item": statistics.median(component),
-            "runtime_over_component": statistics.median(ratios)}
+            "runtime_over_component": statistics.median(ratios), "encode_us_per_item": statistics.median(encode),
+            "decode_us_per_item": statistics.median(decode)}
 
 
 def main(argv=None) -> int:
@@ -138,7 +163,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args(argv)
     results = measure(args.streams, args.rounds, args.batches)
-    for key in ("runtime_us_per_item", "component_us_per_item", "runtime_over_component"):
+    for key in ("runtime_us_per_item", "component_us_per_item", "runtime_over_component", "encode_us_per_item",
+                "decode_us_per_item"):
         print(f"{key:28s} {results[key]:8.2f}")
     write_json(args.json, results)
     return 0
