@@ -11,6 +11,11 @@ as the thinker streams them). Two settings alternate round by round on the same 
 - `plain` (the baseline): the same requests with nothing to process, one batched argmax.
 processed_over_plain is the median of the rounds' paired ratios of step time: the share of
 a step that the per-row processing adds.
+
+Then what a request's thinker rows cost as they arrive (`--rows`, at the thinker width of
+Qwen3-Omni's 30B-A3B, 2048): one row added and read back per talker step, as the engine's
+_feed does, in us per row at the short and the long count; long_over_short (same run, paired
+rounds) is 1.0 when a row costs the same however many came before it.
 """
 from __future__ import annotations
 
@@ -80,12 +85,43 @@ def measure(checkpoint: str, batches: list[int], steps: int, rounds: int) -> dic
     return out
 
 
+def row_us(num_rows: int, width: int) -> float:
+    """us per arriving thinker row over `num_rows` rows of `width` (add, then read it back)."""
+    import torch
+
+    from engine.sampling_params import SamplingParams
+    from engine.talker_request import TalkerRequest
+
+    req = TalkerRequest("rows", [5, 1, 2, 7], SamplingParams(max_new_tokens=4), 0,
+                        {"im_start_token_id": 1, "assistant_token_id": 2})
+    req.add_rows(torch.randn(4, width), None)
+    row = torch.randn(1, width)
+    t0 = time.perf_counter()
+    for i in range(num_rows):
+        req.add_rows(row, None)
+        req.rows(4 + i, 5 + i)
+    return (time.perf_counter() - t0) / num_rows * 1e6
+
+
+def rows_phase(counts: tuple[int, int], rounds: int, width: int = 2048) -> dict:
+    short, long = counts
+    pairs = [(row_us(short, width), row_us(long, width)) for _ in range(rounds)]
+    out = {"rows_width": width, f"row_us_at_{short}": statistics.median(s for s, _ in pairs),
+           f"row_us_at_{long}": statistics.median(x for _, x in pairs),
+           "rows_long_over_short": statistics.median(x / s for s, x in pairs)}
+    print(f"thinker rows of width {width}: {out[f'row_us_at_{short}']:.1f} us per row at {short} rows, "
+          f"{out[f'row_us_at_{long}']:.1f} at {long}: long / short {out['rows_long_over_short']:.2f}", flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", metavar="DIR", help="a Qwen3-Omni checkpoint (default: the tiny one)")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--steps", type=int, default=30, help="timed steps per round")
     p.add_argument("--rounds", type=int, default=4, help="rounds per setting and batch size")
+    p.add_argument("--rows", type=int, nargs=2, default=[250, 2000], metavar=("SHORT", "LONG"),
+                   help="thinker rows per request of the row-arrival phase")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,6 +131,7 @@ def main(argv=None) -> int:
 
             checkpoint = str(make_tiny_omni(Path(tmp) / "ckpt"))
         results = measure(checkpoint, args.batch, args.steps, args.rounds)
+    results.update(rows_phase(tuple(args.rows), args.rounds))
     write_json(args.json, results)
     return 0
 

@@ -26,15 +26,19 @@ class EmbedRows:
 
     def append(self, row: torch.Tensor) -> None:
         """Adds the input row of the next position ([hidden] or [1, hidden])."""
-        row = row.reshape(1, -1)
-        if row.shape[1] != self.hidden_size:
-            raise ValueError(f"row has width {row.shape[1]}, expected {self.hidden_size}")
-        if self._len == self._buf.shape[0]:  # grow by doubling: amortized O(1) appends
-            grown = self._buf.new_empty((2 * self._len, self.hidden_size))
+        self.extend(row.reshape(1, -1))
+
+    def extend(self, rows: torch.Tensor) -> None:
+        """Adds the rows of the next positions ([n, hidden], copied in)."""
+        if rows.dim() != 2 or rows.shape[1] != self.hidden_size:
+            raise ValueError(f"rows {tuple(rows.shape)} do not have width {self.hidden_size}")
+        n = rows.shape[0]
+        if self._len + n > self._buf.shape[0]:  # grow by doubling: amortized O(1) per row
+            grown = self._buf.new_empty((max(2 * self._buf.shape[0], self._len + n), self.hidden_size))
             grown[:self._len] = self._buf[:self._len]
             self._buf = grown
-        self._buf[self._len] = row[0]
-        self._len += 1
+        self._buf[self._len:self._len + n] = rows
+        self._len += n
 
     def rows(self, start: int, end: int) -> torch.Tensor:  # [end - start, hidden]
         if not 0 <= start <= end <= self._len:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from core.errors import InvalidArgument
+from engine.embed_rows import EmbedRows
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 
@@ -35,8 +36,10 @@ class TalkerRequest:
         self.params = params
         self.speaker_id = speaker_id
         self.assistant_start = _assistant_start(self.prompt_ids, tokens)
-        self.embeds: list[torch.Tensor] = []   # [n, thinker_hidden] chunks, position order
-        self.hidden: list[torch.Tensor] = []   # same, accept-layer hidden (multimodal prompts)
+        # Thinker rows by position, copied into growing buffers: read every step, appended
+        # one at a time, so neither a concatenation per read nor one per arrival.
+        self.embeds: EmbedRows | None = None   # [num_rows, thinker_hidden]
+        self.hidden: EmbedRows | None = None   # same, accept-layer hidden (multimodal prompts)
         self.num_rows = 0
         self.thinker_done = False
         self.seq: Sequence | None = None       # its engine sequence, once its prompt went in
@@ -51,20 +54,23 @@ class TalkerRequest:
         if embeds.dim() != 2 or (hidden is not None and hidden.shape != embeds.shape):
             raise InvalidArgument(f"thinker rows must be [n, hidden] (embeds and hidden alike), got "
                                   f"{tuple(embeds.shape)} / {None if hidden is None else tuple(hidden.shape)}")
-        self.embeds.append(embeds)
+        if embeds.shape[0] == 0:
+            return
+        self.embeds = _extended(self.embeds, embeds)
         if hidden is not None:
-            self.hidden.append(hidden)
+            self.hidden = _extended(self.hidden, hidden)
         self.num_rows += embeds.shape[0]
 
     def rows(self, start: int, end: int, hidden: bool = False) -> torch.Tensor:
-        """Thinker rows start:end ([end - start, thinker_hidden])."""
-        chunks = self.hidden if hidden else self.embeds
-        if len(chunks) > 1:  # keep one tensor: rows are read again every step
-            chunks[:] = [torch.cat(chunks)]
-        if hidden and (not chunks or chunks[0].shape[0] < end):
+        """Thinker rows start:end ([end - start, thinker_hidden]), a view of this request's
+        buffer: read-only by contract."""
+        buf = self.hidden if hidden else self.embeds
+        if hidden and (buf is None or len(buf) < end):
             raise InvalidArgument(f"request {self.request_id!r}: multimodal prompt positions need the "
                                   "thinker's hidden states")
-        return chunks[0][start:end]
+        if buf is None:
+            raise InvalidArgument(f"request {self.request_id!r}: no thinker rows have arrived")
+        return buf.rows(start, end)
 
     @property
     def can_start(self) -> bool:
@@ -84,6 +90,13 @@ class TalkerRequest:
         if not self.thinker_done:
             return None
         return "eos" if g == max(0, self.num_rows - self.assistant_start - HEAD_ROWS) else "pad"
+
+
+def _extended(buf: EmbedRows | None, rows: torch.Tensor) -> EmbedRows:
+    if buf is None:
+        return EmbedRows(rows)
+    buf.extend(rows)
+    return buf
 
 
 def _assistant_start(ids: list[int], tokens: dict) -> int:

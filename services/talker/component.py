@@ -112,7 +112,9 @@ class TalkerComponent:
         if hidden is not None:
             hidden = hidden.reshape(-1, hidden.shape[-1]).to(torch.float32)
         if request_id in self.engine.requests:  # the talker may have finished before the thinker
-            self.engine.push_thinker(request_id, embeds.clone(), None if hidden is None else hidden.clone())
+            # no clone: the request copies rows into its own buffers (a pushed tensor may view
+            # a read-only message buffer that does not outlive this call)
+            self.engine.push_thinker(request_id, embeds, hidden)
 
     def cancel(self, request_id: str) -> None:
         self.runs.pop(request_id, None)
