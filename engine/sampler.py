@@ -115,9 +115,9 @@ def processed_greedy(rows: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         else:
             penalty = torch.tensor(penalties, dtype=rows.dtype).repeat_interleave(counts).to(rows.device)
         out[row_of, col] = repetition_penalty_values(rows[row_of, col], penalty)
-    # Grouped by the sets' identity: a talker's rows share their params' tuples, and
-    # hashing a ~1000-id tuple per row per step cost more than the write. Rows with equal
-    # but distinct tuples only form more groups; each group writes its own ids.
+    # Grouped by the sets' identity: equal id sets are one object (sampling_params.shared_ids),
+    # and hashing a ~1000-id tuple per row per step cost more than the write. Rows with equal
+    # but distinct tuples would only form more groups; each group writes its own ids.
     groups: dict[tuple[int, int], tuple[tuple, list[int]]] = {}
     for r, s in enumerate(seqs):
         key = _suppressed(s)

@@ -237,3 +237,12 @@ def test_id_lists_are_checked_and_become_tuples_of_int(name):
     for bad in ([-1], [5, True], [1.0], ["a"], [np.int64(-2)]):
         with pytest.raises(InvalidArgument, match=f"{name} must be non-negative integers"):
             SamplingParams(**{name: bad})
+
+
+def test_equal_id_sets_of_different_requests_are_one_object():
+    """The sampler groups rows by their id sets' identity: requests built apart (as a talker
+    builds each request's params) must still share one object per equal set."""
+    a = SamplingParams(suppress_token_ids=tuple(range(1000, 2023)), eos_token_ids=[2023])
+    b = SamplingParams(suppress_token_ids=list(range(1000, 2023)), eos_token_ids=(2023,))
+    assert a.suppress_token_ids is b.suppress_token_ids and a.eos_token_ids is b.eos_token_ids
+    assert SamplingParams(suppress_token_ids=(1, 2)).suppress_token_ids != a.suppress_token_ids
