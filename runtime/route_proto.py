@@ -55,5 +55,5 @@ def routes_from_proto(msgs, field: str) -> tuple[EdgeRoute, ...]:
         if m.peer and not m.token:
             raise InvalidArgument(f"{where}.token is required for a route to a peer")
         out.append(EdgeRoute(m.src_port, m.dst_node, m.dst_port, policy_from_proto(m.policy, f"{where}.policy"),
-                             tuple(m.dst_iteration), m.window, m.peer, m.peer_host_id, m.token, m.edge))
+                             tuple(m.dst_iteration[:]), m.window, m.peer, m.peer_host_id, m.token, m.edge))
     return tuple(out)

@@ -36,27 +36,40 @@ def ref_to_proto(ref: TensorRef, out: pb.TensorRef | None = None) -> pb.TensorRe
     return msg
 
 
+class UnnamedRefError(Exception):
+    """A bad TensorRef message, its text without the field: the caller prefixes the
+    field's name (building names only for the bad ones keeps the per-item path cheap)."""
+
+
 def ref_from_proto(msg: pb.TensorRef, field: str = "tensor") -> TensorRef:
     """Validates as it converts; errors name `field` (e.g. "open.inputs[x]")."""
+    try:
+        return read_ref(msg)
+    except UnnamedRefError as e:
+        raise BadTensorRef(f"{field}{e}") from None
+
+
+def read_ref(msg: pb.TensorRef) -> TensorRef:
+    """ref_from_proto without a field: raises UnnamedRefError(".dtype: ...")."""
     dtype = _FROM_PB.get(msg.dtype)
     if dtype is None:
-        raise BadTensorRef(f"{field}.dtype: unknown dtype value {msg.dtype}")
+        raise UnnamedRefError(f".dtype: unknown dtype value {msg.dtype}")
     which = msg.WhichOneof("location")
     if which == "inline_bytes":  # the common case first: read per streamed item
         loc = InlineLocation(msg.inline_bytes)
     elif which is None:
-        raise BadTensorRef(f"{field}.location: none of inline_bytes, shm, mooncake is set")
+        raise UnnamedRefError(".location: none of inline_bytes, shm, mooncake is set")
     elif which == "shm":
         s = msg.shm
         if not s.arena:
-            raise BadTensorRef(f"{field}.shm.arena is empty")
+            raise UnnamedRefError(".shm.arena is empty")
         loc = ShmLocation(s.arena, s.offset, s.nbytes, s.lease_id, s.host_id)
     else:
         m = msg.mooncake
         if not m.session or not m.address:
-            raise BadTensorRef(f"{field}.mooncake: session and address are required")
+            raise UnnamedRefError(".mooncake: session and address are required")
         loc = MooncakeLocation(m.session, m.address, m.nbytes, m.lease_id, m.arena, m.host_id)
     try:
-        return TensorRef(dtype, tuple(msg.shape), loc)
+        return TensorRef(dtype, tuple(msg.shape[:]), loc)
     except BadTensorRef as e:
-        raise BadTensorRef(f"{field}: {e}") from None
+        raise UnnamedRefError(f": {e}") from None
