@@ -45,6 +45,7 @@ class InRoute:
     # A per-item route's chunk runs share one `node <name>` span (one per item would cost
     # more than the item's work): started with the first, ended when the route finishes.
     span: Any = None
+    span_context: Any = None  # the context that makes `span` current (made with it)
     span_error: str | None = None  # the first of its chunk runs' failures
 
     @property

@@ -20,6 +20,10 @@ def as_host(tensor):
 
 def to_bytes(tensor) -> bytes:
     """Row-major bytes of any tensor: 0-d, empty, non-contiguous and bool included."""
+    try:  # a CPU tensor of a numpy dtype that needs no grad: every streamed item (~1.5 us against ~4)
+        return tensor.numpy().tobytes()  # C order, whatever the strides
+    except (TypeError, RuntimeError):  # on a device, bfloat16, requiring grad, or a conjugate view
+        pass
     import torch
 
     if tensor.device.type == "cpu" and tensor.dtype is not torch.bfloat16:  # numpy has every other wire dtype
@@ -50,7 +54,10 @@ def view(buffer, dtype: str, shape: tuple[int, ...]):
     try:
         if 0 in shape or len(buffer) == 0:
             return torch.empty(shape, dtype=tdtype)
-        return torch.frombuffer(buffer, dtype=tdtype).view(shape)
+        flat = torch.frombuffer(buffer, dtype=tdtype)  # [len(buffer) / element size]
+        if len(shape) == 1 and flat.shape[0] == shape[0]:
+            return flat  # already the shape: no view (~2 us a streamed item paid for nothing)
+        return flat.view(*shape) if shape else flat.view(shape)
     except (RuntimeError, ValueError) as e:  # bytes that do not fit the shape or the dtype, or too big a shape
         raise BadTensorRef(f"tensor of dtype {dtype} and shape {list(shape)[:8]} over {len(buffer)} bytes: {e}") \
             from None

@@ -24,14 +24,26 @@ def element_size(name: str) -> int:
         raise BadTensorRef(f"tensor.dtype {name!r} is not supported; use one of {sorted(ELEMENT_SIZES)}") from None
 
 
-def to_torch(name: str):
-    import torch
+# Both directions, filled on first use: every tensor crossing a port asks (a lookup here,
+# against ~0.5 us for str(dtype) and the checks).
+_TORCH: dict = {}
+_NAMES: dict = {}
 
-    element_size(name)
-    return getattr(torch, name)
+
+def to_torch(name: str):
+    dtype = _TORCH.get(name)
+    if dtype is None:
+        import torch
+
+        element_size(name)
+        dtype = _TORCH[name] = getattr(torch, name)
+    return dtype
 
 
 def from_torch(dtype) -> str:
-    name = str(dtype).removeprefix("torch.")
-    element_size(name)
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = str(dtype).removeprefix("torch.")
+        element_size(name)
+        _NAMES[dtype] = name
     return name

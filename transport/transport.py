@@ -104,7 +104,7 @@ class Transport:
         nbytes = tensor.numel() * element_size(dtype)
         kind = self.select(nbytes, consumer_host_ids)
         if kind == "inline":
-            return TensorRef(dtype, shape, InlineLocation(to_bytes(tensor)))
+            return TensorRef.of_tensor(dtype, shape, InlineLocation(to_bytes(tensor)))
         lease = self.arena.lease(nbytes, request_id, carrier, num_consumers=len(consumer_host_ids))
         copy_into(self.arena.buffer(lease), tensor)
         if kind == "shm":
@@ -114,7 +114,7 @@ class Transport:
             loc = MooncakeLocation(
                 self.mooncake.session, address, nbytes, lease.lease_id, self.arena.name, self.host_id
             )
-        return TensorRef(dtype, shape, loc)
+        return TensorRef.of_tensor(dtype, shape, loc)
 
     def release(self, lease_ids, request_id: str | None = None) -> None:
         """Consumers acknowledged these leases of our arena."""
