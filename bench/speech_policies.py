@@ -18,22 +18,23 @@ CPU priorities of the shipped local deployment (`--equal-priority`: all the same
   audio_s_per_s              audio of every request over the phase's wall time
   refused                    requests refused with RESOURCE_EXHAUSTED
   cpu_s_per_audio_s          CPU seconds per second of audio made, per process (thinker,
-                             talker, codec, and this process: the conductor with the client)
-                             and in all: what the audio costs, and where the capacity goes
+                             talker, codec, this process: the conductors, and the clients'
+                             process, bench.speech_client) and in all: what the audio costs,
+                             and where the capacity goes
 Before measuring, each mesh serves one wave at every concurrency (warm-up: the
 deadline mesh's admission learns the deployment's rate as it would in service).
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import random
 import statistics
 import time
 
 from bench.output import write_json
-from bench.speech_mesh import OUTPUTS, SpeechMesh, add_outputs_option, stalls_s, viability
+from bench.speech_client import SpeechClient
+from bench.speech_mesh import OUTPUTS, SpeechMesh, add_outputs_option
 
 POLICIES = ("fcfs", "deadline")
 
@@ -46,29 +47,11 @@ def _admission(policy: str, capacity: bool = True):
                                              capacity=CapacityConfig(enabled=capacity and policy == "deadline")))
 
 
-async def _one(address: str, ids: list[int], params: dict, delay_s: float, modalities: tuple[str, ...]) -> dict:
-    import grpc
-
-    from client.speech import speak
-
-    await asyncio.sleep(delay_s)
-    try:
-        s = await speak(address, "omni", ids, params, timeout_s=600, modalities=modalities)
-    except grpc.aio.AioRpcError as e:
-        if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            return {"refused": True}
-        raise
-    counts = viability(s.chunk_times_s, [int(c.numel()) for c in s.chunks])
-    return {"refused": False, "ttfa_ms": s.ttfa_ms, "continuous": counts[0] == counts[1],
-            "underrun_s": sum(stalls_s(s).values()), "audio_s": s.audio_s}
-
-
-async def _phase(mesh: SpeechMesh, prompts, params: dict, delays: list[float],
-                 modalities: tuple[str, ...] = OUTPUTS["voice"]) -> dict:
-    t0, cpu0 = time.perf_counter(), mesh.cpu_s()
-    results = await asyncio.gather(*(_one(mesh.address, prompts[i % len(prompts)], params, d, modalities)
-                                     for i, d in enumerate(delays)))
-    wall, cpu = time.perf_counter() - t0, mesh.cpu_s()
+def _phase(mesh: SpeechMesh, client: SpeechClient, prompts, params: dict, delays: list[float],
+           modalities: tuple[str, ...] = OUTPUTS["voice"]) -> dict:
+    cpu0 = _cpu_s(mesh, client)
+    got = client.phase(mesh.address, prompts, params, delays, modalities)
+    wall, cpu, results = got["wall_s"], _cpu_s(mesh, client), got["results"]
     done = [r for r in results if not r["refused"]]
     ttfa = sorted(r["ttfa_ms"] for r in done)
     audio_s = sum(r["audio_s"] for r in done)
@@ -79,6 +62,17 @@ async def _phase(mesh: SpeechMesh, prompts, params: dict, delays: list[float],
             "audio_s_per_s": audio_s / wall,
             "refused": len(results) - len(done), "requests": len(results),
             "cpu_s_per_audio_s": _per_audio_s(cpu0, cpu, audio_s)}
+
+
+def _cpu_s(mesh: SpeechMesh, client: SpeechClient) -> dict[str, float]:
+    """CPU seconds so far of the mesh's services, of this process (the conductors: the
+    clients run in their own) and of the clients' process."""
+    from bench.output import proc_cpu_s
+
+    cpu = mesh.cpu_s()
+    cpu["conductor"] = cpu.pop("conductor+client")
+    cpu["client"] = proc_cpu_s(client.pid)
+    return cpu
 
 
 def _per_audio_s(before: dict[str, float], after: dict[str, float], audio_s: float) -> dict[str, float]:
@@ -119,11 +113,13 @@ def measure(ckpt: str, prompts, params: dict, concurrency: list[int], rounds: in
               for p in POLICIES}
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda m: m.__enter__(), meshes.values()))
+    client = None
     try:
+        client = SpeechClient()
         warm = {**params, "max_frames": 30, "min_frames": 30}
         for c in concurrency:
             for mesh in meshes.values():
-                asyncio.run(_phase(mesh, prompts, warm, [0.0] * c, OUTPUTS[outputs]))
+                _phase(mesh, client, prompts, warm, [0.0] * c, OUTPUTS[outputs])
         results = {key: {} for key in ("fcfs", "deadline", "fcfs_poisson", "deadline_poisson")}
         for mode in modes:
             for c in concurrency:
@@ -131,7 +127,7 @@ def measure(ckpt: str, prompts, params: dict, concurrency: list[int], rounds: in
                 for r in range(rounds):
                     delays = _delays(mode, c, c if mode == "burst" else max(2 * c, 4), audio_s, random.Random(r))
                     for p in (POLICIES if r % 2 == 0 else POLICIES[::-1]):  # alternate which goes first
-                        phases[p].append(asyncio.run(_phase(meshes[p], prompts, params, delays, OUTPUTS[outputs])))
+                        phases[p].append(_phase(meshes[p], client, prompts, params, delays, OUTPUTS[outputs]))
                 for p in POLICIES:
                     key = p if mode == "burst" else f"{p}_poisson"
                     results[key][f"c{c}"] = _merge(phases[p])
@@ -140,6 +136,8 @@ def measure(ckpt: str, prompts, params: dict, concurrency: list[int], rounds: in
         results["deadline_capacity_rates"] = {f"c{n}": r for n, r in sorted(rates.items())}
         return results
     finally:
+        if client is not None:
+            client.close()
         for mesh in meshes.values():
             mesh.__exit__()
 
