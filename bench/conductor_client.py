@@ -109,13 +109,19 @@ class Client:
         return result
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        close_child(self.proc)
+
+
+def close_child(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """Ends a load-generator child that reads commands on stdin: EOF, then a kill if it
+    does not exit within timeout_s."""
+    with contextlib.suppress(Exception):
+        proc.stdin.close()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ process's clock as a player would (bench.speech_mesh.viability, stalls_s).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import subprocess
 import sys
@@ -94,13 +93,9 @@ class SpeechClient:
         return json.loads(line)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        from bench.conductor_client import close_child
+
+        close_child(self.proc)
 
     def __enter__(self) -> "SpeechClient":
         return self
