@@ -162,10 +162,12 @@ class RequestTable:
         return None
 
     def end_run(self, request_id: str, node: str, iteration: tuple[int, ...] = (),
-                error: str | None = None) -> tuple[ConsumedLease, ...]:
+                error: str | None = None, remember: bool = True) -> tuple[ConsumedLease, ...]:
+        """remember: has_ended answers for it later (False for a routed edge's chunk runs:
+        nothing is ever pushed into them, and a stream opens one per chunk)."""
         run = self.runs.pop((request_id, node, iteration), None)
         state = self.requests.get(request_id)
-        if state is not None:
+        if state is not None and remember:
             state.ended.add((node, iteration))
         return run.close(error) if run else ()
 

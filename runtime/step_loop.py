@@ -336,7 +336,8 @@ class StepLoop:
         if isinstance(ev, NodeOutput):
             self._output(state, ev)
         elif isinstance(ev, NodeDone):
-            consumed = self._table.end_run(ev.request_id, ev.node, ev.iteration)
+            chunk_run = self.routed.inb.of_chunk_run((ev.request_id, ev.node, ev.iteration)) is not None
+            consumed = self._table.end_run(ev.request_id, ev.node, ev.iteration, remember=not chunk_run)
             done = self.routed.run_done(ev, consumed)
             if done is not None:
                 self._emit(state.stream_id, done)

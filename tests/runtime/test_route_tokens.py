@@ -106,3 +106,22 @@ def test_route_policy_round_trips_on_the_wire():
     assert back.routes == (route,) and back.quiet_ports == ("x",)
     accept = grant("r")
     assert item_from_proto(items_to_proto([accept]).items[0], "items[0]") == accept
+
+
+def test_a_long_routed_stream_leaves_no_per_chunk_run_state_behind(server):
+    """One chunk run per item: the replica keeps nothing per ended chunk run (a stream of
+    thousands of items would otherwise grow the request's state with every one)."""
+    n = 40
+    with RunStream(server.address) as conductor, RunStream(server.address) as producer:
+        conductor.send(grant("r-long", "e" * 32))
+        producer.send(*(push("r-long", float(k), k, last=k == n - 1, token="e" * 32) for k in range(n)))
+        outputs, done = 0, False
+        while not done:
+            got = kinds(conductor.events())
+            outputs += len(got.get(NodeOutput, []))
+            done = bool(got.get(NodeDone))
+        assert outputs == n
+        state = server.hosted.step_loop._table.requests["r-long"]  # read between messages: a momentary view
+        assert len(state.ended) < n // 4, len(state.ended)
+        conductor.send(Cancel("r-long"))
+        assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
