@@ -161,7 +161,7 @@ class Executor:
         run.walk = walk
         run.traceparent, _ = inject_context(trace.set_span_in_context(run.spans[-1]))  # the walk span's
         run.state = WalkState(self.scopes[walk], inputs, run.client_room, run.params, self.hooks.materialize,
-                              run.silent)
+                              run.silent, keep_outputs=not self.graph.ends_after_first_walk)
 
     # ---- ready -> dispatch ---------------------------------------------------------
 

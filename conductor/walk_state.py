@@ -30,11 +30,14 @@ def as_is(value: Value) -> Value:
 class WalkState:
     def __init__(self, scope: WalkScope, inputs: dict[str, Value], client_room=lambda: 1 << 30,
                  params: dict | None = None, materialize: Callable[[Value], Any] = as_is,
-                 silent: frozenset[str] = frozenset()) -> None:
+                 silent: frozenset[str] = frozenset(), keep_outputs: bool = True) -> None:
         """materialize: a value held by reference -> its tensor, for stop rules; silent: walk
-        outputs the client does not take (never streamed, never credited for)."""
+        outputs the client does not take (never streamed, never credited for);
+        keep_outputs: collect every walk output in `outputs` (a later walk may read them),
+        False: they are only streamed (a long stream's audio is not held to its end)."""
         self.scope = scope
         self.silent = silent
+        self.keep_outputs = keep_outputs
         self.params = params or {}  # the request's: a chunk policy may take its first_chunk
         self.credits = CreditLedger(self, client_room)
         self.inputs = inputs
@@ -223,7 +226,8 @@ class WalkState:
             self.credits.produced(node, iteration[:-1], outputs)
         if node in self.scope.inner and iteration[-1] >= 1:  # a loop inside a component: only the last can exit
             self.forget(self.scope.inner[node], iteration[:-1] + (iteration[-1] - 1,))
-        self.timer.stamp(outputs, produced_us)
+        if node not in self.scope.client_only:  # a client-only node's outputs are never dispatched: no hop to time
+            self.timer.stamp(outputs, produced_us)
         if node not in self.scope.stream_in:
             return self._apply_output(node, iteration, outputs)
         key = (node, iteration[:-1])
@@ -235,8 +239,9 @@ class WalkState:
             self.next_seq[key] = seq + 1
 
     def _apply_output(self, node: str, iteration: Tag, outputs: dict[str, Any]) -> None:
-        for port, value in outputs.items():
-            self.values[(node, port, iteration)] = (value,)
+        if node not in self.scope.client_only:  # no run reads a client-only node's values: not kept per item
+            for port, value in outputs.items():
+                self.values[(node, port, iteration)] = (value,)
         ahead = self.loops.is_speculative(node, iteration)
         if ahead is not None:  # visible only once the loop really reaches this iteration
             self.spec_held.setdefault(ahead, []).append((node, iteration, outputs))
@@ -252,7 +257,8 @@ class WalkState:
             if edge.dst_node == WALK_OUTPUT:
                 if edge.dst_port in self.silent:
                     continue
-                self.outputs.setdefault(edge.dst_port, []).append(value)
+                if self.keep_outputs:
+                    self.outputs.setdefault(edge.dst_port, []).append(value)
                 self.emitted.append((edge.dst_port, value))
                 self.credits.delivered()
             elif edge.is_streaming and edge not in self.scope.routed:

@@ -98,3 +98,38 @@ def test_ports_read_only_by_outputs_the_client_does_not_take_stay_on_their_servi
     ids = {"input_ids": (torch.tensor([1]),)}
     assert set(WalkState(scope, ids).credits.initial("codes", ())) == {"codes"}
     assert WalkState(scope, ids, silent=frozenset({"codes"})).credits.initial("codes", ()) == {}
+
+
+def _per_item_stream(n: int):
+    """gen loops n times; each frame streams (FixedChunk(1)) to sink, whose z goes to the client."""
+    from graph.chunking import FixedChunk
+
+    nodes = [N("lm", ("n",), ("frame",)), N("sink", ("y",), ("z",))]
+    loop = Loop("gen", "lm", max_iters=n, carry=[E("lm.frame", "lm.n")])
+    stream = StreamingGraphEdge("lm.frame", "sink.y", chunk_policy=FixedChunk(1))
+    walk = Walk("w", Sequential(loop, "sink"), [E("input.n", "lm.n"), stream, E("sink.z", "output.z")])
+    WalkGraph("g", nodes, [walk])
+    return walk
+
+
+def test_a_client_only_node_streams_its_outputs_without_keeping_one_per_item():
+    walk = _per_item_stream(200)
+    fns = {"lm": lambda i: {"frame": i["n"] + 1}, "sink": lambda i: {"z": i["y"] * 10}}
+    kept, streamed = WalkState(WalkScope(walk), {"n": (torch.tensor([0]),)}), []
+    state = WalkState(WalkScope(walk), {"n": (torch.tensor([0]),)}, keep_outputs=False)
+    assert "sink" in state.scope.client_only
+    for s, out in ((kept, []), (state, streamed)):
+        for _ in range(10_000):
+            dispatches = s.ready()
+            if not dispatches:
+                break
+            for d in dispatches:
+                inputs = {k: torch.cat(list(v)) for k, v in d.inputs.items()}
+                s.on_output(d.node, d.iteration, fns[d.node](inputs))
+                s.on_done(d.node, d.iteration)
+            out += s.take_emitted()
+        assert s.is_complete
+    assert [int(v) for _, v in streamed] == [10 * k for k in range(1, 201)]  # every item reached the client
+    assert len(kept.outputs["z"]) == 200 and state.outputs == {}  # kept only when a later walk may read them
+    assert not [k for k in state.values if k[0] == "sink"]  # no run reads them: none held per item
+    assert len(state.timer.stamps) < 10
