@@ -111,8 +111,7 @@ class LoopTracker:
     def finish_inner(self, loop: Loop, node: str, t: "Tag") -> None:
         """A loop run inside a component ended (its NodeDone): its last iteration is
         the highest one it produced."""
-        ks = [tag[-1] for (n, _, tag) in self.state.values if n == node and tag[:-1] == t]
-        self.finished[(loop.name, t)] = max(ks, default=-1)
+        self.finished[(loop.name, t)] = self.state.inner_last.get((node, t), -1)
         self.state.finish_streams(node, t, len(t))
 
     def exit_value(self, loop: Loop, node: str, port: str, tag: "Tag") -> "Value | None":

@@ -50,6 +50,8 @@ class WalkState:
         self.pending_chunks: dict[tuple[str, Tag], list] = {}
         self.outputs: dict[str, list[Any]] = {}
         self.held: dict[tuple[str, Tag], dict[int, dict]] = {}  # chunk outputs waiting for their turn
+        # (node, parent tag) -> the last iteration a loop inside a component produced (its exit)
+        self.inner_last: dict[tuple[str, Tag], int] = {}
         self.next_seq: dict[tuple[str, Tag], int] = {}
         self.timer = EdgeTimer()
         self.emitted: list[tuple[str, Any]] = []  # walk outputs to stream, drained by the executor
@@ -224,8 +226,11 @@ class WalkState:
             self.is_dirty = True
         if node in self.scope.inner or node in self.scope.routed_in:
             self.credits.produced(node, iteration[:-1], outputs)
-        if node in self.scope.inner and iteration[-1] >= 1:  # a loop inside a component: only the last can exit
-            self.forget(self.scope.inner[node], iteration[:-1] + (iteration[-1] - 1,))
+        if node in self.scope.inner:  # a loop inside a component: only the last can exit
+            key = (node, iteration[:-1])
+            self.inner_last[key] = max(self.inner_last.get(key, -1), iteration[-1])
+            if iteration[-1] >= 1:
+                self.forget(self.scope.inner[node], iteration[:-1] + (iteration[-1] - 1,))
         if node not in self.scope.client_only:  # a client-only node's outputs are never dispatched: no hop to time
             self.timer.stamp(outputs, produced_us)
         if node not in self.scope.stream_in:

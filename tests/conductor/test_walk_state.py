@@ -133,3 +133,22 @@ def test_a_client_only_node_streams_its_outputs_without_keeping_one_per_item():
     assert len(kept.outputs["z"]) == 200 and state.outputs == {}  # kept only when a later walk may read them
     assert not [k for k in state.values if k[0] == "sink"]  # no run reads them: none held per item
     assert len(state.timer.stamps) < 10
+
+
+def test_a_loop_inside_a_component_exits_at_its_last_output_and_later_ones_are_dropped():
+    """The loop's client-only outputs are not kept, yet its end still knows its last
+    iteration: an output that arrives after the loop's NodeDone is never shown."""
+    nodes = [N("lm", ("n",), ("tok",))]
+    loop = Loop("gen", "lm", max_iters=100, carry=[E("lm.tok", "lm.n")])
+    walk = Walk("w", Sequential(loop), [E("input.n", "lm.n"), E("lm.tok", "output.tok")])
+    WalkGraph("g", nodes, [walk])
+    state = WalkState(WalkScope(walk, frozenset({"gen"})), {"n": (torch.tensor([0]),)}, keep_outputs=False)
+    (d,) = state.ready()  # the loop run, opened once
+    assert "lm" in state.scope.client_only
+    for k in range(5):
+        state.on_output("lm", d.iteration + (k,), {"tok": torch.tensor([k])})
+    state.on_done("lm", d.iteration)
+    state.on_output("lm", d.iteration + (5,), {"tok": torch.tensor([5])})  # late: past the loop's end
+    assert [int(v) for _, v in state.take_emitted()] == [0, 1, 2, 3, 4]
+    assert state.loops.finished[("gen", d.iteration)] == 4 and state.is_complete
+    assert not state.values  # nothing held per item
