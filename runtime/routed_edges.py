@@ -201,6 +201,10 @@ class RoutedEdges:
                 route.credits[port] -= 1
         return owned
 
+    def is_chunk_run(self, request_id: str, node: str, iteration: tuple[int, ...]) -> bool:
+        """The run is one a granted route opened for a chunk (nothing is ever pushed into it)."""
+        return self.inb.of_chunk_run((request_id, node, iteration)) is not None
+
     def run_done(self, ev: NodeDone, consumed) -> NodeDone | None:
         """What the conductor hears of a run's end (None: nothing, a route's chunk run)."""
         key = (ev.request_id, ev.node, ev.iteration)

@@ -336,7 +336,7 @@ class StepLoop:
         if isinstance(ev, NodeOutput):
             self._output(state, ev)
         elif isinstance(ev, NodeDone):
-            chunk_run = self.routed.inb.of_chunk_run((ev.request_id, ev.node, ev.iteration)) is not None
+            chunk_run = self.routed.is_chunk_run(ev.request_id, ev.node, ev.iteration)
             consumed = self._table.end_run(ev.request_id, ev.node, ev.iteration, remember=not chunk_run)
             done = self.routed.run_done(ev, consumed)
             if done is not None:
