@@ -25,6 +25,9 @@ one src emission carried end to end: two streaming hops and one client event.
   step) so that a hop is measured, not the queue behind a burst: the default 30 ms
   offers 16 / 0.03 = 533 items/s at c=16, below the conductor's saturation here
   (~750 items/s); at 2 ms the c=16 figure is queueing (~40 ms), not a hop.
+- consumer_wait_us_c1 / consumer_wait_us_c16: of those hops, the part in the consumer's
+  runtime (the span's starmesh.consumer_wait_us.p50: its message read -> dispatch), same
+  medians; 0 on the baseline, whose edge spans the conductor emits.
 - grpc_echo_paced_us: a bare unary health Check to service B, one per `--interval-ms`
   (the pacing of hop_us_c1: between items every process goes idle, and on a small VM an
   idle process wakes slower than a busy one); hop_over_echo = hop_us_c1 / it.
@@ -100,17 +103,21 @@ def start_conductor(services: dict, items: int, trace_store: str):
     return server
 
 
-def hop_us(store, prefix: str, num_requests: int) -> tuple[float, dict]:
+def hop_us(store, prefix: str, num_requests: int) -> tuple[float, dict, float]:
     """Median p50 of the aggregated streaming-edge spans of requests `prefix-*` (emitted
-    by the consumers' runtimes on routed edges, by the conductor otherwise); per edge too."""
+    by the consumers' runtimes on routed edges, by the conductor otherwise); per edge too;
+    and the median p50 of their consumer share (arrival -> dispatch; 0 where not recorded)."""
     by_edge: dict[str, list[float]] = {}
+    waits = []
     for i in range(num_requests):
         for span in _edge_spans(store, f"{prefix}-{i}"):
             by_edge.setdefault(span["name"][5:], []).append(span["attributes"]["starmesh.latency_us.p50"])
+            waits += [span["attributes"].get("starmesh.consumer_wait_us.p50", 0.0)]
     every = [v for values in by_edge.values() for v in values]
     if not every:
         raise RuntimeError(f"no edge spans for {prefix}")
-    return statistics.median(every), {edge: statistics.median(v) for edge, v in by_edge.items()}
+    per_edge = {edge: statistics.median(v) for edge, v in by_edge.items()}
+    return statistics.median(every), per_edge, statistics.median(waits)
 
 
 def _edge_spans(store, request_id: str, timeout_s: float = 20.0) -> list[dict]:
@@ -130,7 +137,8 @@ def hop_phases(client: Client, store, args, model: str, tag: str) -> dict:
     results = {}
     for label, conc, requests in (("c1", 1, args.c1_requests), ("c16", 16, 2 * 16)):
         client.run(prefix=f"{label}{tag}", requests=requests, concurrency=conc, **common)
-        results[f"hop_us_{label}"], results[f"hop_us_{label}_by_edge"] = hop_us(store, f"{label}{tag}", requests)
+        results[f"hop_us_{label}"], results[f"hop_us_{label}_by_edge"], results[f"consumer_wait_us_{label}"] = hop_us(
+            store, f"{label}{tag}", requests)
     return results
 
 
@@ -275,6 +283,8 @@ def report(results: dict) -> None:
     rows = [
         ("hop p50, concurrency 1", "hop_us_c1", "us"),
         ("hop p50, concurrency 16", "hop_us_c16", "us"),
+        ("of it in the consumer, c1", "consumer_wait_us_c1", "us (arrival -> dispatch, p50)"),
+        ("of it in the consumer, c16", "consumer_wait_us_c16", "us"),
         ("bare unary echo, paced like hop c1", "grpc_echo_paced_us", "us"),
         ("hop / echo", "hop_over_echo", "x (target <= 1.2)"),
         ("bare unary echo, back to back", "grpc_echo_us", "us"),

@@ -14,10 +14,13 @@ def add_parser(sub) -> None:
 
 
 def print_edges(rows: list[dict]) -> None:
-    print(f"{'edge':<44} {'items':>6} {'bytes':>10} {'p50 ms':>8} {'max ms':>8}  transport")
+    """wait: the p50 of the part spent in the consumer's runtime (arrival -> dispatch);
+    '-' where the edge did not cross processes or its consumer is the conductor."""
+    print(f"{'edge':<44} {'items':>6} {'bytes':>10} {'p50 ms':>8} {'max ms':>8} {'wait ms':>8}  transport")
     for r in rows:
+        wait = f"{r['wait_p50_us'] / 1e3:>8.2f}" if "wait_p50_us" in r else f"{'-':>8}"
         print(f"{r['edge']:<44} {r['items']:>6} {r['bytes']:>10} {r.get('p50_us', 0) / 1e3:>8.2f} "
-              f"{r.get('max_us', 0) / 1e3:>8.2f}  {r['transport']}")
+              f"{r.get('max_us', 0) / 1e3:>8.2f} {wait}  {r['transport']}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -170,24 +170,32 @@ def _handler(store: TraceStore):
 
 
 def edge_table(spans: list[dict]) -> list[dict]:
-    """Per-edge latency rows from a request's `edge ...` spans (conductor/edge_stats.py)."""
+    """Per-edge latency rows from a request's `edge ...` spans (runtime/edge_stats.py);
+    `wait_p50_us`, where the consumer's runtime recorded it: the part of the latency
+    between the item's arrival there and its dispatch."""
     rows: dict[str, dict] = {}
     for s in spans:
         if not s["name"].startswith("edge "):
             continue
         a = s["attributes"]
         row = rows.setdefault(s["name"][5:], {"edge": s["name"][5:], "items": 0, "bytes": 0, "latencies_us": [],
-                                              "transport": a.get("starmesh.transport", "")})
+                                              "waits_us": [], "transport": a.get("starmesh.transport", "")})
         row["items"] += int(a.get("starmesh.items", 0))
         row["bytes"] += int(a.get("starmesh.bytes", 0))
         if "starmesh.latency_us.p50" in a:
             row["p50_us"], row["max_us"] = a["starmesh.latency_us.p50"], a["starmesh.latency_us.max"]
+            if "starmesh.consumer_wait_us.p50" in a:
+                row["wait_p50_us"] = a["starmesh.consumer_wait_us.p50"]
         else:
             row["latencies_us"].append(float(a.get("starmesh.latency_us", 0.0)))
+            if "starmesh.consumer_wait_us" in a:
+                row["waits_us"].append(float(a["starmesh.consumer_wait_us"]))
     for row in rows.values():
-        lat = sorted(row.pop("latencies_us"))
+        lat, waits = sorted(row.pop("latencies_us")), sorted(row.pop("waits_us"))
         if lat:
             row["p50_us"], row["max_us"] = lat[len(lat) // 2], lat[-1]
+        if waits:
+            row["wait_p50_us"] = waits[len(waits) // 2]
     return sorted(rows.values(), key=lambda r: r["edge"])
 
 

@@ -1,5 +1,11 @@
 """Per-edge latency of one request: production of an item -> its consumer's dispatch.
 
+Of that latency, the consumer's runtime also records its own share where a push crossed
+processes: from the push's arrival (its message read off the stream) to dispatch, i.e.
+decoding, the engine thread's queue, and the items dispatched ahead of it in the same
+message (`consumer_wait`). The rest is the producer's runtime and the wire: an edge whose
+wait dominates has a busy consumer; one whose rest dominates, a busy producer or link.
+
 Tracing must stay cheap: an edge that fires per item (plain edges,
 FixedChunk(1) streams) gets ONE span per (request, edge) carrying the count, bytes
 and latency percentiles; an edge with larger chunks gets one span per chunk.
@@ -37,22 +43,26 @@ class EdgeStats:
     """Aggregated hops of one (request, edge)."""
 
     latencies_us: list[float] = field(default_factory=list)
+    waits_us: list[float] = field(default_factory=list)  # arrival -> dispatch, items that crossed processes
     num_bytes: int = 0
     transport: str = ""
     first_us: float = 0.0
     last_us: float = 0.0
 
-    def add(self, produced_us: float, dispatched_us: float, value) -> None:
+    def add(self, produced_us: float, dispatched_us: float, value, received_us: float = 0.0) -> None:
+        """received_us: when the item reached the consumer's runtime (0: handed over in-process)."""
         if not self.latencies_us:
             self.first_us = produced_us
         self.latencies_us.append(max(0.0, dispatched_us - produced_us))
+        if received_us:
+            self.waits_us.append(max(0.0, dispatched_us - received_us))
         self.last_us = dispatched_us
         self.num_bytes += nbytes_of(value)
         self.transport = transport_of(value)
 
     def attributes(self) -> dict:
         lat = sorted(self.latencies_us)
-        return {
+        out = {
             "starmesh.items": len(lat),
             "starmesh.bytes": self.num_bytes,
             "starmesh.transport": self.transport,
@@ -61,6 +71,12 @@ class EdgeStats:
             "starmesh.latency_us.p99": percentile(lat, 0.99),
             "starmesh.latency_us.max": lat[-1] if lat else 0.0,
         }
+        if self.waits_us:
+            waits = sorted(self.waits_us)
+            out.update({"starmesh.consumer_wait_us.p50": percentile(waits, 0.5),
+                        "starmesh.consumer_wait_us.p90": percentile(waits, 0.9),
+                        "starmesh.consumer_wait_us.p99": percentile(waits, 0.99)})
+        return out
 
 
 @dataclass(frozen=True)
@@ -74,6 +90,11 @@ class ChunkHop:
     num_context: int
     num_bytes: int
     transport: str
+    received_us: float = 0.0  # when the chunk reached the consumer's runtime (0: in-process)
+
+    @property
+    def latency_us(self) -> float:
+        return max(0.0, self.dispatched_us - self.produced_us)
 
 
 class EdgeRecorder:
@@ -81,18 +102,19 @@ class EdgeRecorder:
         self.edges: dict[str, EdgeStats] = {}
         self.chunks: list[ChunkHop] = []
 
-    def hop(self, edge: str, produced_us: float, dispatched_us: float, value) -> None:
+    def hop(self, edge: str, produced_us: float, dispatched_us: float, value, received_us: float = 0.0) -> None:
         stats = self.edges.get(edge)
         if stats is None:  # not setdefault: that builds a spare EdgeStats per item
             stats = self.edges[edge] = EdgeStats()
-        stats.add(produced_us, dispatched_us, value)
+        stats.add(produced_us, dispatched_us, value, received_us)
 
-    def chunk(self, edge: str, stamped_items, num_context: int, dispatched_us: float) -> None:
+    def chunk(self, edge: str, stamped_items, num_context: int, dispatched_us: float,
+              received_us: float = 0.0) -> None:
         new = stamped_items[num_context:]
         produced = max((t for _, t in new), default=dispatched_us)
         self.chunks.append(ChunkHop(edge, produced, dispatched_us, len(new), num_context,
                                     sum(nbytes_of(v) for v, _ in stamped_items),
-                                    transport_of(stamped_items[0][0]) if stamped_items else ""))
+                                    transport_of(stamped_items[0][0]) if stamped_items else "", received_us))
 
     def latencies_s(self):
         """(edge, seconds) of every hop and chunk recorded so far (metrics)."""
@@ -100,7 +122,7 @@ class EdgeRecorder:
             for us in stats.latencies_us:
                 yield name, us / 1e6
         for hop in self.chunks:
-            yield hop.edge, max(0.0, hop.dispatched_us - hop.produced_us) / 1e6
+            yield hop.edge, hop.latency_us / 1e6
 
     def emit_spans(self, tracer, parent_context, request_id: str) -> None:
         """One span per aggregated edge and per chunk, with explicit timestamps."""
@@ -109,11 +131,14 @@ class EdgeRecorder:
                                      attributes={"starmesh.request_id": request_id, **stats.attributes()})
             span.end(end_time=int(max(stats.last_us, stats.first_us) * 1e3))
         for hop in self.chunks:
+            attributes = {"starmesh.request_id": request_id, "starmesh.items": hop.num_new,
+                          "starmesh.context_items": hop.num_context, "starmesh.bytes": hop.num_bytes,
+                          "starmesh.transport": hop.transport,
+                          "starmesh.latency_us": hop.dispatched_us - hop.produced_us}
+            if hop.received_us:
+                attributes["starmesh.consumer_wait_us"] = max(0.0, hop.dispatched_us - hop.received_us)
             span = tracer.start_span(f"edge {hop.edge}", context=parent_context, start_time=int(hop.produced_us * 1e3),
-                                     attributes={"starmesh.request_id": request_id, "starmesh.items": hop.num_new,
-                                                 "starmesh.context_items": hop.num_context,
-                                                 "starmesh.bytes": hop.num_bytes, "starmesh.transport": hop.transport,
-                                                 "starmesh.latency_us": hop.dispatched_us - hop.produced_us})
+                                     attributes=attributes)
             span.end(end_time=int(max(hop.dispatched_us, hop.produced_us) * 1e3))
         self.edges.clear()
         self.chunks.clear()

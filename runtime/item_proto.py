@@ -159,12 +159,12 @@ def _repace_from_proto(m: pb.Repace, field: str) -> Repace:
     return Repace(m.request_id, m.origin_unix_s)
 
 
-def _push_from_proto(m: pb.PushChunk, field: str) -> PushChunk:
+def _push_from_proto(m: pb.PushChunk, field: str, received_us: float) -> PushChunk:
     if not m.request_id or not m.node:
         raise InvalidArgument(f"{field}: request_id and node are required")
     tensors = tensors_from_proto(m.tensors, f"{field}.tensors")
     return PushChunk(m.request_id, m.node, m.port, tuple(m.iteration[:]), tensors, m.end_of_stream,
-                     m.num_context, m.num_pad, m.route, m.start, tuple(m.produced_us[:]))
+                     m.num_context, m.num_pad, m.route, m.start, tuple(m.produced_us[:]), received_us)
 
 
 def _accept_from_proto(m: pb.AcceptRoute, field: str) -> AcceptRoute:
@@ -174,8 +174,9 @@ def _accept_from_proto(m: pb.AcceptRoute, field: str) -> AcceptRoute:
                        m.per_item)
 
 
-def item_from_proto(msg: pb.RunItem, field: str) -> InboundItem:
-    """Converts one RunItem; raises StarmeshError naming `field`."""
+def item_from_proto(msg: pb.RunItem, field: str, received_us: float = 0.0) -> InboundItem:
+    """Converts one RunItem; raises StarmeshError naming `field`. received_us: when its
+    message was read (a push keeps it: the consumer's share of the edge's latency)."""
     kind = msg.WhichOneof("kind")
     if kind is None:
         raise InvalidArgument(f"{field}: none of open, push, cancel, release, credit, accept, repace is set")
@@ -184,7 +185,7 @@ def item_from_proto(msg: pb.RunItem, field: str) -> InboundItem:
         if kind == "open":
             return _open_from_proto(sub, f"{field}.open")
         if kind == "push":
-            return _push_from_proto(sub, f"{field}.push")
+            return _push_from_proto(sub, f"{field}.push", received_us)
         if kind == "cancel":
             return Cancel(sub.request_id, sub.reason)
         if kind == "credit":
@@ -198,8 +199,9 @@ def item_from_proto(msg: pb.RunItem, field: str) -> InboundItem:
         raise InvalidArgument(f"{field}.{e}") from None
 
 
-def request_from_proto(msg: pb.RunRequest) -> list[tuple[str, InboundItem | Rejected]]:
+def request_from_proto(msg: pb.RunRequest, received_us: float = 0.0) -> list[tuple[str, InboundItem | Rejected]]:
     """Converts every item; a bad item becomes `Rejected` so the others still run.
+    received_us: when the message was read off its stream (see item_from_proto).
 
     Returns (field path, item) pairs; the path ("items[3].open") prefixes later errors.
     """
@@ -207,7 +209,7 @@ def request_from_proto(msg: pb.RunRequest) -> list[tuple[str, InboundItem | Reje
     for i, item in enumerate(msg.items):
         field = f"items[{i}]"
         try:
-            out.append((field, item_from_proto(item, field)))
+            out.append((field, item_from_proto(item, field, received_us)))
         except StarmeshError as e:
             kind = item.WhichOneof("kind")
             sub = getattr(item, kind) if kind else None

@@ -117,6 +117,9 @@ class PushChunk:
     route: str = ""  # the EdgeRoute token of a push from a producer's runtime
     start: int = 0  # stream position of the chunk's first item (routed pushes)
     produced_us: tuple[float, ...] = ()  # when each new item was produced (routed pushes)
+    # When the consumer's runtime read the push off its stream (wall-clock us; 0: handed
+    # over in this process). Local, never on the wire, and not part of the push's identity.
+    received_us: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True)

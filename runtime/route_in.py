@@ -101,18 +101,19 @@ class InboundRoutes:
             self.unclaimed.popitem(last=False)
 
     def record(self, route: InRoute, push: PushChunk, value) -> None:
-        """Production -> dispatch of the push's new items (the edge's span)."""
+        """Production -> dispatch of the push's new items (the edge's span), and the
+        part of it spent in this runtime since the push arrived (received_us; 0: none)."""
         for ref in push.tensors.values():
             arena = getattr(ref.location, "arena", "")
             if arena:
                 route.arenas.add(arena)
-        now, edge = now_us(), route.accept.edge
+        now, edge, received = now_us(), route.accept.edge, push.received_us
         if route.accept.per_item:
             for produced in push.produced_us:
-                route.recorder.hop(edge, produced, now, value)
+                route.recorder.hop(edge, produced, now, value, received)
         elif push.produced_us:
             stamped = [(value, push.produced_us[0])] * push.num_context + [(value, t) for t in push.produced_us]
-            route.recorder.chunk(edge, stamped, push.num_context, now)
+            route.recorder.chunk(edge, stamped, push.num_context, now, received)
 
     def chunk_run(self, route: InRoute, push: PushChunk) -> OpenNode:
         """The run of one chunk: the grant's template at iteration + (k,)."""
@@ -180,7 +181,10 @@ def summary(route: InRoute) -> dict:
         return {"edge": route.accept.edge, **stats.attributes()}
     hops = route.recorder.chunks
     if hops:
-        lat = sorted(max(0.0, h.dispatched_us - h.produced_us) for h in hops)
-        return {"edge": route.accept.edge, "starmesh.items": sum(h.num_new for h in hops),
-                "starmesh.latency_us.p50": percentile(lat, 0.5)}
+        out = {"edge": route.accept.edge, "starmesh.items": sum(h.num_new for h in hops),
+               "starmesh.latency_us.p50": percentile(sorted(h.latency_us for h in hops), 0.5)}
+        waits = sorted(max(0.0, h.dispatched_us - h.received_us) for h in hops if h.received_us)
+        if waits:
+            out["starmesh.consumer_wait_us.p50"] = percentile(waits, 0.5)
+        return out
     return {}

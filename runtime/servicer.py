@@ -20,6 +20,7 @@ from typing import Any
 from protos.starmesh.v1 import component_pb2, component_pb2_grpc
 from runtime import item_proto as wire
 from runtime.component import Component
+from runtime.edge_stats import now_us
 from runtime.grpc_status import map_errors
 from runtime.heartbeat import DEFAULT_INTERVAL_S, beat
 from runtime.message_split import oversized_error, split
@@ -137,7 +138,7 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
                 if request.sender and not named:  # a producer's runtime: its peer stream
                     self._step_loop.name_stream(stream_id, request.sender[:200])
                     named = True
-                self._step_loop.submit(stream_id, wire.request_from_proto(request))
+                self._step_loop.submit(stream_id, wire.request_from_proto(request, now_us()))
                 while self._step_loop.num_queued > MAX_QUEUED:
                     await asyncio.sleep(_QUEUE_POLL_S)
         except asyncio.CancelledError:

@@ -86,3 +86,5 @@ def check_request_trace(spans, rid: str, trace_id: int) -> None:
     assert hop.attributes["starmesh.items"] == 1 and hop.attributes["starmesh.transport"] == "inline"
     chunks = [s for s in mine if s.name == "edge lm.frame -> codec.frames"]
     assert len(chunks) >= 2 and all(s.attributes["starmesh.latency_us"] >= 0 for s in chunks)
+    # routed to another process: each chunk's span also says how long it waited in the consumer
+    assert all(0 <= s.attributes["starmesh.consumer_wait_us"] <= s.attributes["starmesh.latency_us"] for s in chunks)

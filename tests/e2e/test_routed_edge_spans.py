@@ -1,6 +1,7 @@
 """Tracing of routed per-item edges: the consumer's chunk runs of one request share one
 `node <name>` span (carrying how many ran) in the request's trace, beside the edge's
-aggregated span; a cancelled request ends that span too, marked with the reason."""
+aggregated span (with the consumer's share of the latency); a cancelled request ends that
+span too, marked with the reason."""
 import asyncio
 import contextlib
 
@@ -63,7 +64,12 @@ def test_a_per_item_routes_chunk_runs_are_one_span_per_request(traced, n):
         assert span.status.status_code != StatusCode.ERROR
     for edge in ("edge src.x -> mid.x", "edge mid.y -> sink.y"):
         (span,) = [s for s in spans if s.name == edge]
-        assert span.attributes["starmesh.items"] == n
+        a = span.attributes
+        assert a["starmesh.items"] == n
+        # the consumer's share (arrival -> dispatch) is part of the edge's latency
+        for q in ("p50", "p90", "p99"):
+            assert 0 <= a[f"starmesh.consumer_wait_us.{q}"] <= a["starmesh.latency_us.max"]
+        assert a["starmesh.consumer_wait_us.p50"] <= a["starmesh.consumer_wait_us.p99"]
 
 
 def test_a_cancelled_request_ends_its_shared_spans(traced):
