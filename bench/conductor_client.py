@@ -14,14 +14,12 @@ streaming edge never ends its request yet: see bench.conductor).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import subprocess
 import sys
 import time
 
 from bench.output import proc_cpu_s
+from bench.pipe_child import PipeChild
 
 
 def make_request(model: str, request_id: str, params: dict):
@@ -88,40 +86,18 @@ class Client:
     conductor's) and that of the `watch`ed processes (services, the client)."""
 
     def __init__(self, address: str, watch: dict[str, int]) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.conductor_client", address],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.watch = {**watch, "client": self.proc.pid}
-        line = self.proc.stdout.readline()
-        if not line or not json.loads(line).get("ready"):
-            self.close()
-            raise RuntimeError("bench client did not start")
+        self.child = PipeChild("bench.conductor_client", (address,), "bench client")
+        self.watch = {**watch, "client": self.child.pid}
 
     def run(self, **cmd) -> dict:
         cpu0, others0 = time.process_time(), {k: proc_cpu_s(pid) for k, pid in self.watch.items()}
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"bench client exited during phase {cmd['prefix']}")
-        result = json.loads(line)
+        result = self.child.ask(cmd, f"phase {cmd['prefix']}")
         result["conductor_cpu_s"] = time.process_time() - cpu0
         result["other_cpu_s"] = {k: proc_cpu_s(pid) - others0[k] for k, pid in self.watch.items()}
         return result
 
     def close(self) -> None:
-        close_child(self.proc)
-
-
-def close_child(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
-    """Ends a load-generator child that reads commands on stdin: EOF, then a kill if it
-    does not exit within timeout_s."""
-    with contextlib.suppress(Exception):
-        proc.stdin.close()
-    try:
-        proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        self.child.close()
 
 
 if __name__ == "__main__":

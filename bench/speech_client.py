@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 import time
+
+from bench.pipe_child import PipeChild
 
 
 async def one(address: str, ids: list[int], params: dict, delay_s: float, modalities: tuple[str, ...],
@@ -68,16 +69,11 @@ def serve() -> None:
 
 class SpeechClient:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.speech_client"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if not line or not json.loads(line).get("ready"):
-            self.close()
-            raise RuntimeError("the speech client process did not start")
+        self.child = PipeChild("bench.speech_client", what="the speech client process")
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        return self.child.pid
 
     def phase(self, address: str, prompts: list, params: dict, delays: list[float],
               modalities: tuple[str, ...], tag: str = "") -> dict:
@@ -85,17 +81,10 @@ class SpeechClient:
         request i is `tag-i` (empty: the conductor names them)."""
         cmd = {"address": address, "prompts": [list(p) for p in prompts], "params": params, "delays": delays,
                "modalities": list(modalities), "tag": tag}
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the speech client process exited during a phase")
-        return json.loads(line)
+        return self.child.ask(cmd, "a phase")
 
     def close(self) -> None:
-        from bench.conductor_client import close_child
-
-        close_child(self.proc)
+        self.child.close()
 
     def __enter__(self) -> "SpeechClient":
         return self
