@@ -68,10 +68,12 @@ class ServedModel:
         if self.tokenizer_node and self.tokenizer_node not in self.graph.node_by_name:
             raise GraphError(f"model {self.name}: tokenizer_node {self.tokenizer_node!r} is not a node of its graph")
         object.__setattr__(self, "voices", tuple(self.voices))
-        if not (isinstance(self.ttfa_target_s, (int, float)) and 0 <= self.ttfa_target_s < 60):
+        if isinstance(self.ttfa_target_s, bool) or not (isinstance(self.ttfa_target_s, (int, float))
+                                                        and 0 <= self.ttfa_target_s < 60):
             raise GraphError(f"model {self.name}: ttfa_target_s must be in [0, 60) seconds, "
                              f"got {self.ttfa_target_s!r}")
-        if not (isinstance(self.max_held_text, int) and 0 <= self.max_held_text <= 4096):
+        if isinstance(self.max_held_text, bool) or not (isinstance(self.max_held_text, int)
+                                                        and 0 <= self.max_held_text <= 4096):
             raise GraphError(f"model {self.name}: max_held_text must be an int in [0, 4096], "
                              f"got {self.max_held_text!r}")
         if self.voice_param and self.params is not None and \

@@ -100,8 +100,8 @@ def test_capacity_config_names_the_bad_field():
         CapacityConfig(window_s=0)
 
 
-@pytest.mark.parametrize("field, good, bad", [("ttfa_target_s", 0.3, b) for b in (-0.1, float("nan"), 60.0, "0.3")]
-                         + [("max_held_text", 8, b) for b in (-1, 4097, 2.0, "8")])
+@pytest.mark.parametrize("field, good, bad", [("ttfa_target_s", 0.3, b) for b in (-0.1, float("nan"), 60.0, "0.3", True)]
+                         + [("max_held_text", 8, b) for b in (-1, 4097, 2.0, "8", True)])
 def test_a_models_stream_fields_are_checked_once(field, good, bad):
     from bench import toys
     from conductor.model import ServedModel
