@@ -14,6 +14,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from opentelemetry.trace import Status, StatusCode
+
 from core.errors import InvalidArgument
 from core.evolve import evolve
 from runtime.edge_stats import EdgeRecorder, now_us, percentile
@@ -60,6 +62,17 @@ class InRoute:
     @property
     def is_drained(self) -> bool:
         return self.is_ended and self.num_running == 0
+
+    def end_span(self, error: str | None = None) -> None:
+        """Ends the shared span of a per-item route's chunk runs (once), with how many ran."""
+        if self.span is None:
+            return
+        span, self.span, self.span_context = self.span, None, None
+        span.set_attribute("starmesh.num_runs", self.num_opened)
+        error = self.span_error or error
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end()
 
 
 class InboundRoutes:

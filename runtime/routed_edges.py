@@ -19,7 +19,6 @@ from typing import Any, Callable
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
 
 from core.evolve import evolve
 from runtime.grpc_status import failure
@@ -160,7 +159,7 @@ class RoutedEdges:
         self._send(self.out.end(run.request_id, run.node, run.iteration))
         self.emit(route.owner, NodeDone(run.request_id, run.node, iteration=run.iteration,
                                         metadata=self._report(route)))
-        _end_span(route)
+        route.end_span()
 
     def _report(self, route: InRoute) -> dict:
         """The edge's statistics for the conductor, and its spans in the request's trace."""
@@ -293,17 +292,5 @@ class RoutedEdges:
         self.out.cancel(request_id)
         for route in self.inb.routes.values():
             if route.request_id == request_id and not route.is_finished:
-                _end_span(route, "cancelled")
+                route.end_span("cancelled")
         self.inb.cancel(request_id)
-
-
-def _end_span(route: InRoute, error: str | None = None) -> None:
-    """Ends the shared span of a per-item route's chunk runs (once), with how many ran."""
-    if route.span is None:
-        return
-    span, route.span, route.span_context = route.span, None, None
-    span.set_attribute("starmesh.num_runs", route.num_opened)
-    error = route.span_error or error
-    if error is not None:
-        span.set_status(Status(StatusCode.ERROR, error))
-    span.end()
