@@ -1,7 +1,9 @@
 """The speech benchmark's baselines, in this process (one torch thread):
 
 - in-process: pipelines.qwen3_omni.runner.SpeechRunner (thinker, talker and code2wav
-  stepped in one loop, the same chunking as the mesh), all requests of a wave at once;
+  stepped in one loop, the same chunking as the mesh), all requests of a wave at once:
+  its audio rate, and its first-audio times (what a wave's first windows cost in compute
+  alone, the reference for the mesh's own);
 - transformers: Qwen3OmniMoeForConditionalGeneration.generate(return_audio=True), one
   request after another. Its codec EOS is suppressed as on the mesh: generate passes
   `talker_*` keyword arguments on to the talker's own generate, so talker_min_new_tokens
@@ -10,6 +12,7 @@
 """
 from __future__ import annotations
 
+import statistics
 import time
 
 from bench.speech_mesh import CHUNK, FIRST, LEFT
@@ -17,30 +20,52 @@ from bench.speech_mesh import CHUNK, FIRST, LEFT
 SAMPLES_PER_FRAME = 1920  # 24 kHz / 12.5 frames per second
 
 
-def inprocess_audio_s_per_s(checkpoint: str, prompts: list[list[int]], text_tokens: int, frames: int,
-                            concurrency: int, rounds: int, first_chunk: int = FIRST) -> float:
-    """Audio seconds per wall second of `rounds` waves of `concurrency` requests."""
+def inprocess_speech(checkpoint: str, prompts: list[list[int]], text_tokens: int, frames: int,
+                     concurrency: int, rounds: int, first_chunk: int = FIRST) -> dict:
+    """`rounds` waves of `concurrency` requests through SpeechRunner: audio seconds per
+    wall second, and each request's first audio (ms from its wave's start to the end of
+    the step that decoded its first window). This is the compute a wave needs with no
+    mesh around it: one process, one thread, the three components stepped in turn."""
     from pipelines.qwen3_omni.requests import SpeechRequest
     from pipelines.qwen3_omni.runner import SpeechRunner
 
     runner = SpeechRunner.from_checkpoint(checkpoint)
 
-    def wave(tag: str, n: int, offset: int, num_frames: int) -> list:
+    def wave(tag: str, n: int, offset: int, num_frames: int) -> tuple[list, list[float]]:
         reqs = [SpeechRequest(f"{tag}{i}", prompts[(offset + i) % len(prompts)], max_text_tokens=text_tokens,
                               max_frames=num_frames + 1, min_frames=num_frames + 1, chunk_size=CHUNK,
                               left_context=LEFT, first_chunk=first_chunk) for i in range(n)]
-        return runner.generate(reqs)
+        return timed_generate(runner, reqs)
 
     wave("warm", 1, 0, 8)
-    audio_s, wall = 0.0, 0.0
+    audio_s, wall, ttfa = 0.0, 0.0, []
     for r in range(rounds):
         t0 = time.perf_counter()
-        results = wave(f"r{r}-", concurrency, r * concurrency, frames)
+        results, first_ms = wave(f"r{r}-", concurrency, r * concurrency, frames)
         wall += time.perf_counter() - t0
         if any(len(res.frames) != frames for res in results):
             raise RuntimeError(f"in-process: expected {frames} frames per request")
         audio_s += sum(res.audio.numel() for res in results) / 24000
-    return audio_s / wall
+        ttfa += first_ms
+    ttfa.sort()
+    return {"audio_s_per_s": audio_s / wall, "ttfa_ms_p50": statistics.median(ttfa), "ttfa_ms_max": ttfa[-1]}
+
+
+def timed_generate(runner, requests: list) -> tuple[list, list[float]]:
+    """SpeechRunner.generate, step by step: the results in request order, and when each
+    request's first audio window came out (ms from the start)."""
+    t0 = time.perf_counter()
+    for req in requests:
+        runner.add(req)
+    results, first_ms = {}, {}
+    while runner.has_work():
+        finished = runner.step()
+        now_ms = (time.perf_counter() - t0) * 1e3
+        for r in [lv.result for lv in runner.live.values()] + finished:
+            if r.chunks and r.request_id not in first_ms:
+                first_ms[r.request_id] = now_ms
+        results.update((r.request_id, r) for r in finished)
+    return [results[r.request_id] for r in requests], [first_ms[r.request_id] for r in requests]
 
 
 def hf_audio_s_per_s(checkpoint: str, prompts: list[list[int]], text_tokens: int, frames: int,

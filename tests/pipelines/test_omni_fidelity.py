@@ -80,3 +80,23 @@ def test_seeded_sampling_is_independent_of_the_batch(runner):
                              req("m2", "short_text_long_talk")])[1]
     assert mixed.text_ids == solo.text_ids
     assert torch.equal(mixed.codes, solo.codes)
+
+
+def test_timed_generate_matches_generate_and_orders_first_audio(runner):
+    """The speech benchmark's in-process first-audio clock steps the runner itself: the
+    same results as generate, and every request's first audio inside the run."""
+    from bench.speech_baselines import timed_generate
+
+    cases = sorted(CASES)
+    reqs = [_request(f"t{i}", cases[i % len(cases)], chunk_size=8, left_context=4, first_chunk=2) for i in range(5)]
+    plain = runner.generate([_request(f"p{i}", cases[i % len(cases)], chunk_size=8, left_context=4, first_chunk=2)
+                             for i in range(5)])
+    t0 = time.perf_counter()
+    timed, first_ms = timed_generate(runner, reqs)
+    total_ms = (time.perf_counter() - t0) * 1e3
+    assert [r.request_id for r in timed] == [r.request_id for r in reqs]
+    for ours, ref in zip(timed, plain):
+        assert ours.text_ids == ref.text_ids
+        assert torch.equal(ours.codes, ref.codes)
+        assert torch.equal(ours.audio, ref.audio)
+    assert len(first_ms) == len(reqs) and all(0 < t <= total_ms for t in first_ms)
