@@ -13,7 +13,9 @@ then a burst of C at once. For each request, in ms from its send (the spans' wal
   codec_start, codec_end       that chunk's code2wav run (waiting for the codec: codec_start - codes_ready)
   ttfa                         first audio at the client
 Per mark: the burst's median and max, and `*_over_alone` = burst max / the lone request's
-value: which stage the burst's last first audio waits on.
+value: which stage the burst's last first audio waits on. The JSON also keeps each
+wave's send time (`alone_sent_unix_s`, `burst_sent_unix_s`, wall clock) to line other
+logs of the run up with the marks.
 """
 from __future__ import annotations
 
@@ -104,7 +106,9 @@ def measure(checkpoint: str, prompts: list, concurrency: int, shared: bool = Fal
         telemetry.shutdown()
         os.environ.pop(TRACE_STORE_ENV, None)
         store.close()
-    out = {"concurrency": concurrency, "shared_channel": shared, "alone": one, "burst": many}
+    # the waves' send times (wall clock, s): where other logs of the run (engine steps) line up with the marks
+    out = {"concurrency": concurrency, "shared_channel": shared, "alone": one, "burst": many,
+           "alone_sent_unix_s": alone_sent, "burst_sent_unix_s": burst_sent}
     for mark in MARKS:
         values = [m[mark] for m in many]
         out[f"{mark}_ms_median"], out[f"{mark}_ms_max"] = statistics.median(values), max(values)
