@@ -52,20 +52,18 @@ def inprocess_speech(checkpoint: str, prompts: list[list[int]], text_tokens: int
 
 
 def timed_generate(runner, requests: list) -> tuple[list, list[float]]:
-    """SpeechRunner.generate, step by step: the results in request order, and when each
-    request's first audio window came out (ms from the start)."""
-    t0 = time.perf_counter()
-    for req in requests:
-        runner.add(req)
-    results, first_ms = {}, {}
-    while runner.has_work():
-        finished = runner.step()
+    """SpeechRunner.generate, and when each request's first audio window came out (ms from
+    the start, at the end of the step that decoded it)."""
+    t0, first_ms = time.perf_counter(), {}
+
+    def seen(results: list) -> None:
         now_ms = (time.perf_counter() - t0) * 1e3
-        for r in [lv.result for lv in runner.live.values()] + finished:
-            if r.chunks and r.request_id not in first_ms:
-                first_ms[r.request_id] = now_ms
-        results.update((r.request_id, r) for r in finished)
-    return [results[r.request_id] for r in requests], [first_ms[r.request_id] for r in requests]
+        for r in results:
+            if r.chunks:
+                first_ms.setdefault(r.request_id, now_ms)
+
+    results = runner.generate(requests, on_step=seen)
+    return results, [first_ms[r.request_id] for r in requests]
 
 
 def hf_audio_s_per_s(checkpoint: str, prompts: list[list[int]], text_tokens: int, frames: int,

@@ -9,6 +9,7 @@ exactly as the mesh streams them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -90,14 +91,18 @@ class SpeechRunner:
         done = [rid for rid, lv in self.live.items() if lv.is_done]
         return [self.live.pop(rid).result for rid in done]
 
-    def generate(self, requests: list[SpeechRequest]) -> list[SpeechResult]:
+    def generate(self, requests: list[SpeechRequest],
+                 on_step: Callable[[list[SpeechResult]], None] | None = None) -> list[SpeechResult]:
+        """Runs `requests` to the end; their results in request order. on_step: called after
+        every step with those results as they stand (a benchmark's clock reads them)."""
         for req in requests:
             self.add(req)
-        results = {}
+        results = [self.live[req.request_id].result for req in requests]  # filled in place as they step
         while self.has_work():
-            for r in self.step():
-                results[r.request_id] = r
-        return [results[r.request_id] for r in requests]
+            self.step()
+            if on_step is not None:
+                on_step(results)
+        return results
 
     def _thinker_step(self) -> None:
         for out in self.thinker.step():
