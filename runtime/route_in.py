@@ -19,7 +19,7 @@ from opentelemetry.trace import Status, StatusCode
 from core.errors import InvalidArgument
 from core.evolve import evolve
 from runtime.edge_stats import EdgeRecorder, now_us, percentile
-from runtime.items import AcceptRoute, ChunkInfo, OpenNode, PushChunk
+from runtime.items import AcceptRoute, ChunkInfo, OpenNode, PushChunk, RouteCredit
 
 RunKey = tuple[str, str, tuple[int, ...]]
 MAX_UNCLAIMED_TOKENS = 1024
@@ -49,6 +49,7 @@ class InRoute:
     span: Any = None
     span_context: Any = None  # the context that makes `span` current (made with it)
     span_error: str | None = None  # the first of its chunk runs' failures
+    owed: int = 0  # items consumed and not yet credited back to a remote producer (`coalesce`)
 
     @property
     def request_id(self) -> str:
@@ -62,6 +63,19 @@ class InRoute:
     @property
     def is_drained(self) -> bool:
         return self.is_ended and self.num_running == 0
+
+    def coalesce(self, credit: RouteCredit) -> RouteCredit | None:
+        """The credit to send now (None: held). A per-item route's credits wait until half
+        its window is owed: its producer buffers nothing between pushes, so it still has
+        room for half a window and never waits for them, while one credit message per engine
+        step would wake the producer's process on every item it sent. A credit that frees
+        leases, or comes once the stream has ended, goes at once with everything owed."""
+        self.owed += credit.amount
+        if (self.accept.per_item and not credit.lease_ids and not (self.is_ended or self.is_finished)
+                and self.owed < self.accept.window // 2):
+            return None
+        amount, self.owed = self.owed, 0
+        return RouteCredit(credit.request_id, credit.token, amount, credit.lease_ids)
 
     def end_span(self, error: str | None = None) -> None:
         """Ends the shared span of a per-item route's chunk runs (once), with how many ran."""

@@ -155,6 +155,8 @@ class RoutedEdges:
         if route.is_finished or not route.is_drained:
             return
         route.is_finished = True
+        if route.owed:  # every chunk run ended before the end of stream came: settle up
+            self._credit_now(route, RouteCredit(route.request_id, route.accept.token))
         run = route.accept.run
         self._send(self.out.end(run.request_id, run.node, run.iteration))
         self.emit(route.owner, NodeDone(run.request_id, run.node, iteration=run.iteration,
@@ -177,10 +179,12 @@ class RoutedEdges:
             self._credit_now(route, ev)
 
     def _credit_now(self, route: InRoute, ev: RouteCredit) -> None:
-        if route.sender == LOCAL:
+        if route.sender == LOCAL:  # a call, not a message: nothing to save by holding it
             self.on_peer_events("", [ev])
         elif route.sender:
-            self.emit(route.sender, ev)
+            ev = route.coalesce(ev)
+            if ev is not None:
+                self.emit(route.sender, ev)
 
     # ---- runs ending, outputs -----------------------------------------------------
 
