@@ -13,7 +13,9 @@ then a burst of C at once. For each request, in ms from its send (the spans' wal
   codec_start, codec_end       that chunk's code2wav run (waiting for the codec: codec_start - codes_ready)
   ttfa                         first audio at the client
 Per mark: the burst's median and max, and `*_over_alone` = burst max / the lone request's
-value: which stage the burst's last first audio waits on. The JSON also keeps each
+value: which stage the burst's last first audio waits on. `cpu_window_alone` and
+`cpu_window_burst` (bench.cpu_window): each process's CPU and run-queue wait from a wave's
+send to its last first audio, i.e. whether the tail is work or waiting for a core. The JSON also keeps each
 wave's send time (`alone_sent_unix_s`, `burst_sent_unix_s`, wall clock) to line other
 logs of the run up with the marks.
 """
@@ -26,6 +28,7 @@ import os
 import statistics
 import time
 
+from bench.cpu_window import CpuSampler
 from bench.output import write_json
 
 PARAMS = {"max_new_tokens": 32, "max_frames": 129, "min_frames": 129}
@@ -98,8 +101,12 @@ def measure(checkpoint: str, prompts: list, concurrency: int, shared: bool = Fal
         with SpeechMesh(checkpoint, split_only=True, admission=_admission("deadline", False),
                         options=("schedule=deadline",), telemetry=telemetry) as mesh:
             asyncio.run(wave(mesh.address, prompts, "warm", concurrency, wanted, shared))
-            alone_sent, alone = asyncio.run(wave(mesh.address, prompts, "alone", 1, wanted, shared))
-            burst_sent, burst = asyncio.run(wave(mesh.address, prompts, "burst", concurrency, wanted, shared))
+            pids = {**{name: proc.pid for name, proc in mesh.procs.items()}, "conductor+client": os.getpid()}
+            with CpuSampler(pids) as sampler:
+                alone_sent, alone = asyncio.run(wave(mesh.address, prompts, "alone", 1, wanted, shared))
+                burst_sent, burst = asyncio.run(wave(mesh.address, prompts, "burst", concurrency, wanted, shared))
+            cpu = {"alone": sampler.window(alone_sent, alone_sent + alone[0].ttfa_ms / 1e3),
+                   "burst": sampler.window(burst_sent, burst_sent + max(s.ttfa_ms for s in burst) / 1e3)}
         one = wait_marks(store, "alone-0", alone_sent, alone[0].ttfa_ms)
         many = [wait_marks(store, f"burst-{i}", burst_sent, s.ttfa_ms) for i, s in enumerate(burst)]
     finally:
@@ -108,7 +115,8 @@ def measure(checkpoint: str, prompts: list, concurrency: int, shared: bool = Fal
         store.close()
     # the waves' send times (wall clock, s): where other logs of the run (engine steps) line up with the marks
     out = {"concurrency": concurrency, "shared_channel": shared, "alone": one, "burst": many,
-           "alone_sent_unix_s": alone_sent, "burst_sent_unix_s": burst_sent}
+           "alone_sent_unix_s": alone_sent, "burst_sent_unix_s": burst_sent,
+           "cpu_window_alone": cpu["alone"], "cpu_window_burst": cpu["burst"]}
     for mark in MARKS:
         values = [m[mark] for m in many]
         out[f"{mark}_ms_median"], out[f"{mark}_ms_max"] = statistics.median(values), max(values)
@@ -135,8 +143,23 @@ def main(argv=None) -> int:
     for mark in MARKS:
         print(f"{mark:14s} {results['alone'][mark]:8.0f} {results[f'{mark}_ms_median']:10.0f} "
               f"{results[f'{mark}_ms_max']:10.0f}")
+    print_cpu(results)
     write_json(args.json, results)
     return 0
+
+
+def print_cpu(results: dict) -> None:
+    """Each process's CPU and run-queue wait from send to the wave's last first audio."""
+    alone, burst = results["cpu_window_alone"], results["cpu_window_burst"]
+    print(f"\n{'CPU ms / run-queue wait ms':26s} {'alone':>13s} {'burst':>13s}   (send -> last first audio)")
+    for name in burst["processes"]:
+        a, b = alone["processes"][name], burst["processes"][name]
+        print(f"{name:26s} {a['cpu_ms']:6.0f} /{a['runq_wait_ms']:5.0f} {b['cpu_ms']:6.0f} /{b['runq_wait_ms']:5.0f}")
+    for label, w in (("alone", alone), ("burst", burst)):
+        total = sum(p["cpu_ms"] for p in w["processes"].values()) - w["sampler_cpu_ms"]
+        print(f"{label}: {total:.0f} ms of CPU in {w['span_ms']:.0f} ms on {os.cpu_count()} cores "
+              f"({total / (w['span_ms'] * (os.cpu_count() or 1)):.0%} busy; the sampler's own "
+              f"{w['sampler_cpu_ms']:.0f} ms left out)")
 
 
 if __name__ == "__main__":
