@@ -15,9 +15,9 @@ then a burst of C at once. For each request, in ms from its send (the spans' wal
 Per mark: the burst's median and max, and `*_over_alone` = burst max / the lone request's
 value: which stage the burst's last first audio waits on. `cpu_window_alone` and
 `cpu_window_burst` (bench.cpu_window): each process's CPU and run-queue wait from a wave's
-send to its last first audio, i.e. whether the tail is work or waiting for a core. The JSON also keeps each
-wave's send time (`alone_sent_unix_s`, `burst_sent_unix_s`, wall clock) to line other
-logs of the run up with the marks.
+send to its last first audio, i.e. whether the tail is work or waiting for a core. The
+JSON also keeps each wave's send time (`alone_sent_unix_s`, `burst_sent_unix_s`, wall
+clock) to line other logs of the run up with the marks.
 """
 from __future__ import annotations
 
@@ -155,11 +155,11 @@ def print_cpu(results: dict) -> None:
     for name in burst["processes"]:
         a, b = alone["processes"][name], burst["processes"][name]
         print(f"{name:26s} {a['cpu_ms']:6.0f} /{a['runq_wait_ms']:5.0f} {b['cpu_ms']:6.0f} /{b['runq_wait_ms']:5.0f}")
+    cores = os.cpu_count() or 1
     for label, w in (("alone", alone), ("burst", burst)):
         total = sum(p["cpu_ms"] for p in w["processes"].values()) - w["sampler_cpu_ms"]
-        print(f"{label}: {total:.0f} ms of CPU in {w['span_ms']:.0f} ms on {os.cpu_count()} cores "
-              f"({total / (w['span_ms'] * (os.cpu_count() or 1)):.0%} busy; the sampler's own "
-              f"{w['sampler_cpu_ms']:.0f} ms left out)")
+        print(f"{label}: {total:.0f} ms of CPU in {w['span_ms']:.0f} ms on {cores} cores "
+              f"({total / (w['span_ms'] * cores):.0%} busy; the sampler's own {w['sampler_cpu_ms']:.0f} ms left out)")
 
 
 if __name__ == "__main__":

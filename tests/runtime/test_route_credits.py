@@ -2,18 +2,16 @@
 producer keeps room for the other half), and everything owed once the stream ends or a
 credit frees leases; other routes credit every chunk as it is consumed."""
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.conductor_toys import make_b
-from runtime.items import AcceptRoute, Cancel, NodeDone, NodeOutput, OpenNode, PushChunk, RouteCredit
+from runtime.items import Cancel, NodeDone, NodeOutput, RouteCredit
 from runtime.route_in import InRoute
+from tests.fixtures.routes import TOKEN, grant, push
 from tests.fixtures.services import RunStream, describe, start_in_process, wait_until
-from transport.codec import inline_ref
 
 pytestmark = pytest.mark.timeout(60)
-TOKEN = "c" * 32
 
 # one op: ("credit", amount, with a lease) or ("end",) (the producer's end of stream arrived)
 OPS = st.lists(st.one_of(st.tuples(st.just("credit"), st.integers(0, 5), st.booleans()), st.just(("end",))),
@@ -21,9 +19,7 @@ OPS = st.lists(st.one_of(st.tuples(st.just("credit"), st.integers(0, 5), st.bool
 
 
 def route(window: int, per_item: bool) -> InRoute:
-    accept = AcceptRoute(TOKEN, OpenNode("r", "mid", "stream"), "x", edge="src.x -> mid.x", window=window,
-                         per_item=per_item)
-    return InRoute(accept, owner="conductor")
+    return InRoute(grant("r", window=window, per_item=per_item), owner="conductor")
 
 
 @settings(max_examples=200, deadline=None)
@@ -47,16 +43,6 @@ def test_credits_are_held_below_half_the_window_and_none_is_lost(window, per_ite
         assert sent_total + r.owed == given_total
 
 
-def grant(rid: str, window: int) -> AcceptRoute:
-    return AcceptRoute(TOKEN, OpenNode(rid, "mid", "stream"), "x", push=False, edge="src.x -> mid.x", window=window,
-                       per_item=True)
-
-
-def push(rid: str, k: int, last: bool = False) -> PushChunk:
-    return PushChunk(rid, "mid", "x", (), {"x": inline_ref(torch.tensor([float(k)]))}, last, route=TOKEN, start=k,
-                     produced_us=(1.0,))
-
-
 def credits(stream: RunStream) -> list[RouteCredit]:
     return [e for e in stream.events() if isinstance(e, RouteCredit)]
 
@@ -67,9 +53,9 @@ def test_a_consumer_credits_half_a_window_at_a_time_and_settles_at_the_end():
         with RunStream(server.address) as conductor, RunStream(server.address) as producer:
             conductor.send(grant("r1", window=8))
             for k in range(5):  # one message each: the chunk runs end in separate engine steps
-                producer.send(push("r1", k))
+                producer.send(push("r1", float(k), k))
             assert [c.amount for c in credits(producer)] == [4]  # the fifth is owed
-            producer.send(push("r1", 5, last=True))
+            producer.send(push("r1", 5.0, 5, last=True))
             assert [c.amount for c in credits(producer)] == [2]  # the end settles everything owed
             outputs, done = [], None
             while done is None:

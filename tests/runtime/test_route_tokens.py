@@ -4,16 +4,15 @@ that pushes with it; outputs go to the granting stream, credits to the pusher.""
 import queue
 
 import pytest
-import torch
 
 from bench.conductor_toys import make_b
 from graph.chunking import FixedChunk
-from runtime.items import AcceptRoute, Cancel, NodeDone, NodeError, NodeOutput, OpenNode, PushChunk, RouteCredit
+from runtime.items import Cancel, NodeDone, NodeError, NodeOutput, OpenNode, RouteCredit
+from tests.fixtures.routes import TOKEN, grant, push
 from tests.fixtures.services import RunStream, describe, start_in_process, wait_until
-from transport.codec import inline_ref, view
+from transport.codec import view
 
 pytestmark = pytest.mark.timeout(60)
-TOKEN = "f" * 32
 
 
 @pytest.fixture(scope="module")
@@ -21,16 +20,6 @@ def server():
     s = start_in_process(make_b())
     yield s
     s.stop()
-
-
-def grant(rid: str, token: str = TOKEN) -> AcceptRoute:
-    return AcceptRoute(token, OpenNode(rid, "mid", "stream"), "x", push=False, edge="src.x -> mid.x", window=4,
-                       per_item=True)
-
-
-def push(rid: str, value: float, k: int, last: bool = False, token: str = TOKEN, node: str = "mid") -> PushChunk:
-    return PushChunk(rid, node, "x", (), {"x": inline_ref(torch.tensor([value]))}, last, route=token, start=k,
-                     produced_us=(1.0,))
 
 
 def kinds(events) -> dict:
