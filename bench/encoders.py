@@ -112,7 +112,7 @@ def hf_ttfa_ms(ckpt: str, wav: bytes) -> float:
     import torch
     import transformers as tf
 
-    from engine.checkpoints.tiny_omni import TOKENS, media_chat_prompt
+    from engine.models.qwen3_omni.tiny import TOKENS, media_chat_prompt
     from engine.models.qwen3_omni.encoder_loader import load_audio_encoder
     from engine.models.qwen3_omni.media_features import MediaFeatures
 

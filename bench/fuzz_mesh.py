@@ -34,15 +34,15 @@ def deployment(checkpoints: dict[str, str]) -> dict:
             "sd3": {"component": "sd3", "checkpoint": "sd3", "replicas": [""]},
         },
         "models": {
-            "qwen3-omni": {"pipeline": "qwen3_omni",
+            "qwen3-omni": {"pipeline": "qwen3-omni",
                            "options": {"chunk_size": 8, "left_context": 4, "first_chunk": 4},
                            "placement": {"prefill": "thinker", "decode": "thinker", "talker": "talker",
                                          "code2wav": "talker"},
                            "kv_contexts": {"thinker": ["prefill", "decode"]}},
-            "text": {"pipeline": "text", "options": {"max_new_tokens": 64},
+            "text": {"pipeline": "qwen3", "options": {"max_new_tokens": 64},
                      "placement": {"prefill": "thinker", "decode": "thinker"},
                      "kv_contexts": {"thinker": ["prefill", "decode"]}},
-            "sd3": {"pipeline": "text_to_image", "placement": {n: "sd3" for n in SD3_NODES}},
+            "sd3": {"pipeline": "sd3", "placement": {n: "sd3" for n in SD3_NODES}},
         },
     }
 

@@ -45,7 +45,7 @@ def deployment(ckpt: str | None) -> dict:
     omni = {"path": ckpt} if ckpt else {"tiny": "qwen3-omni"}
     return {"name": "bench-gateway", "checkpoints": {"omni": omni}, "gateway": {"address": "x"},
             "services": {"thinker": svc("thinker"), "talker": svc("talker"), "codec": svc("codec")},
-            "models": {"qwen3-omni": {"pipeline": "qwen3_omni",
+            "models": {"qwen3-omni": {"pipeline": "qwen3-omni",
                                       "options": {"chunk_size": 25, "left_context": 25, "first_chunk": 4},
                                       "placement": {"prefill": "thinker", "decode": "thinker", "talker": "talker",
                                                     "code2wav": "codec"},

@@ -2,7 +2,7 @@
 
     python -m bench.image --json bench-results/image.json
 
-Checkpoint: engine.checkpoints.tiny_sd3's "bench" preset (random, 2.5 M DiT parameters, 16 latent
+Checkpoint: engine.models.sd3.tiny's "bench" preset (random, 2.5 M DiT parameters, 16 latent
 channels), built on first use; 256x256 images (256 image tokens) with 77 + 77 text
 tokens, where one CFG step (a DiT call of batch 2) costs ~45 ms at one thread. Every
 process (the services and this one, where diffusers runs) uses --threads torch threads.
@@ -52,7 +52,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def checkpoint(args) -> str:
-    from engine.checkpoints.tiny_sd3 import make_tiny_sd3
+    from engine.models.sd3.tiny import make_tiny_sd3
 
     if args.checkpoint:
         return args.checkpoint
@@ -103,7 +103,7 @@ def measure_parts(ckpt: str, args) -> dict:
 def run_diffusers(ckpt: str, args) -> dict:
     import torch
 
-    from engine.checkpoints.tiny_sd3 import load_reference_pipeline
+    from engine.models.sd3.tiny import load_reference_pipeline
 
     pipe = load_reference_pipeline(ckpt)
     pipe.set_progress_bar_config(disable=True)
@@ -144,7 +144,7 @@ class Mesh:
         from concurrent.futures import ThreadPoolExecutor
 
         from conductor.service import ConductorService
-        from pipelines.text_to_image import served_model
+        from pipelines.sd3.model import served_model
         from runtime.background import BackgroundServer
         from runtime.process import ServiceProcess
 

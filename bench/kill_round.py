@@ -25,7 +25,7 @@ import grpc
 import torch
 
 from client.speech import speak
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from protos.starmesh.v1 import component_pb2, component_pb2_grpc
 from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc

@@ -5,7 +5,7 @@
 The model is the dit service's (diffusers' SD3Transformer2DModel, loaded by
 engine.models.sd3.dit.Sd3Dit.load, with offload through OffloadConfig) at bench.image's
 resolution: 256x256 images (32x32 latents, 256 image tokens) with 77 + 77 text tokens.
-The checkpoint is bench.image's (engine.checkpoints.tiny_sd3's "bench" preset) with a larger random
+The checkpoint is bench.image's (engine.models.sd3.tiny's "bench" preset) with a larger random
 DiT: bench.image's has 2 blocks of 3.4 MB, where two slots would hold every block and a
 block copy (~0.2 ms) is noise. Here the DiT is 6 heads x 64 (width 384, SD3's head
 size) and 12 blocks (~21 MB each, ~250 MB in all, fp32), the other geometry (latent
@@ -64,7 +64,7 @@ def checkpoint(root: str) -> str:
     import torch
     from diffusers import SD3Transformer2DModel
 
-    from engine.checkpoints.tiny_sd3 import PRESETS, make_tiny_sd3
+    from engine.models.sd3.tiny import PRESETS, make_tiny_sd3
 
     path = os.path.join(root, "sd3-offload-bench-{num_layers}x{num_attention_heads}x{attention_head_dim}".format(**DIT))
     if os.path.exists(os.path.join(path, "model_index.json")):
@@ -143,7 +143,7 @@ def speed_figures(resident: DitStep, dlo: DitStep) -> dict:
            "compute_ms_per_block": med(resident.block_ms), "dlo_compute_ms_per_block": med(dlo.block_ms),
            "copy_ms_per_block": stats.copy_s / max(stats.fills_waited, 1) * 1e3,
            "wait_ms_per_block": stats.wait_s / max(stats.blocks_run, 1) * 1e3, "dlo_misses": stats.misses,
-           "dlo_bitwise_equal": all(torch.equal(a["noise"], b["noise"]) for a, b in zip(resident.output, dlo.output))}
+           "dlo_bitwise_equal": all(torch.equal(a, b) for a, b in zip(resident.output, dlo.output))}
     out["dlo_over_resident"] = med([b / a for a, b in zip(resident.times, dlo.times)])
     out["dlo_over_resident_of_medians"] = out["dlo_ms"] / out["resident_ms"]
     out["dlo_over_resident_best"] = out["dlo_ms_best"] / out["resident_ms_best"]

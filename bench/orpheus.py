@@ -38,7 +38,7 @@ SERVICES = ("orpheus_lm", "codec")
 
 
 def checkpoint(args) -> str:
-    from engine.checkpoints.tiny_orpheus import TinyOrpheusSpec, make_tiny_orpheus
+    from engine.models.orpheus.tiny import TinyOrpheusSpec, make_tiny_orpheus
 
     if args.checkpoint:
         return args.checkpoint

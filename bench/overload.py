@@ -49,7 +49,7 @@ def measure_overload(ckpt: str, max_in_flight: int = 4, max_waiting: int = 4, fa
                      frames: int = 50, text_tokens: int = 16) -> dict:
     from bench.speech_mesh import SpeechMesh
     from conductor.admission import Admission, AdmissionConfig
-    from engine.checkpoints.tiny_omni import chat_prompt
+    from engine.models.qwen3_omni.tiny import chat_prompt
 
     prompts = [chat_prompt(p) for p in ("Hello there", "Tell me a story", "abc", "sing a song")]
     params = {"max_new_tokens": text_tokens, "max_frames": frames, "min_frames": frames}

@@ -1,5 +1,5 @@
 """World-model rollout benchmark: V-JEPA 2-AC rollouts with the KV cache reused across
-steps (engine.rollout) vs the recompute rollout (the whole growing prefix through the
+steps (engine.models.vjepa2_ac) vs the recompute rollout (the whole growing prefix through the
 block-causal pass at every step), and CEM planning with and without a shared prefix.
 
     python -m bench.rollout --json bench-results/rollout.json
@@ -37,7 +37,7 @@ HORIZONS = (4, 15, 30)
 
 
 def build_predictor():
-    from engine.checkpoints.tiny_vjepa2 import tiny_predictor
+    from engine.models.vjepa2_ac.tiny import tiny_predictor
 
     return tiny_predictor(EMBED, GRID, seed=0, predictor_embed_dim=WIDTH, depth=DEPTH, num_heads=HEADS,
                           max_timesteps=32)
@@ -63,7 +63,7 @@ def best_ms(fn, repeats: int, budget_s: float = 10.0) -> float:
 
 
 def make_engine(predictor, num_blocks: int):
-    from engine.rollout.engine import RolloutConfig, RolloutEngine
+    from engine.models.vjepa2_ac.rollout_engine import RolloutConfig, RolloutEngine
 
     return RolloutEngine(predictor, RolloutConfig(num_blocks=num_blocks, max_batch=64))
 
@@ -71,7 +71,7 @@ def make_engine(predictor, num_blocks: int):
 def cached_rollouts(engine, cases: list) -> None:
     """Runs `cases` to their end on `engine` (its pool allocated beforehand, as a service
     allocates it once at start)."""
-    from engine.rollout.requests import Rollout
+    from engine.models.vjepa2_ac.rollouts import Rollout
 
     for i, (feats, actions, states, horizon) in enumerate(cases):
         engine.add(Rollout(f"r{i}", feats, actions, states, horizon))
@@ -81,7 +81,7 @@ def cached_rollouts(engine, cases: list) -> None:
 
 
 def horizons(predictor, repeats: int, values=HORIZONS) -> dict:
-    from engine.rollout.recompute import recompute_rollout
+    from engine.models.vjepa2_ac.recompute import recompute_rollout
 
     out = {}
     for h in values:
@@ -108,7 +108,7 @@ def throughput(predictor, horizon: int, repeats: int) -> dict:
 
 
 def plans(predictor, repeats: int) -> dict:
-    from engine.rollout.planner import CemPlan, PlanConfig, run_plan
+    from engine.models.vjepa2_ac.planner import CemPlan, PlanConfig, run_plan
 
     feats, actions, states = inputs(4, 4, seed=99)
     goal = torch.randn(GRID * GRID, EMBED, generator=torch.Generator().manual_seed(7))

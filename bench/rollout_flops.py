@@ -7,7 +7,7 @@ the input embedding of every fed patch token (2 E D) and the output head of ever
 patch token that is projected back (2 D E). Norms, RoPE and softmax are left out."""
 from __future__ import annotations
 
-from engine.models.vjepa2.config import PredictorConfig
+from engine.models.vjepa2_ac.config import PredictorConfig
 
 
 def _forward(cfg: PredictorConfig, num_new: int, num_keys: int, num_head: int) -> float:

@@ -2,7 +2,7 @@
 
     python -m bench.speech --json bench-results/speech.json [--quick] [--checkpoint DIR]
 
-Checkpoint: the tiny random Qwen3-Omni of engine.checkpoints.tiny_omni, built in a temp dir unless
+Checkpoint: the tiny random Qwen3-Omni of engine.models.qwen3_omni.tiny, built in a temp dir unless
 --checkpoint is given. Every process (the four services, this one: conductor, client,
 in-process runner, transformers) runs torch with one thread. Requests: chat prompts
 (4 texts in turn), greedy, at most --text-tokens text tokens (32: ~10 s of speech is
@@ -54,7 +54,7 @@ PROMPTS = ("Hello there", "Tell me a story", "abc", "sing a song")
 
 def checkpoint(args, name: str = "starmesh-bench-omni", marker: str = "config.json") -> str:
     """--checkpoint, or the tiny one cached under the temp dir as `name` (built unless `marker` is there)."""
-    from engine.checkpoints.tiny_omni import make_tiny_omni
+    from engine.models.qwen3_omni.tiny import make_tiny_omni
 
     if args.checkpoint:
         return args.checkpoint
@@ -100,7 +100,7 @@ def measure(args) -> dict:
     import torch
 
     from bench.speech_baselines import hf_audio_s_per_s, inprocess_speech
-    from engine.checkpoints.tiny_omni import chat_prompt
+    from engine.models.qwen3_omni.tiny import chat_prompt
 
     torch.set_num_threads(1)
     ckpt = checkpoint(args)
@@ -154,7 +154,7 @@ def report(results: dict, goals: dict) -> None:
 
 
 def main(argv=None) -> None:
-    from engine.checkpoints.tiny_omni import chat_prompt
+    from engine.models.qwen3_omni.tiny import chat_prompt
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--json", metavar="PATH")

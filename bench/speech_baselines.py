@@ -72,7 +72,7 @@ def hf_audio_s_per_s(checkpoint: str, prompts: list[list[int]], text_tokens: int
     import torch
     import transformers as tf
 
-    from engine.checkpoints.tiny_omni import TOKENS
+    from engine.models.qwen3_omni.tiny import TOKENS
 
     model = tf.Qwen3OmniMoeForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32).eval()
 

@@ -167,7 +167,7 @@ def report(goals: dict) -> None:
 
 def main(argv=None) -> None:
     from bench.speech import PROMPTS, checkpoint
-    from engine.checkpoints.tiny_omni import chat_prompt
+    from engine.models.qwen3_omni.tiny import chat_prompt
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--json", metavar="PATH")

@@ -127,7 +127,7 @@ def measure(checkpoint: str, prompts: list, concurrency: int, shared: bool = Fal
 def main(argv=None) -> int:
     from bench.speech import PROMPTS, checkpoint
     from bench.speech_mesh import add_outputs_option
-    from engine.checkpoints.tiny_omni import chat_prompt
+    from engine.models.qwen3_omni.tiny import chat_prompt
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--concurrency", type=int, default=16)

@@ -55,9 +55,9 @@ def step_ms(engine, params, batch: int, steps: int, prompt: list[int], tag: str)
 def measure(checkpoint: str, batches: list[int], steps: int, rounds: int) -> dict:
     import torch
 
-    from engine.checkpoints.tiny_omni import chat_prompt
+    from engine.models.qwen3_omni.tiny import chat_prompt
     from engine.engine_config import EngineConfig
-    from engine.talker_engine import TalkerEngine
+    from engine.models.qwen3_omni.talker_engine import TalkerEngine
 
     torch.set_num_threads(1)
     engine = TalkerEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint))
@@ -90,7 +90,7 @@ def row_us(num_rows: int, width: int) -> float:
     import torch
 
     from engine.sampling_params import SamplingParams
-    from engine.talker_request import TalkerRequest
+    from engine.models.qwen3_omni.talker_request import TalkerRequest
 
     req = TalkerRequest("rows", [5, 1, 2, 7], SamplingParams(max_new_tokens=4), 0,
                         {"im_start_token_id": 1, "assistant_token_id": 2})
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = args.checkpoint
         if checkpoint is None:
-            from engine.checkpoints.tiny_omni import make_tiny_omni
+            from engine.models.qwen3_omni.tiny import make_tiny_omni
 
             checkpoint = str(make_tiny_omni(Path(tmp) / "ckpt"))
         results = measure(checkpoint, args.batch, args.steps, args.rounds)

@@ -25,7 +25,7 @@ PARAMS = {"max_new_tokens": 16, "max_frames": 64, "min_frames": 64}
 async def _burst(address: str, concurrency: int) -> float:
     """Audio seconds per wall second of `concurrency` requests at once."""
     from client.speech import speak
-    from engine.checkpoints.tiny_omni import chat_prompt
+    from engine.models.qwen3_omni.tiny import chat_prompt
 
     t0 = time.perf_counter()
     results = await asyncio.gather(*(speak(address, "qwen3-omni", chat_prompt(f"request {i}"), PARAMS)
@@ -83,7 +83,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = args.checkpoint
         if checkpoint is None:
-            from engine.checkpoints.tiny_omni import make_tiny_omni
+            from engine.models.qwen3_omni.tiny import make_tiny_omni
 
             checkpoint = str(make_tiny_omni(f"{tmp}/omni"))
         results = measure(checkpoint, args.rounds, args.concurrency)

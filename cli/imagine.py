@@ -161,8 +161,8 @@ def _run_inprocess(args: argparse.Namespace, params: dict, bar: ProgressBar):
     import asyncio
 
     from conductor.executor_setup import inprocess_executor
-    from pipelines.text_to_image import DENOISE_LOOP, text_to_image_graph
-    from services.dit.colocated import sd3_components
+    from pipelines.sd3.model import DENOISE_LOOP, text_to_image_graph
+    from services.sd3.colocated import sd3_components
 
     async def main():
         image = None

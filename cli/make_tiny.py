@@ -9,21 +9,21 @@ import argparse
 import sys
 import time
 
-from engine.checkpoints.builders import BUILDERS
+from cluster.registry import tiny_kinds
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("make-tiny", help="write a tiny random checkpoint in Hugging Face layout",
                        description="Tiny random weights (fixed seed), built with the reference libraries' "
                                    "own classes; no network needed.")
-    p.add_argument("kind", choices=sorted(BUILDERS))
+    p.add_argument("kind", choices=tiny_kinds())
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.checkpoints.builders import build_tiny
+    from cluster.registry import build_tiny
 
     t0 = time.perf_counter()
     print(f"building a tiny {args.kind} checkpoint in {args.directory} ...", file=sys.stderr)

@@ -137,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     from core.errors import StarmeshError
     from runtime.serve_component import serve_component
     from runtime.server import ServerConfig, configure_priority, configure_torch
+    from cluster.registry import build_component
     from services.served_component import build_served_component
 
     try:
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         kwargs = _factory_kwargs(args)
         offload = _offload_config(args, kwargs)
-        component = build_served_component(args.component, kwargs, offload, _dlo_group_config(args, offload))
+        component = build_served_component(args.component, lambda **kw: build_component(args.component, **kw), kwargs, offload, _dlo_group_config(args, offload))
     except (ValueError, ImportError, StarmeshError) as e:
         print(f"starmesh serve: {e}", file=sys.stderr)
         return 2

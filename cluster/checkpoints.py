@@ -47,10 +47,10 @@ def _current(final: Path) -> bool:
 
 
 def tiny(kind: str, log) -> Path:
-    from engine.checkpoints.builders import BUILDERS
+    from cluster.registry import tiny_kinds
 
-    if kind not in BUILDERS:
-        raise GraphError(f"tiny checkpoint kind {kind!r} is unknown (have {sorted(BUILDERS)})")
+    if kind not in tiny_kinds():
+        raise GraphError(f"tiny checkpoint kind {kind!r} is unknown (have {tiny_kinds()})")
     root = cache_root() / "tiny"
     root.mkdir(parents=True, exist_ok=True)
     final = root / kind
@@ -64,7 +64,7 @@ def tiny(kind: str, log) -> Path:
 
 
 def _build(kind: str, final: Path, log) -> Path:
-    from engine.checkpoints.builders import build_tiny
+    from cluster.registry import build_tiny
 
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

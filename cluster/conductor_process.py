@@ -12,7 +12,7 @@ from cluster.checkpoints import resolve
 from conductor.admission import Admission
 from conductor.input_limits import InputLimits
 from conductor.service import ConductorService
-from pipelines.registry import build_model
+from cluster.registry import build_model
 from runtime.server import ServerConfig, serve_blocking
 from runtime.telemetry import Telemetry
 

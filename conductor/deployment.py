@@ -19,7 +19,7 @@ A file has one of two shapes. Served models, what `starmesh up` launches and
     services:                      # required: service name -> spec; one process per replica
       thinker:
         replicas: ["127.0.0.1:50061"]   # required, >= 1 "host:port" (or "unix:/path")
-        component: thinker         # the registered component it serves (services/registry.py);
+        component: thinker         # the registered component it serves (cluster/registry.py);
                                    #   needed to launch it
         checkpoint: omni           # optional: a key of `checkpoints`
         options: {}                # optional mapping, passed to the component's factory as is
@@ -38,7 +38,7 @@ A file has one of two shapes. Served models, what `starmesh up` launches and
       cfg: {address: "127.0.0.1:29500", world_size: 2, members: [dit, dit_uncond]}
     models:                        # required: what the conductor serves, by name
       qwen3-omni:
-        pipeline: qwen3_omni       # required: pipelines/registry.py
+        pipeline: qwen3-omni       # required: a model of cluster/registry.py
         options: {chunk_size: 25}  # optional: the pipeline builder's keyword options
         placement: {prefill: thinker, decode: thinker, talker: talker, code2wav: codec}
         kv_contexts: {thinker: [prefill, decode]}   # optional
@@ -92,7 +92,7 @@ class ModelSpec:
 
     name: the served name, also the name of the graph its pipeline builds ("" in a
         single-model file without `model:`: the graph name is then not checked).
-    pipeline: a pipelines/registry.py name; "" in a single-model file.
+    pipeline: a model registered in cluster/registry.py; "" in a single-model file.
     node_to_service, walk_overrides, kv_contexts: its `placement` and `kv_contexts`.
     services: the services its Placement holds (module docstring), in order.
     lockstep_groups: group -> member services, in rank order.

@@ -35,7 +35,7 @@ class ServiceSpec:
 
     components: the graph nodes the process hosts (several = co-location); empty means
         "whatever the placement puts here" (see Placement.components_of).
-    component: the registered factory `starmesh serve` runs (services/registry.py),
+    component: the registered factory `starmesh serve` runs (cluster/registry.py),
         e.g. "talker+codec"; "" for a service started by other means (tests, in-process).
     device: passed to the factory when it is not the default "cpu".
     checkpoint: a key of the deployment's `checkpoints` ("" = none).

@@ -1,7 +1,7 @@
 """One component as this process's gRPC service (`starmesh serve`): its transport, its
 telemetry and an optional Prometheus endpoint, served until SIGTERM.
 
-    component = build_served_component("thinker", {"checkpoint": path})  # services/
+    component = build_component("thinker", checkpoint=path)  # cluster.registry
     serve_component(component, TransportConfig(), ServerConfig(port=50061), port_file=path)
 
 The service owns the component and the transport from then on: a graceful stop closes

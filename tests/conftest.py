@@ -46,7 +46,7 @@ def no_leaks(request):
 @pytest.fixture(scope="session")
 def tiny_omni(tmp_path_factory):
     """The tiny random Qwen3-Omni checkpoint (thinker + talker + code2wav), built once."""
-    from engine.checkpoints.tiny_omni import make_tiny_omni
+    from engine.models.qwen3_omni.tiny import make_tiny_omni
 
     return make_tiny_omni(tmp_path_factory.mktemp("omni") / "ckpt")
 

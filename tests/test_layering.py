@@ -130,5 +130,5 @@ def test_a_wrong_import_is_named(tmp_path, src, line, expected):
 
 def test_allowed_imports_pass():
     for src, target in [("engine/x.py", "core.errors"), ("engine/x.py", "graph.chunking"),
-                        ("cli/x.py", "services.registry"), ("runtime/x.py", "grpc"), ("engine/x.py", "torch")]:
+                        ("cli/x.py", "cluster.registry"), ("runtime/x.py", "grpc"), ("engine/x.py", "torch")]:
         assert violation(Arrow(Path(src), 1, target)) is None, (src, target)

@@ -15,8 +15,8 @@ import torch
 
 from engine.llm_engine import EngineConfig, LLMEngine
 from engine.sampling_params import SamplingParams
-from engine.talker_engine import TalkerEngine
-from engine.talker_request import set_videos
+from engine.models.qwen3_omni.talker_engine import TalkerEngine
+from engine.models.qwen3_omni.talker_request import set_videos
 from graph.chunking import LeftContext
 from graph.stream_buffer import StreamBuffer
 from pipelines.qwen3_omni.requests import SpeechRequest, SpeechResult

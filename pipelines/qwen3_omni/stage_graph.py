@@ -12,7 +12,7 @@ transformers' generate(return_audio=True) runs the three models):
     code2wav (one run on every frame) --> audio to the client
 
 The talker takes its decode rows as an open input (no `stream`): its component then ends
-the thinker's side right after those rows (services.talker.component).
+the thinker's side right after those rows (services.qwen3_omni.talker).
 """
 from __future__ import annotations
 

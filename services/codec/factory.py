@@ -41,7 +41,7 @@ def codec_from_checkpoint(checkpoint: str, dtype: str | None = None, device: str
         return CodecComponent.from_checkpoint(checkpoint, dtype=dtype, device=device,
                                               max_batch_size=max_batch_size, max_queued=max_queued,
                                               schedule=schedule, max_batch_frames=max_batch_frames)
-    from services.codec.snac_component import SnacComponent
+    from services.orpheus.codec import SnacComponent
 
     component = SnacComponent.from_checkpoint(snac, device=device, max_batch_size=max(16, max_batch_size),
                                               max_queued=max(4096, max_queued), schedule=schedule)

@@ -18,7 +18,7 @@ import torch
 from cli.main import main
 from cli.speak import WavSink
 from client.speech import speak
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from tests.e2e.speech_mesh import CHUNK, LEFT, run
 from tests.fixtures.services import conductor_over
 

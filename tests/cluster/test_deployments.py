@@ -13,7 +13,7 @@ from client.speech import speak
 from cluster.launcher import Cluster
 from cluster.launchable import read_launchable
 from cluster.trace_store import edge_table
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from cluster.shipped_deployments import rewrite_shipped
 from tests.fixtures.services import wait_until
 

@@ -17,7 +17,7 @@ from cluster.launcher import Cluster
 from cluster.launchable import launchable_from_dict, read_launchable
 from engine.offload.group import DloGroupConfig
 from core.errors import GraphError
-from pipelines.registry import build_model
+from cluster.registry import build_model
 
 EXAMPLE = SHIPPED_DIR / "cfg-parallel-dlo.yaml"
 
@@ -32,7 +32,7 @@ def test_the_example_declares_the_cfg_parallel_pair():
     assert (group.world_size, group.members, group.address) == (2, ("dit", "dit_uncond"), "127.0.0.1:29500")
     placement = spec.placement("sd3")
     assert placement.lockstep_groups == {"cfg": ("dit", "dit_uncond")}
-    assert build_model("text_to_image", "sd3", placement, {}).lockstep_nodes == {"denoise_cond", "denoise_uncond"}
+    assert build_model("sd3", "sd3", placement, {}).lockstep_nodes == {"denoise_cond", "denoise_uncond"}
 
 
 def _with(change) -> dict:

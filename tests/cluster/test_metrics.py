@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cli.main import main
 from client.speech import speak
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from tests.fixtures.exposition_lint import lint, promtool_problems, scrape as scrape_text
 
 pytestmark = pytest.mark.timeout(300)

@@ -22,7 +22,7 @@ from cluster.launcher import Cluster, free_port
 from cluster.phoenix import MARKER, Phoenix, is_installed, start_trace_ui, venv_dir
 from cluster.launchable import read_launchable
 from cluster.trace_store import TraceStore
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from cluster.shipped_deployments import rewrite_shipped
 from tests.fixtures.services import wait_until
 

@@ -8,7 +8,7 @@ import pytest
 
 from client.speech import speak
 from cluster.launcher import free_port
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from runtime.process import ServiceProcess
 
 pytestmark = pytest.mark.timeout(300)

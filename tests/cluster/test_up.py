@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from client.speech import speak
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from cluster.shipped_deployments import rewrite_shipped
 from tests.fixtures import tiny_orpheus, tiny_sd3, tiny_vjepa2
 from tests.fixtures.processes import children as _children, port_open as _port_open, printed_endpoints

@@ -13,8 +13,8 @@ from conductor.input_limits import InputLimits
 from conductor.model_info import model_info
 from conductor.placement import Placement
 from core.errors import InvalidArgument
-from engine.checkpoints.tiny_omni import chat_prompt, write_omni_tokenizer
-from pipelines.registry import build_model
+from engine.models.qwen3_omni.tiny import chat_prompt, write_omni_tokenizer
+from cluster.registry import build_model
 from protos.starmesh.v1 import conductor_pb2 as pb
 
 LIMITS = InputLimits(max_messages=3)
@@ -38,10 +38,10 @@ def tokenizer(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models():
-    speech = build_model("qwen3_omni", "omni", _placement(SPEECH_NODES, kv_contexts={"s": ["prefill", "decode"]}), {})
+    speech = build_model("qwen3-omni", "omni", _placement(SPEECH_NODES, kv_contexts={"s": ["prefill", "decode"]}), {})
     return {"omni": dataclasses.replace(speech, voices=("chelsie", "ethan")),
-            "sd3": build_model("text_to_image", "sd3", _placement(IMAGE_NODES), {"fused": True}),
-            "world": build_model("world_model", "world", _placement(["encode", "encode_goal", "prefill", "rollout",
+            "sd3": build_model("sd3", "sd3", _placement(IMAGE_NODES), {"fused": True}),
+            "world": build_model("vjepa2-ac", "world", _placement(["encode", "encode_goal", "prefill", "rollout",
                                                                      "plan"]), {})}
 
 
@@ -123,12 +123,12 @@ def _media_req(*parts, model="omni-media"):
 @pytest.fixture(scope="module")
 def media_models(models):
     nodes = SPEECH_NODES + ["audio_encoder", "vision_encoder"]
-    omni = build_model("qwen3_omni", "omni-media", _placement(nodes, kv_contexts={"s": ["prefill", "decode"]}), {})
+    omni = build_model("qwen3-omni", "omni-media", _placement(nodes, kv_contexts={"s": ["prefill", "decode"]}), {})
     return {**models, "omni-media": omni}
 
 
 def test_media_parts_become_placeholders_and_inputs(media_models, tokenizer):
-    from engine.checkpoints.tiny_omni import media_chat_prompt
+    from engine.models.qwen3_omni.tiny import media_chat_prompt
 
     req = _media_req(pb.ContentPart(audio=pb.MediaPart(data=WAV, mime_type="audio/wav")),
                      pb.ContentPart(image=pb.MediaPart(data=PNG)), pb.ContentPart(text="hi"))

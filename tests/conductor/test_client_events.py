@@ -10,8 +10,8 @@ import torch
 from conductor.client_events import RequestEvents, WantedOutputs
 from conductor.client_outputs import ClientOutputs
 from conductor.placement import Placement
-from engine.checkpoints.tiny_omni import write_omni_tokenizer
-from pipelines.registry import build_model
+from engine.models.qwen3_omni.tiny import write_omni_tokenizer
+from cluster.registry import build_model
 
 NODES = ["prefill", "decode", "talker", "code2wav"]
 
@@ -25,7 +25,7 @@ def setup(tmp_path_factory):
     placement = Placement.from_dict({"services": {"s": {"replicas": ["127.0.0.1:1"]}},
                                      "placement": {n: "s" for n in NODES}, "kv_contexts": {"s": ["prefill", "decode"]}})
     outputs = ClientOutputs()
-    yield build_model("qwen3_omni", "omni", placement, {}), outputs, AutoTokenizer.from_pretrained(str(directory))
+    yield build_model("qwen3-omni", "omni", placement, {}), outputs, AutoTokenizer.from_pretrained(str(directory))
     outputs.close()
 
 

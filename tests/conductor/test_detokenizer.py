@@ -8,7 +8,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conductor.detokenizer import REPLACEMENT, IncrementalDetokenizer
-from engine.checkpoints.tiny_omni import SPECIAL, THINKER_VOCAB, write_omni_tokenizer
+from engine.models.qwen3_omni.tiny import SPECIAL, THINKER_VOCAB, write_omni_tokenizer
 
 _TOKENIZER = []
 

@@ -13,7 +13,7 @@ from conductor.generate_request import parse_generate_request, served_model
 from conductor.input_limits import InputLimits
 from conductor.placement import Placement
 from core.errors import InvalidArgument
-from pipelines.registry import build_model
+from cluster.registry import build_model
 from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import tensor_pb2
 
@@ -28,8 +28,8 @@ def _placement(nodes) -> Placement:
 
 @pytest.fixture(scope="module")
 def models():
-    return {"text": build_model("text", "text", _placement(["prefill", "decode"]), {}),
-            "sd3": build_model("text_to_image", "sd3", _placement(IMAGE_NODES), {"fused": True})}
+    return {"text": build_model("qwen3", "text", _placement(["prefill", "decode"]), {}),
+            "sd3": build_model("sd3", "sd3", _placement(IMAGE_NODES), {"fused": True})}
 
 
 def _uint8(name: str, nbytes: int, shape=None) -> tensor_pb2.NamedTensor:

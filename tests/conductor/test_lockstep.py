@@ -9,8 +9,8 @@ import pytest
 from conductor.lockstep import LockstepPadder
 from conductor.placement import Placement
 from core.errors import GraphError
-from pipelines.registry import text_to_image_model
-from pipelines.text_to_image import LOCKSTEP_NODES, placement_dict, served_model, text_to_image_graph
+from pipelines.sd3.model import sd3_model as text_to_image_model
+from pipelines.sd3.model import LOCKSTEP_NODES, placement_dict, served_model, text_to_image_graph
 from runtime.items import LOCKSTEP_PAD
 
 

@@ -23,10 +23,10 @@ from cluster.dlo_groups import member_args
 from conductor.dlo_group_spec import DloGroupSpec
 from cluster.launcher import free_port
 from conductor.service import ConductorService
-from pipelines.text_to_image import served_model
+from pipelines.sd3.model import served_model
 from runtime.background import BackgroundServer
 from runtime.process import ServiceProcess
-from services.registry import build_component
+from cluster.registry import build_component
 from tests.fixtures import registry, tiny_sd3
 from tests.fixtures.services import describe, start_in_process
 

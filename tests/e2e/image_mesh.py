@@ -17,7 +17,7 @@ import grpc
 import torch
 
 from conductor.service import ConductorService
-from pipelines.text_to_image import served_model
+from pipelines.sd3.model import served_model
 from protos.starmesh.v1 import conductor_pb2 as pb
 from runtime.background import BackgroundServer
 from runtime.process import ServiceProcess

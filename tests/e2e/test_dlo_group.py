@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from conductor.executor_setup import inprocess_executor
-from pipelines.text_to_image import text_to_image_graph
+from pipelines.sd3.model import text_to_image_graph
 from protos.starmesh.v1 import conductor_pb2_grpc
 from services.dit.denoiser import DitComponent
-from services.dit.text import TextEncoderComponent
+from services.sd3.text import TextEncoderComponent
 from services.dit.vae import VaeComponent
 from tests.e2e.dlo_mesh import DloMesh
 from tests.e2e.image_mesh import collect, request

@@ -132,9 +132,9 @@ def test_text_dit_and_vae_as_separate_services_pass_conditioning_through_shm():
     """One service per component (registered names), default inline threshold: the
     prompt embeddings ([1, 77 + 256, 64] fp32 = 85 KB) go text -> dit through shm."""
     from conductor.service import ConductorService
-    from pipelines.text_to_image import served_model
+    from pipelines.sd3.model import served_model
     from runtime.background import BackgroundServer
-    from services.registry import build_component
+    from cluster.registry import build_component
     from tests.fixtures.services import start_in_process
 
     with tiny_sd3.one_thread():

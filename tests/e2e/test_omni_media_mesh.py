@@ -18,7 +18,7 @@ import torch
 
 from client.speech import speak
 from conductor.service import ConductorService
-from engine.checkpoints.tiny_omni import media_chat_prompt
+from engine.models.qwen3_omni.tiny import media_chat_prompt
 from pipelines.qwen3_omni.model import speech_model, speech_placement
 from runtime.background import BackgroundServer
 from runtime.process import ServiceProcess

@@ -13,7 +13,7 @@ from client.speech import speak
 from conductor.admission import Admission, AdmissionConfig
 from conductor.capacity import CapacityConfig
 from conductor.service import ConductorService
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from pipelines.qwen3_omni.model import speech_model, speech_placement
 from runtime.background import BackgroundServer
 from runtime.process import ServiceProcess

@@ -25,7 +25,7 @@ HERE = Path(__file__).parent
 @pytest.fixture(scope="module")
 def mesh(tiny_omni):
     from pipelines.qwen3_omni.model import speakers, speech_model, speech_placement
-    from pipelines.text_to_image import served_model
+    from pipelines.sd3.model import served_model
     from runtime.process import ServiceProcess
 
     def models(addresses):
@@ -59,7 +59,7 @@ def test_a_client_from_the_proto_alone_gets_text_audio_and_an_image(mesh, tmp_pa
     from transformers import AutoTokenizer
 
     from client.speech import speak
-    from engine.checkpoints.tiny_omni import chat_prompt
+    from engine.models.qwen3_omni.tiny import chat_prompt
 
     address, ckpt = mesh
     _stubs(tmp_path)

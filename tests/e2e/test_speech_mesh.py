@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from client.speech import speak, speak_stream
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from pipelines.qwen3_omni.requests import SpeechRequest
 from pipelines.qwen3_omni.runner import SpeechRunner
 from tests.e2e.speech_mesh import CHUNK, LEFT, run, start_mesh, stop_mesh

@@ -114,7 +114,7 @@ def test_up_serves_speech_from_a_deployment_with_tls_and_an_api_key(tiny_omni, t
     from cluster.launchable import read_launchable
     from cluster.launcher import Cluster
     from cluster.shipped_deployments import rewrite_shipped
-    from engine.checkpoints.tiny_omni import chat_prompt
+    from engine.models.qwen3_omni.tiny import chat_prompt
 
     path = rewrite_shipped("colocated", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path))
     data = yaml.safe_load(path.read_text())

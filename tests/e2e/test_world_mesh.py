@@ -12,9 +12,9 @@ import grpc
 import pytest
 import torch
 
-from engine.rollout.engine import RolloutEngine
-from engine.rollout.planner import CemPlan, PlanConfig, run_plan
-from engine.rollout.recompute import recompute_rollout
+from engine.models.vjepa2_ac.rollout_engine import RolloutEngine
+from engine.models.vjepa2_ac.planner import CemPlan, PlanConfig, run_plan
+from engine.models.vjepa2_ac.recompute import recompute_rollout
 from protos.starmesh.v1 import conductor_pb2_grpc
 from tests.e2e.image_mesh import collect, rpc_error
 from tests.e2e.world_mesh import WorldMesh, request

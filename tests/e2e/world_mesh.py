@@ -8,11 +8,11 @@ import grpc
 import torch
 
 from conductor.service import ConductorService
-from pipelines.world_model.model import served_model
+from pipelines.vjepa2_ac.model import served_model
 from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc
 from runtime.background import BackgroundServer
-from services.registry import build_component
+from cluster.registry import build_component
 from tests.fixtures import tiny_vjepa2
 from tests.fixtures.services import describe, start_in_process
 from transport.codec import inline_ref

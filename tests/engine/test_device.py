@@ -70,7 +70,7 @@ def test_thinker_loader_passes_the_device(no_cuda, tmp_path):
 
 
 def test_talker_engine_refuses_cuda(two_gpus):
-    from engine.talker_engine import TalkerEngine
+    from engine.models.qwen3_omni.talker_engine import TalkerEngine
 
     class Spec:
         spec = None

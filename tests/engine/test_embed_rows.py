@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from core.errors import InvalidArgument
 from engine.embed_rows import EmbedRows
 from engine.sampling_params import SamplingParams
-from engine.talker_request import HEAD_ROWS, TalkerRequest
+from engine.models.qwen3_omni.talker_request import HEAD_ROWS, TalkerRequest
 
 TOKENS = {"im_start_token_id": 1, "assistant_token_id": 2}
 

@@ -7,14 +7,14 @@ import pytest
 import torch
 
 from core.errors import InvalidArgument, NotFound
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from engine.engine_config import EngineConfig
 from engine.engine_core import EngineCore
 from engine.kv_pool import IntegrityError
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from engine.scheduler import SchedulerConfig
-from engine.talker_engine import TalkerEngine
+from engine.models.qwen3_omni.talker_engine import TalkerEngine
 
 pytestmark = pytest.mark.timeout(180)
 

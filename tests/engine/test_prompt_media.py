@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from core.errors import InvalidArgument
-from engine.checkpoints.tiny_omni import TOKENS, chat_prompt, media_chat_prompt
+from engine.models.qwen3_omni.tiny import TOKENS, chat_prompt, media_chat_prompt
 from engine.llm_engine import EngineConfig, LLMEngine
 from engine.models.qwen3_omni.encoder_loader import load_audio_encoder, load_vision_encoder
 from engine.models.qwen3_omni.media_features import MediaFeatures

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from core.errors import InvalidArgument
-from engine.models.vjepa2.checkpoint import load_predictor_state, upstream_predictor_state
-from engine.models.vjepa2.predictor import ACPredictor
+from engine.models.vjepa2_ac.checkpoint import load_predictor_state, upstream_predictor_state
+from engine.models.vjepa2_ac.predictor import ACPredictor
 from tests.fixtures import tiny_vjepa2 as tv
 from tests.fixtures.threads import one_thread
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from core.errors import InvalidArgument
-from engine.rollout.engine import RolloutEngine
-from engine.rollout.planner import CemPlan, PlanConfig, run_plan
-from engine.rollout.recompute import recompute_rollout
+from engine.models.vjepa2_ac.rollout_engine import RolloutEngine
+from engine.models.vjepa2_ac.planner import CemPlan, PlanConfig, run_plan
+from engine.models.vjepa2_ac.recompute import recompute_rollout
 from tests.fixtures import tiny_vjepa2 as tv
 from tests.fixtures.threads import one_thread
 
@@ -74,7 +74,7 @@ def test_prefix_is_stored_once(predictor):
 
 
 def test_plan_in_a_small_pool_runs_its_candidates_in_waves(predictor):
-    from engine.rollout.engine import RolloutConfig
+    from engine.models.vjepa2_ac.rollout_engine import RolloutConfig
 
     small = _plan(predictor, True, RolloutEngine(predictor, RolloutConfig(num_blocks=2 + 3 * 3)))  # 3 at a time
     a, b = run_plan(small), run_plan(_plan(predictor, True))

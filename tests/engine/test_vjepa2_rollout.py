@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.rollout.engine import RolloutConfig, RolloutEngine
-from engine.rollout.recompute import recompute_rollout
+from engine.models.vjepa2_ac.rollout_engine import RolloutConfig, RolloutEngine
+from engine.models.vjepa2_ac.recompute import recompute_rollout
 from core.errors import ResourceExhausted
-from engine.rollout.requests import Rollout, RolloutFailed
+from engine.models.vjepa2_ac.rollouts import Rollout, RolloutFailed
 from tests.fixtures import tiny_vjepa2 as tv
 from tests.fixtures.threads import one_thread
 

@@ -31,7 +31,7 @@ class GatewayMesh:
 def gateway_mesh(tiny_omni):
     from conductor.admission import Admission, AdmissionConfig
     from pipelines.qwen3_omni.model import speakers, speech_model, speech_placement
-    from pipelines.text_to_image import served_model
+    from pipelines.sd3.model import served_model
     from runtime.process import ServiceProcess
 
     def models(addresses):

@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from engine.checkpoints.tiny_omni import TOKENS
+from engine.models.qwen3_omni.tiny import TOKENS
 
 
 class OmniReference:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import InvalidArgument
-from engine.checkpoints.tiny_omni import chat_prompt, write_omni_tokenizer
+from engine.models.qwen3_omni.tiny import chat_prompt, write_omni_tokenizer
 from pipelines.qwen3_omni.chat_prompt import chat_prompt_ids
 
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"

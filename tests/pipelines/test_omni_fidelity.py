@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from pipelines.qwen3_omni.requests import SpeechRequest
 from pipelines.qwen3_omni.runner import SpeechRunner
 from tests.pipelines.omni_reference import OmniReference

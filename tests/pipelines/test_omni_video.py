@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from core.errors import InvalidArgument
-from engine.checkpoints.tiny_omni import TOKENS, media_chat_prompt
+from engine.models.qwen3_omni.tiny import TOKENS, media_chat_prompt
 from engine.models.qwen3_omni.media_prompt import ImageRows, build_prompt_media
 from engine.models.qwen3_omni.video_frames import VideoConfig, sample_indices
 from pipelines.qwen3_omni.requests import SpeechRequest

@@ -13,7 +13,7 @@ from engine.models.sd3.params import ImageParams
 from engine.sampling_params import SamplingParams, TextParams
 from pipelines.qwen3_omni.model import speech_model, speech_placement
 from pipelines.qwen3_omni.params import SpeechParams
-from pipelines.registry import build_model
+from cluster.registry import build_model
 
 
 def _placement(graph_nodes) -> Placement:
@@ -24,9 +24,9 @@ def _placement(graph_nodes) -> Placement:
 @pytest.fixture(scope="module")
 def models():
     speech = speech_model("omni", speech_placement(["127.0.0.1:1"], ["127.0.0.1:2"]))
-    text = build_model("text", "tiny", _placement(["prefill", "decode"]), {})
+    text = build_model("qwen3", "tiny", _placement(["prefill", "decode"]), {})
     image_nodes = ["clip_l", "clip_g", "t5", "join_text", "init_latent", "decode", "denoise_loop"]
-    image = build_model("text_to_image", "sd3", _placement(image_nodes), {"fused": True})
+    image = build_model("sd3", "sd3", _placement(image_nodes), {"fused": True})
     return {"speech": speech, "text": text, "image": image}
 
 

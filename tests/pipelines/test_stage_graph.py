@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from conductor.executor_setup import inprocess_executor
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from pipelines.qwen3_omni.graph import INNER_LOOPS, speech_graph
 from pipelines.qwen3_omni.stage_graph import stage_graph
 from services.codec.component import CodecComponent
-from services.talker.component import TalkerComponent
+from services.qwen3_omni.talker import TalkerComponent
 from services.thinker.component import ThinkerComponent
 
 pytestmark = pytest.mark.timeout(120)

@@ -25,7 +25,7 @@ _MODEL = []
 
 @pytest.fixture(scope="module", autouse=True)
 def model(tmp_path_factory):
-    from engine.checkpoints.tiny_omni import make_tiny_omni
+    from engine.models.qwen3_omni.tiny import make_tiny_omni
 
     _MODEL[:] = [Code2Wav.from_checkpoint(make_tiny_omni(tmp_path_factory.mktemp("omni"), with_tokenizer=False))]
 

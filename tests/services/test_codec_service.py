@@ -10,7 +10,7 @@ from engine.models.qwen3_omni.code2wav import Code2Wav
 from engine.stateless_engine import StatelessConfig
 from services.codec.component import CodecComponent
 from runtime.items import ChunkInfo, NodeDone, NodeError, NodeOutput, OpenNode
-from services.registry import resolve_factory
+from cluster.registry import resolve_factory
 from tests.fixtures import registry
 from tests.fixtures.services import RunStream, copy_out, start_in_process
 from transport.codec import inline_ref
@@ -25,7 +25,7 @@ CODEBOOK, NUM_GROUPS = 64, 4
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    from engine.checkpoints.tiny_omni import make_tiny_omni
+    from engine.models.qwen3_omni.tiny import make_tiny_omni
 
     return Code2Wav.from_checkpoint(make_tiny_omni(tmp_path_factory.mktemp("omni"), with_tokenizer=False))
 
@@ -164,7 +164,7 @@ def test_cancel_drops_queued_windows_and_a_failing_window_fails_alone(model, mon
 def test_code2wav_batches_windows_up_to_max_batch_frames(tmp_path):
     """Long windows run in small batches (a batch never holds the engine long), short first
     windows batch together; the audio of each window is the same as alone."""
-    from engine.checkpoints.tiny_omni import make_tiny_omni
+    from engine.models.qwen3_omni.tiny import make_tiny_omni
 
     ckpt = make_tiny_omni(str(tmp_path / "omni"))
     codec = CodecComponent.from_checkpoint(str(ckpt), max_batch_frames=60)

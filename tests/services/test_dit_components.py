@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from conductor.executor_setup import inprocess_executor
-from pipelines.text_to_image import DENOISE_LOOP, text_to_image_graph
+from pipelines.sd3.model import DENOISE_LOOP, text_to_image_graph
 from engine.models.sd3.guidance import guide
-from services.dit.colocated import sd3_components
+from services.sd3.colocated import sd3_components
 from engine.models.sd3.params import ImageParams
 from runtime.items import OpenNode
 from tests.fixtures import tiny_sd3

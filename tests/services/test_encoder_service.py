@@ -12,7 +12,7 @@ from engine.models.qwen3_omni.encoder_loader import load_audio_encoder, load_vis
 from engine.models.qwen3_omni.media_features import MediaFeatures
 from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode
 from services.encoder.component import encoders_from_checkpoint
-from services.registry import resolve_factory
+from cluster.registry import resolve_factory
 from tests.engine.models.test_omni_media import png_bytes, sine, wav_bytes
 from tests.fixtures import registry
 from tests.fixtures.services import RunStream, copy_out, start_in_process

@@ -10,7 +10,7 @@ import torch
 from engine.models.orpheus.windows import snac_levels, window_noise_seed
 from runtime.items import ChunkInfo, NodeDone, NodeError, NodeOutput, OpenNode
 from services.codec.factory import codec_from_checkpoint
-from services.codec.snac_component import SnacComponent
+from services.orpheus.codec import SnacComponent
 from tests.fixtures import registry
 from tests.fixtures.services import RunStream, start_in_process
 from tests.fixtures.tiny_orpheus import checkpoint, snac_reference

@@ -8,11 +8,11 @@ import torch
 
 from engine.llm_engine import EngineConfig, LLMEngine
 from engine.sampling_params import SamplingParams
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from pipelines.qwen3_omni.requests import SpeechRequest
 from pipelines.qwen3_omni.runner import SpeechRunner
 from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode, PushChunk, Release, StreamInput
-from services.talker.component import TalkerComponent
+from services.qwen3_omni.talker import TalkerComponent
 from tests.fixtures import registry
 from tests.fixtures.services import RunStream, start_in_process
 from transport.codec import inline_ref

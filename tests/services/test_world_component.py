@@ -8,7 +8,7 @@ import torch
 
 from core.errors import InvalidArgument, ResourceExhausted
 from runtime.items import NodeDone, NodeOutput, OpenNode
-from services.world.component import WorldComponent
+from services.vjepa2_ac.world import WorldComponent
 from tests.fixtures import tiny_vjepa2 as tv
 from tests.fixtures.threads import one_thread
 

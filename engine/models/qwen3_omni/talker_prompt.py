@@ -17,7 +17,7 @@ import torch
 from engine.models.qwen3_omni.media_prompt import ImageRows, vision_rope
 from engine.models.qwen3_omni.talker import Talker
 from engine.prompt_media import PromptMedia
-from engine.talker_request import HEAD_ROWS, TalkerRequest
+from engine.models.qwen3_omni.talker_request import HEAD_ROWS, TalkerRequest
 
 CODEC_HEAD = ("codec_nothink_id", "codec_think_bos_id", "codec_think_eos_id", None, "codec_pad_id", "codec_bos_id")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from core.errors import InvalidArgument
 from core.params import RequestParams, param
 
-MAX_STEPS = 1000  # the denoising loop's bound (pipelines.text_to_image)
+MAX_STEPS = 1000  # the denoising loop's bound (pipelines.sd3.model)
 MAX_SIDE = 4096
 MAX_T5_LEN = 512  # diffusers' limit for max_sequence_length
 

@@ -27,7 +27,7 @@ def one_torch_thread():
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from engine.checkpoints.tiny_omni import make_tiny_omni
+    from engine.models.qwen3_omni.tiny import make_tiny_omni
 
     return make_tiny_omni(tmp_path_factory.mktemp("omni"), with_tokenizer=False)
 

@@ -11,9 +11,9 @@ import torch
 from conductor.executor_setup import inprocess_executor
 from engine.offload import OffloadConfig
 from engine.offload.memory import param_bytes, weight_bytes
-from pipelines.text_to_image import text_to_image_graph
+from pipelines.sd3.model import text_to_image_graph
 from services.dit.denoiser import DitComponent
-from services.dit.text import TextEncoderComponent
+from services.sd3.text import TextEncoderComponent
 from services.dit.vae import VaeComponent
 from tests.fixtures import tiny_sd3
 

@@ -14,7 +14,7 @@ from engine.offload.loading import set_process_config
 from engine.offload.memory import param_bytes, weight_bytes
 from engine.sampling_params import SamplingParams
 from engine.checkpoints.tiny_text import make_tiny
-from engine.checkpoints.tiny_omni import chat_prompt
+from engine.models.qwen3_omni.tiny import chat_prompt
 from pipelines.qwen3_omni.requests import SpeechRequest
 from pipelines.qwen3_omni.runner import SpeechRunner
 

@@ -1,4 +1,4 @@
-"""A tiny random V-JEPA 2-AC checkpoint (engine.models.vjepa2.checkpoint layout), built offline.
+"""A tiny random V-JEPA 2-AC checkpoint (engine.models.vjepa2_ac.checkpoint layout), built offline.
 
 `encoder/` is a transformers VJEPA2Model (random, fixed seed) saved with save_pretrained,
 so transformers itself loads it as the reference; `predictor/` is an ACPredictor with
@@ -23,8 +23,8 @@ PRESETS = {
 
 
 def tiny_predictor(embed_dim: int, grid: int, seed: int = 0, std: float = 0.03, **shape):
-    from engine.models.vjepa2.config import PredictorConfig
-    from engine.models.vjepa2.predictor import ACPredictor
+    from engine.models.vjepa2_ac.config import PredictorConfig
+    from engine.models.vjepa2_ac.predictor import ACPredictor
 
     torch.manual_seed(seed)
     model = ACPredictor(PredictorConfig(embed_dim=embed_dim, grid_height=grid, grid_width=grid, **shape))
@@ -40,7 +40,7 @@ def tiny_predictor(embed_dim: int, grid: int, seed: int = 0, std: float = 0.03, 
 def make_tiny_vjepa2(directory: str | Path, seed: int = 0, preset: str = "tiny") -> Path:
     from transformers import VJEPA2Config, VJEPA2Model
 
-    from engine.models.vjepa2.checkpoint import save_predictor, write_manifest
+    from engine.models.vjepa2_ac.checkpoint import save_predictor, write_manifest
 
     path = Path(directory)
     spec = PRESETS[preset]

@@ -2,7 +2,7 @@
 world service, WorldParams."""
 from __future__ import annotations
 
-from pipelines.world_model.graph import ROLLOUT_LOOP, world_graph
+from pipelines.vjepa2_ac.graph import ROLLOUT_LOOP, world_graph
 
 
 def placement_dict(name: str, world: str) -> dict:
@@ -14,7 +14,7 @@ def placement_dict(name: str, world: str) -> dict:
 
 def world_model(name: str, placement):
     from conductor.model import ServedModel
-    from engine.models.vjepa2.params import WorldParams
+    from engine.models.vjepa2_ac.params import WorldParams
 
     return ServedModel(name, world_graph(name), placement, {ROLLOUT_LOOP}, params=WorldParams)
 

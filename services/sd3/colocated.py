@@ -19,7 +19,7 @@ def sd3_components(checkpoint: str, dtype: str = "float32", device: str = "cpu",
     text-to-image graph), in graph order: text encoders, DiT, VAE; also what an
     in-process executor runs (`starmesh imagine --checkpoint`)."""
     from services.dit.denoiser import DitComponent
-    from services.dit.text import TextEncoderComponent
+    from services.sd3.text import TextEncoderComponent
     from services.dit.vae import VaeComponent
 
     kinds = {"text_encoder": TextEncoderComponent.nodes_of(), "dit": DitComponent.nodes, "vae": VaeComponent.nodes}

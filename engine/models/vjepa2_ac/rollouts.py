@@ -20,7 +20,7 @@ class BlockSeq:
 class Rollout:
     """One rollout: context features [T_c, HW, D] (encoder space), per-timestep actions
     and states [T_c + horizon - 1, A]; `horizon` predictions, one per step after its
-    prefill. `prefix`: a shared prefix (engine.rollout.prefix) holding its first
+    prefill. `prefix`: a shared prefix (engine.models.vjepa2_ac.prefix) holding its first
     timesteps; `group`: the request it belongs to (a plan owns many rollouts)."""
 
     rollout_id: str

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 import torch
 
 from core.errors import InvalidArgument
-from engine.models.vjepa2.checkpoint import load_world
-from engine.models.vjepa2.params import WorldParams
-from engine.rollout.engine import RolloutConfig, RolloutEngine
-from engine.rollout.planner import CemPlan
-from engine.rollout.requests import Rollout, RolloutFailed
-from engine.rollout.validation import check_frames
+from engine.models.vjepa2_ac.checkpoint import load_world
+from engine.models.vjepa2_ac.params import WorldParams
+from engine.models.vjepa2_ac.rollout_engine import RolloutConfig, RolloutEngine
+from engine.models.vjepa2_ac.planner import CemPlan
+from engine.models.vjepa2_ac.rollouts import Rollout, RolloutFailed
+from engine.models.vjepa2_ac.validation import check_frames
 from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode
-from services.world.inputs import plan_inputs, rollout_inputs, tensor
+from services.vjepa2_ac.world_inputs import plan_inputs, rollout_inputs, tensor
 
 ENCODE_NODES = {"encode": ("frames", "features"), "encode_goal": ("goal", "goal_features")}
 

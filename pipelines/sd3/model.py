@@ -158,3 +158,15 @@ def image_model(name: str, graph: WalkGraph, placement, fused: bool):
     return ServedModel(name, graph, placement, inner_loops={DENOISE_LOOP} if fused else (),
                        lockstep_nodes=() if fused else LOCKSTEP_NODES, params=ImageParams,
                        output_kinds=OUTPUT_KINDS, prompt=Utf8Prompt("prompt"))
+
+
+def sd3_model(name: str, placement, fused: bool = False, max_steps: int | None = None):
+    """What the registry builds for a deployment: the graph on `placement`; `fused` runs
+    the denoising loop inside one DiT replica, which a lockstep group's replicas cannot."""
+    from core.errors import GraphError
+
+    graph = text_to_image_graph(name, fused=fused, **({"max_steps": max_steps} if max_steps else {}))
+    if fused and placement.lockstep_groups:  # the fused loop runs both branches on one replica
+        raise GraphError(f"models.{name}.options.fused: the fused denoising loop cannot run on a dlo_group "
+                         f"({sorted(placement.lockstep_groups)}), whose replicas step in lockstep")
+    return image_model(name, graph, placement, fused)

@@ -20,9 +20,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from core.errors import InvalidArgument
-from engine.models.vjepa2.config import EncoderConfig, PredictorConfig
-from engine.models.vjepa2.encoder import VJEPA2Encoder
-from engine.models.vjepa2.predictor import ACPredictor
+from engine.models.vjepa2_ac.config import EncoderConfig, PredictorConfig
+from engine.models.vjepa2_ac.encoder import VJEPA2Encoder
+from engine.models.vjepa2_ac.predictor import ACPredictor
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 UPSTREAM_PREFIXES = ("module.", "predictor.", "_orig_mod.")

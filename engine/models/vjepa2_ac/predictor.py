@@ -9,7 +9,7 @@ Module names follow the upstream VisionTransformerPredictorAC state dict
 Every patch token is rotated by (timestep, row, column) with the 3D rotary embedding;
 action/state tokens only on the time axis (their row/column channels see position 0,
 which is the identity). Timestep t attends to every token of timesteps 0..t, so no
-earlier timestep's keys or values ever change: the KV-cached rollout (engine/rollout)
+earlier timestep's keys or values ever change: the KV-cached rollout (engine/models/vjepa2_ac)
 relies on exactly that. The attention itself is injected (`attend`), so the same blocks
 serve the full block-causal pass here and the paged-cache pass there.
 """
@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.models.vjepa2.config import PredictorConfig
-from engine.models.vjepa2.rope import rope_table, rotate
+from engine.models.vjepa2_ac.config import PredictorConfig
+from engine.models.vjepa2_ac.rope import rope_table, rotate
 
 # attend(layer, q, k, v) -> out, each [B, heads, N, head_dim]
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

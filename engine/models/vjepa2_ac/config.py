@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from core.errors import InvalidArgument
-from engine.models.vjepa2.rope import axis_dim
+from engine.models.vjepa2_ac.rope import axis_dim
 
 
 def _positive(owner: str, **values: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.models.vjepa2.predictor import ACPredictor
+from engine.models.vjepa2_ac.predictor import ACPredictor
 
 
 def recompute_rollout(predictor: ACPredictor, feats: torch.Tensor, actions: torch.Tensor, states: torch.Tensor,

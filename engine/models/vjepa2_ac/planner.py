@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import torch
 
 from core.errors import InvalidArgument
-from engine.rollout.engine import RolloutEngine
-from engine.rollout.requests import Rollout, RolloutFailed, StepOutput
+from engine.models.vjepa2_ac.rollout_engine import RolloutEngine
+from engine.models.vjepa2_ac.rollouts import Rollout, RolloutFailed, StepOutput
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.kv_pool import IntegrityError, KVPool
-from engine.rollout.requests import BlockSeq
+from engine.models.vjepa2_ac.rollouts import BlockSeq
 
 
 @dataclass

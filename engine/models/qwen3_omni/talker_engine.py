@@ -35,7 +35,7 @@ from engine.nucleus import top_p_filter
 from engine.sampler import top_k_filter
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
-from engine.talker_request import TalkerRequest
+from engine.models.qwen3_omni.talker_request import TalkerRequest
 
 PREDICTOR_TOP_K, PREDICTOR_TOP_P = 50, 0.8  # what HF's talker passes its code predictor when sampling
 

@@ -6,7 +6,7 @@ previous prediction as patch tokens, plus that timestep's action and state) and
 attends to the cached keys/values of every earlier timestep: O(one timestep) of
 projections per step instead of the whole growing prefix. Rollouts feeding the same
 number of timesteps run as one batch, whatever their lengths (a key-timestep mask pads
-them). A shared prefix (engine.rollout.prefix) is computed once and read by many.
+them). A shared prefix (engine.models.vjepa2_ac.prefix) is computed once and read by many.
 
 Admission: a rollout starts only once every block it will ever need (its context and
 horizon) fits beside what the running rollouts still need, so a started rollout always
@@ -23,10 +23,10 @@ import torch.nn.functional as F
 
 from core.errors import InvalidArgument, ResourceExhausted
 from engine.kv_pool import IntegrityError, KVPool
-from engine.models.vjepa2.predictor import ACPredictor
-from engine.rollout.paged_kv import PagedKV
-from engine.rollout.prefix import PrefixTable
-from engine.rollout.requests import BlockSeq, Rollout, RolloutFailed, StepOutput
+from engine.models.vjepa2_ac.predictor import ACPredictor
+from engine.models.vjepa2_ac.paged_kv import PagedKV
+from engine.models.vjepa2_ac.prefix import PrefixTable
+from engine.models.vjepa2_ac.rollouts import BlockSeq, Rollout, RolloutFailed, StepOutput
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ def make_tiny_omni(directory: str | Path, *, seed: int = 0, with_tokenizer: bool
     """Write the tiny random fp32 Qwen3-Omni checkpoint to `directory`; returns the path."""
     import transformers as tf
 
-    from engine.checkpoints.tiny_omni_processor import write_processor_config
+    from engine.models.qwen3_omni.tiny_processor import write_processor_config
 
     directory = Path(directory)
     torch.manual_seed(seed)

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 import torch
 
 from core.errors import InvalidArgument
-from engine.models.vjepa2.config import EncoderConfig, PredictorConfig
-from engine.models.vjepa2.params import WorldParams
-from engine.rollout.planner import PlanConfig
-from engine.rollout.validation import check_horizon, check_steps, rollout_horizon
+from engine.models.vjepa2_ac.config import EncoderConfig, PredictorConfig
+from engine.models.vjepa2_ac.params import WorldParams
+from engine.models.vjepa2_ac.planner import PlanConfig
+from engine.models.vjepa2_ac.validation import check_horizon, check_steps, rollout_horizon
 
 DEFAULT_PLAN_HORIZON = 4
 

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.models.vjepa2.config import EncoderConfig
-from engine.models.vjepa2.rope import grid_positions, rope_table, rotate
+from engine.models.vjepa2_ac.config import EncoderConfig
+from engine.models.vjepa2_ac.rope import grid_positions, rope_table, rotate
 
 
 class PatchEmbed(nn.Module):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from core.errors import InvalidArgument
-from engine.models.vjepa2.config import EncoderConfig, PredictorConfig
+from engine.models.vjepa2_ac.config import EncoderConfig, PredictorConfig
 
 
 def _finite(name: str, x: torch.Tensor) -> None:

@@ -10,7 +10,7 @@ def make_talker_codec(checkpoint: str, dtype: str | None = None, max_batch_size:
     """max_batch_size, max_batch_frames: code2wav's (None: its default); the rest: the talker's."""
     from services.codec.component import CodecComponent
     from runtime.colocated import Colocated
-    from services.talker.component import TalkerComponent
+    from services.qwen3_omni.talker import TalkerComponent
 
     talker = TalkerComponent.from_checkpoint(checkpoint, dtype=dtype, **engine_options)
     codec = CodecComponent.from_checkpoint(checkpoint, dtype=dtype, max_batch_size=max_batch_size,

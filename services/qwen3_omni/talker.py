@@ -25,8 +25,8 @@ from engine.engine_core import CREDIT
 from engine.engine_load import scheduler_load
 from engine.llm_engine import EngineConfig
 from engine.models.qwen3_omni.params import TalkerParams
-from engine.talker_engine import TalkerEngine
-from engine.talker_request import set_videos
+from engine.models.qwen3_omni.talker_engine import TalkerEngine
+from engine.models.qwen3_omni.talker_request import set_videos
 from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode
 from core.errors import InvalidArgument
 
