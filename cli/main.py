@@ -6,7 +6,7 @@ import importlib
 import os
 import sys
 
-# Later issues append their subcommand modules here.
+# Every subcommand module; each adds its parser (add_parser) and is imported only when listed here.
 COMMANDS = ("cli.version", "cli.serve", "cli.health", "cli.generate",
             "cli.make_tiny", "cli.convert",
             "cli.imagine", "cli.conductor", "cli.up",

@@ -5,7 +5,7 @@ ranks: a service, whose replicas are the ranks (`conductor.replicas.ReplicaSelec
 picks one per request). Deployment files and their schema: conductor/deployment.py;
 `from_dict`/`from_yaml` read one model's placement from one.
 
-KV-context rule (KV transfer between replicas is a later issue, so a request's
+KV-context rule (KV transfer between replicas is not supported, so a request's
 context must never be split): in every walk that runs it, a stateful node
 (`GraphNode.stateful`) resolves to the same service, and all nodes of one
 `kv_contexts` group resolve to one service. Inside that service the
@@ -28,7 +28,7 @@ from conductor.service_spec import ServiceSpec
 from core.errors import GraphError
 from graph.node import check_name
 
-LATER = "KV transfer between replicas is a later issue"
+NO_KV_TRANSFER = "KV transfer between replicas is not supported"
 
 
 def _frozen(mapping: Mapping) -> Mapping:
@@ -226,7 +226,8 @@ class Placement:
                     raise GraphError(
                         f"{what}: {first[0]} runs on service {first[2]} in walk {first[1]} but "
                         f"{other}on service {service} in walk {walk.name}; one request's KV context "
-                        f"would be split across services ({LATER})"
+                        f"would be split across services ({NO_KV_TRANSFER}): place {', '.join(nodes)} "
+                        "on one service in every walk"
                     )
 
 

@@ -14,8 +14,8 @@ table by taking axis T's angles and overwriting the H and W channels selected by
 interleaved in that implementation, whatever `interleaved`/`mrope_interleaved` say).
 For text-only input the three axes' position ids are equal, so all three tables are
 identical and the result is exactly the ordinary 1-D rope over the full head_dim, for
-any `mrope_section`. Text-only serving therefore uses the 1-D rope; positions of audio
-or image tokens (3-D ids) are a later issue.
+any `mrope_section`. Text-only input therefore gets the 1-D rope; audio and image tokens'
+3-D position ids (engine/prompt_media.py) take the multimodal rope of engine/models/rope.py.
 """
 from __future__ import annotations
 

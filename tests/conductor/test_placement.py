@@ -179,7 +179,7 @@ def test_stateful_node_split_across_walks_is_rejected():
     d["services"]["svc_b2"] = {"replicas": ["127.0.0.1:50066"]}
     d["placement"]["b"] = {"default": "svc_b", "walks": {"refine": "svc_b2"}}
     rejects(d, r"stateful node b: b runs on service svc_b in walk gen but on service svc_b2 in walk refine"
-               r".*KV transfer between replicas is a later issue", graph)
+               r".*KV transfer between replicas is not supported\): place b on one service in every walk", graph)
     d["placement"]["b"] = {"default": "svc_b", "walks": {"refine": "svc_b"}}  # same service: fine
     Placement.from_dict(d).validate(graph)
 
@@ -210,7 +210,8 @@ def test_kv_context_group_on_one_service():
 def test_kv_context_split_is_rejected():
     rejects(pd_deployment("thinker_b"),
             r"kv_context thinker_ctx: prefill runs on service thinker in walk prefill but decode on service "
-            r"thinker_b in walk decode.*KV transfer between replicas is a later issue", prefill_decode_graph())
+            r"thinker_b in walk decode.*KV transfer between replicas is not supported\): "
+            r"place prefill, decode on one service in every walk", prefill_decode_graph())
 
 
 def test_kv_context_errors():

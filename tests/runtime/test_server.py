@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import grpc
 import pytest
@@ -55,10 +54,7 @@ def test_health_turns_serving_when_ready():
         for name in ("", "starmesh.v1.Component"):
             assert _health(server.address, name) == health_pb2.HealthCheckResponse.NOT_SERVING
         component.is_ready = True
-        deadline = time.monotonic() + 5
-        while _health(server.address) != health_pb2.HealthCheckResponse.SERVING:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        assert wait_until(lambda: _health(server.address) == health_pb2.HealthCheckResponse.SERVING, timeout_s=30)
     finally:
         server.stop()
     assert component.is_closed and hosted.transport.is_closed
@@ -73,27 +69,46 @@ def test_messages_above_4_mib_pass(echo_server):
         assert out.tensors["x"].nbytes == big.numel() * 4
 
 
+class _Held(Slow):
+    """Slow whose due results wait for `release`: the test decides when in-flight work ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def step(self):
+        if not self.release.wait(0.005):  # the pace of Slow.step while held
+            return []
+        return super().step()
+
+
 def test_graceful_stop_drains_in_flight_work():
-    server = start_in_process(Slow(), grace_s=10)
+    component = _Held()
+    # A grace far beyond the stopper's join below: stop() can only have returned because
+    # the in-flight work drained, never because the grace period ran out.
+    server = start_in_process(component, grace_s=600)
     stream = RunStream(server.address)
     try:
-        stream.send(OpenNode(request_id="slow", node="echo", inputs={"x": inline_ref(torch.ones(2))}, params={"delay_s": 0.5}))
+        stream.send(OpenNode(request_id="slow", node="echo", inputs={"x": inline_ref(torch.ones(2))}))
         assert wait_until(lambda: describe(server.address).num_open_requests == 1)
-        t0 = time.monotonic()
         stopper = threading.Thread(target=server.stop)
         stopper.start()
-        time.sleep(0.1)
-        assert _health(server.address) == health_pb2.HealthCheckResponse.NOT_SERVING
+        # "slow" is held, so the stop stays in its drain: health turned NOT_SERVING first
+        assert wait_until(lambda: _health(server.address) == health_pb2.HealthCheckResponse.NOT_SERVING,
+                          timeout_s=30)
         stream.send(OpenNode(request_id="late", node="echo", inputs={"x": inline_ref(torch.ones(2))}))
-        events = stream.events() + stream.events()
+        events = stream.events()  # the late request's refusal, while "slow" is still held
+        component.release.set()
+        events += stream.events()
         late = [e for e in events if isinstance(e, NodeError)]
         assert [(e.request_id, e.status) for e in late] == [("late", "UNAVAILABLE")]
         (out,) = [e for e in events if isinstance(e, NodeOutput)]
         assert out.request_id == "slow" and torch.equal(inline_tensor(out.tensors["x"]), torch.ones(2))
-        stopper.join(10)
-        assert not stopper.is_alive() and time.monotonic() - t0 < 5
+        stopper.join(30)
+        assert not stopper.is_alive()  # returned once drained, well inside its 600 s grace
         assert stream.recv() is None  # the idle stream was cancelled after the drain
     finally:
+        component.release.set()
         stream.close()
         server.stop()
 

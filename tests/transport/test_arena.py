@@ -1,10 +1,11 @@
 """Leases, pins, headers and the bounded wait, in one process."""
 import gc
-import time
+import threading
 
 import pytest
 import torch
 
+import transport.arena as arena_module
 from transport.config import TransportConfig
 from core.errors import ArenaFull, BadTensorRef, UnknownLease
 from transport.refs import ShmLocation, TensorRef
@@ -73,23 +74,72 @@ def test_release_by_request_and_by_carrier(transport):
     assert transport.arena.num_leases == 0
 
 
-def test_full_arena_waits_then_raises(transport):
+class _FakeClock:
+    """The arena's clock, moved only by its condition's waits."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class _ClockedCondition(threading.Condition):
+    """An arena condition whose waits pass on the fake clock (and return at once)."""
+
+    def __init__(self, clock: _FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def wait(self, timeout=None):
+        self.clock.now += timeout
+        return False
+
+
+class _NotingCondition(threading.Condition):
+    """An arena condition that says when a lease first waits in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def wait(self, timeout=None):
+        self.waiting.set()
+        return super().wait(timeout)
+
+
+def test_full_arena_waits_then_raises(transport, monkeypatch):
     big = _export(transport, n=(3 << 20) // 4)
-    t0 = time.monotonic()
+    # Timed on a clock that only the lease's own waits move: what it waited is what it
+    # asked to wait, however busy the machine is.
+    clock = _FakeClock()
+    monkeypatch.setattr(arena_module, "time", clock)
+    monkeypatch.setattr(transport.arena, "_cond", _ClockedCondition(clock))
     with pytest.raises(ArenaFull, match="no room"):
         _export(transport, n=(2 << 20) // 4)
-    assert 0.25 < time.monotonic() - t0 < 2.0
+    assert 0.25 < clock.now < 2.0  # the full_wait_s of 0.3, then ArenaFull
     with pytest.raises(ArenaFull, match="exceeds arena"):
         _export(transport, n=(8 << 20) // 4)
     transport.release([big.lease_id])
 
 
-def test_full_arena_proceeds_when_space_frees(transport):
-    import threading
-
+def test_full_arena_proceeds_when_space_frees(transport, monkeypatch):
     big = _export(transport, n=(3 << 20) // 4)
-    threading.Timer(0.1, transport.release, args=([big.lease_id],)).start()
+    # The space frees once the lease waits for it; a wait bound that only a hung test
+    # reaches keeps a slow release thread from turning into ArenaFull.
+    monkeypatch.setattr(transport.arena, "full_wait_s", 60.0)
+    cond = _NotingCondition()
+    monkeypatch.setattr(transport.arena, "_cond", cond)
+
+    def release_once_waiting():
+        if cond.waiting.wait(60):
+            transport.release([big.lease_id])
+
+    releaser = threading.Thread(target=release_once_waiting)
+    releaser.start()
     ref = _export(transport, n=(2 << 20) // 4)
+    releaser.join(10)
+    assert cond.waiting.is_set()  # it did wait for the space
     transport.release([ref.lease_id])
 
 

@@ -13,7 +13,7 @@ import torch
 from transport.config import TransportConfig
 from core.errors import PeerUnavailable
 from transport.refs import MooncakeLocation, ShmLocation, TensorRef
-from transport.segment import sweep_stale_segments
+from transport.segment import PeerSegment, sweep_stale_segments
 from transport.transport import Transport
 
 
@@ -61,16 +61,24 @@ def test_zero_copy_read_of_a_live_producer(consumer):
     assert not os.path.exists(f"/dev/shm/{producer.arena}")  # normal exit unlinks
 
 
-def test_kill_9_fails_fast_and_next_start_sweeps(consumer):
+def test_kill_9_fails_fast_and_next_start_sweeps(consumer, monkeypatch):
     producer = Producer()
     ref = producer.export()
     view = consumer.resolve(ref).tensor  # a view taken before the crash stays readable
     os.kill(producer.proc.pid, signal.SIGKILL)
     producer.proc.wait(10)
-    t0 = time.monotonic()
+    probes = []
+    is_owner_alive = PeerSegment.is_owner_alive
+
+    def noted_probe(segment):
+        probes.append(is_owner_alive(segment))
+        return probes[-1]
+
+    monkeypatch.setattr(PeerSegment, "is_owner_alive", noted_probe)
     with pytest.raises(PeerUnavailable, match="gone"):
         consumer.resolve(ref)
-    assert time.monotonic() - t0 < 2.0
+    # Fast: one non-blocking probe of the owner's lock decided it, with no wait or retry
+    assert probes == [False]
     assert float(view.sum()) == sum(range(1000))  # no segfault on the dead owner's pages
     assert os.path.exists(f"/dev/shm/{producer.arena}")
     fresh = Transport(TransportConfig(host_id="h"))  # a new start sweeps the dead segment
@@ -78,7 +86,10 @@ def test_kill_9_fails_fast_and_next_start_sweeps(consumer):
     assert not os.path.exists(f"/dev/shm/{producer.arena}")
 
 
-def test_mooncake_read_from_another_host_and_kill_9():
+def test_mooncake_read_from_another_host_and_kill_9(monkeypatch):
+    # Mooncake gives up on a read nobody answers after its transfer timeout, 30 s unless
+    # MC_TRANSFER_TIMEOUT (read as the consumer's engine starts) says otherwise.
+    monkeypatch.delenv("MC_TRANSFER_TIMEOUT", raising=False)
     consumer = Transport(TransportConfig(host_id="other", inline_threshold=0, enable_mooncake=True))
     producer = Producer(host_id="h", mooncake=True)
     try:
@@ -95,7 +106,10 @@ def test_mooncake_read_from_another_host_and_kill_9():
         t0 = time.monotonic()
         with pytest.raises(PeerUnavailable):
             consumer.resolve(ref, request_id="r")
-        assert time.monotonic() - t0 < 2.0
+        # Failing fast happens inside Mooncake's engine, where no state shows it: elapsed time
+        # is the only witness. The bound is a third of that timeout, not a quiet machine's
+        # pace: a refused read fails in milliseconds, only one that waited out the timeout fails this.
+        assert time.monotonic() - t0 < 10.0
     finally:
         producer.stop()
         consumer.close()
