@@ -2,6 +2,11 @@
 
 Owns the KV tensors (one k/v pair per layer, [num_blocks, block_size, Hkv, D]) and
 turns a ScheduledBatch into the flat inputs + AttentionMetadata of one forward.
+
+A batch's optional features (engine/batch.py) become the metadata's segment_ids
+(int32 [T]) and write_kv (bool [S]), and the forward's expert_ids (int64 [T]); rows
+that do not store get slot -1. They run on the CPU path only for now: the CUDA step
+path (engine/cuda_runner.py, CUDA graphs) does not carry them, so it refuses them.
 """
 from __future__ import annotations
 
@@ -76,18 +81,49 @@ class ModelRunner:
         seq_of_row = np.repeat(np.arange(len(seqs)), n)  # [T]
         positions = np.arange(starts[-1]) - starts[seq_of_row] + firsts[seq_of_row]  # [T]
         tables = self._block_tables(seqs)  # [S, width], -1 padded
-        block_of_row = positions // self.block_size
-        if (block_of_row >= np.asarray([len(s.block_table) for s in seqs])[seq_of_row]).any():
-            raise IndexError("a query token lies past its sequence's allocated blocks")
-        slots = tables[seq_of_row, block_of_row].astype(np.int64) * self.block_size + positions % self.block_size
+        writes = None if batch.write_kv is None else np.repeat(np.asarray(batch.write_kv, dtype=bool), n)  # [T]
+        slots = self._slots(seqs, tables, seq_of_row, positions, writes)
         meta = AttentionMetadata(
             query_start_loc=torch.from_numpy(starts.astype(np.int32)),
             seq_lens=torch.from_numpy((firsts + n).astype(np.int32)),
             block_tables=torch.from_numpy(tables),
             slot_mapping=torch.from_numpy(slots),
             block_size=self.block_size,
+            **(self._attention_features(batch) if batch.has_features else {}),
         )
         return torch.tensor(ids, dtype=torch.int64), torch.from_numpy(positions), meta
+
+    @staticmethod
+    def _attention_features(batch) -> dict:
+        """The batch's segment_ids (int32 [T]) and write_kv (bool [S]) as metadata fields."""
+        out = {}
+        if batch.segment_ids is not None:
+            out["segment_ids"] = torch.from_numpy(np.concatenate(
+                [np.asarray(s, dtype=np.int32).reshape(-1) for s in batch.segment_ids]))
+        if batch.write_kv is not None:
+            out["write_kv"] = torch.tensor(batch.write_kv, dtype=torch.bool)
+        return out
+
+    def _slots(self, seqs, tables: np.ndarray, seq_of_row: np.ndarray, positions: np.ndarray,
+               writes: np.ndarray | None) -> np.ndarray:
+        """int64 [T] KV slot of each query row; -1 where writes [T] says the row is not stored."""
+        if writes is not None:  # rows that do not store need no allocated block
+            slots = np.full(positions.shape, -1, dtype=np.int64)
+            if writes.any():
+                slots[writes] = self._slots(seqs, tables, seq_of_row[writes], positions[writes], None)
+            return slots
+        block_of_row = positions // self.block_size
+        if (block_of_row >= np.asarray([len(s.block_table) for s in seqs])[seq_of_row]).any():
+            raise IndexError("a query token lies past its sequence's allocated blocks")
+        return tables[seq_of_row, block_of_row].astype(np.int64) * self.block_size + positions % self.block_size
+
+    @staticmethod
+    def expert_ids(batch) -> torch.Tensor | None:
+        """int64 [T] layer expert of each query row, or None (expert 0 everywhere)."""
+        if batch.expert_ids is None:
+            return None
+        per_seq = [np.asarray(e, dtype=np.int64).reshape(-1) for e in batch.expert_ids]
+        return torch.from_numpy(np.concatenate(per_seq))
 
     @staticmethod
     def _block_tables(seqs) -> np.ndarray:
@@ -102,13 +138,17 @@ class ModelRunner:
         input_ids, positions, meta = self.prepare(batch, pool)
         media = step_media(batch.seqs, np.asarray(batch.start_positions), batch.num_query_tokens, positions.numpy())
         if self.cuda is not None:
+            if batch.has_features:
+                raise NotImplementedError("expert_ids / segment_ids / write_kv steps on the CUDA step path")
             return self.cuda.run(batch, pool, input_ids, positions, meta, media)
         inputs_embeds, additions = self.input_embeds(batch), None
         if media is not None:  # audio/image rows spliced in, 3-axis rope ids, deepstack additions
             positions, additions = media.positions, media.additions
             inputs_embeds = media.splice(self.model.embed(input_ids) if inputs_embeds is None else inputs_embeds)
+        # passed only when set: a model without per-token experts need not take the argument
+        experts = {} if batch.expert_ids is None else {"expert_ids": self.expert_ids(batch)}
         hidden, captured = self.model(input_ids, positions, meta, self.kv_caches, capture_layer=self.capture_layer,
-                                      inputs_embeds=inputs_embeds, layer_additions=additions)
+                                      inputs_embeds=inputs_embeds, layer_additions=additions, **experts)
         sample_mask = batch.sample_mask
         rows = meta.last_token_rows if all(sample_mask) else meta.last_token_rows[torch.tensor(sample_mask)]
         sampled_hidden = hidden if rows.numel() == hidden.shape[0] else hidden[rows]

@@ -17,6 +17,14 @@ host staging buffer), so a plan made ahead never writes buffers the in-flight st
 reads. `prepare(meta)` (called by the model at the start of a forward) returns the
 plan made for that same metadata object, or plans now.
 
+Step features (AttentionMetadata): segment_ids become FlashInfer's custom mask on the
+prefill plan (engine/attention/masks.py builds it, the same keys the torch backend
+attends; a step without a multi-token segment plans the causal kernels as before).
+write_kv with a sequence that does not store is refused at plan time
+(NotImplementedError): FlashInfer reads keys only from the pages, so a no-write
+sequence would need its own ragged keys merged with the paged prefix; until then such
+steps run on the torch backend, or on a forked context that is released afterwards.
+
 Contract (engine/cuda_runner.py keeps it: it reads every step's logits back before it
 plans the next step): plan() is called with no step in flight, plan_ahead() with at
 most one, the step plan() planned last.
@@ -28,6 +36,7 @@ from typing import Any
 
 import torch
 
+from engine.attention.masks import flat_custom_mask
 from engine.attention.metadata import AttentionMetadata
 from engine.attention.torch_backend import store_kv
 
@@ -66,16 +75,25 @@ class PageTable:
     indices: torch.Tensor          # [nnz_pages]
     last_page_len: torch.Tensor    # [S]
     block_size: int
+    custom_mask: torch.Tensor | None = None  # bool [sum_i Q_i * L_i] (segments); None: causal
 
     @classmethod
     def of(cls, meta: AttentionMetadata) -> "PageTable":
         """From host metadata (device metadata works too, at the cost of a sync)."""
+        if meta.write_kv is not None and not bool(meta.write_kv.all()):
+            raise NotImplementedError("FlashInferBackend: AttentionMetadata.write_kv=False (attending to a step's "
+                                      "K/V without storing them) is not implemented; use the torch backend")
         qo_indptr = meta.query_start_loc.cpu().int()
         indptr, indices, last_page_len = flashinfer_page_indices(meta)
         is_decode = int(qo_indptr[-1]) == meta.num_seqs
-        return cls(is_decode, qo_indptr, indptr, indices, last_page_len, meta.block_size)
+        custom_mask = None if meta.segment_ids is None or is_decode else flat_custom_mask(meta)
+        return cls(is_decode, qo_indptr, indptr, indices, last_page_len, meta.block_size, custom_mask)
 
     def same_as(self, other: "PageTable") -> bool:
+        if self.custom_mask is not None or other.custom_mask is not None:
+            if self.custom_mask is None or other.custom_mask is None or not torch.equal(self.custom_mask,
+                                                                                        other.custom_mask):
+                return False
         return (self.is_decode == other.is_decode and self.block_size == other.block_size
                 and all(torch.equal(a, b) for a, b in ((self.qo_indptr, other.qo_indptr), (self.indptr, other.indptr),
                                                         (self.indices, other.indices),
@@ -179,7 +197,10 @@ class FlashInferBackend:
             wrappers.decode.plan(table.indptr, indices, table.last_page_len, **kwargs)
             return wrappers.decode
         kwargs["head_dim_qk"] = kwargs.pop("head_dim")
-        wrappers.prefill.plan(table.qo_indptr, table.indptr, indices, table.last_page_len, causal=True, **kwargs)
+        if table.custom_mask is not None:  # bidirectional segments: FlashInfer then ignores `causal`
+            kwargs["custom_mask"] = table.custom_mask.to(self.device, non_blocking=True)
+        wrappers.prefill.plan(table.qo_indptr, table.indptr, indices, table.last_page_len,
+                              causal=table.custom_mask is None, **kwargs)
         return wrappers.prefill
 
     def graph_decode_wrapper(self, batch_size: int, max_pages: int, workspace: torch.Tensor) -> Any:

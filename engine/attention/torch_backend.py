@@ -4,6 +4,10 @@ Layout and batch contract: engine/attention/metadata.py. Decode rows (one query 
 are attended in padded batches of similar length (engine/attention/torch_plan.py);
 multi-token rows (prefill chunks) one sequence at a time, each gathering exactly its
 seq_len cached tokens. Scores and softmax are fp32.
+
+Sequences with a bidirectional segment or that do not store their K/V (the metadata's
+segment_ids / write_kv) are attended one at a time with their explicit mask
+(`_masked_one`); the compiled decode kernel and the decode groups keep the rest.
 """
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import torch.nn.functional as F
 
 from engine.attention.metadata import AttentionMetadata
 from engine.attention import cpu_kernels
-from engine.attention.torch_plan import DecodeGroup, GatherBuffers, TorchAttentionPlan, plan_attention
+from engine.attention.torch_plan import DecodeGroup, GatherBuffers, MaskedSeq, TorchAttentionPlan, plan_attention
 
 __all__ = ["TorchAttentionBackend", "TorchAttentionPlan", "gather_kv", "paged_attention", "plan_attention",
            "store_kv"]
@@ -87,11 +91,36 @@ def _fresh_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     return out[0].transpose(0, 1)
 
 
+def _masked_one(q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None, k_cache: torch.Tensor,
+                v_cache: torch.Tensor, block_table: torch.Tensor, seq: MaskedSeq, scale: float) -> torch.Tensor:
+    """One MaskedSeq: q [T, H, D] of the step -> its rows [Q, H, D]. Keys: its cached prefix
+    from the pool, then this step's own k/v [T, Hkv, D] (cast to the cache's dtype, as a
+    stored and re-read key would be), so a sequence that does not store reads what a
+    storing one would; without k/v (an already stored sequence) all keys from the pool."""
+    rows = slice(seq.row, seq.row + seq.query_len)
+    cached = seq.seq_len - seq.query_len
+    if k is None:
+        if not seq.stores:
+            raise ValueError(f"sequence {seq.seq} does not store its K/V: attention needs this step's k/v")
+        keys, values = gather_kv(k_cache, block_table, seq.seq_len), gather_kv(v_cache, block_table, seq.seq_len)
+    else:
+        keys, values = k[rows].to(k_cache.dtype), v[rows].to(v_cache.dtype)  # [Q, Hkv, D]
+        if cached:
+            keys = torch.cat((gather_kv(k_cache, block_table, cached), keys))  # [L, Hkv, D]
+            values = torch.cat((gather_kv(v_cache, block_table, cached), values))
+    mask = None if seq.mask is None else seq.mask[None, None]  # [1, 1, Q, L]
+    out = F.scaled_dot_product_attention(q[rows].transpose(0, 1)[None], keys.transpose(0, 1)[None],
+                                         values.transpose(0, 1)[None], attn_mask=mask, scale=scale,
+                                         enable_gqa=True)  # [1, H, Q, D]
+    return out[0].transpose(0, 1)
+
+
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
                     scale: float, plan: TorchAttentionPlan | None = None, k: torch.Tensor | None = None,
                     v: torch.Tensor | None = None) -> torch.Tensor:
     """q [T, H, D] over the paged cache (this step's K/V already stored) -> [T, H, D].
-    With this step's k/v [T, Hkv, D], fresh prefills skip the cache."""
+    With this step's k/v [T, Hkv, D], fresh prefills skip the cache; sequences that do not
+    store their K/V (meta.write_kv) need them."""
     plan = plan if plan is not None else plan_attention(meta)
     if plan.decode_only:
         return _decode(q, k_cache, v_cache, plan, plan.decode[0], scale)
@@ -110,6 +139,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
             out[rows] = _fresh_prefill(q[rows], k[rows], v[rows], scale)
         else:
             out[rows] = _prefill_one(q[rows], k_cache, v_cache, meta.block_tables[seq], query_len, seq_len, scale)
+    for masked in plan.masked:
+        out[masked.row:masked.row + masked.query_len] = _masked_one(q, k, v, k_cache, v_cache,
+                                                                    meta.block_tables[masked.seq], masked, scale)
     return out
 
 
@@ -139,6 +171,9 @@ class TorchAttentionBackend:
 
     def forward(self, plan: TorchAttentionPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:
-        """q [T, H, D], k/v [T, Hkv, D]: store k/v, then attend -> [T, H, D]."""
-        store_kv(k, v, k_cache, v_cache, plan.slot_mapping)
+        """q [T, H, D], k/v [T, Hkv, D]: store k/v (the rows that store), then attend -> [T, H, D]."""
+        if plan.store_rows is None:
+            store_kv(k, v, k_cache, v_cache, plan.slot_mapping)
+        elif plan.store_rows.numel():
+            store_kv(k[plan.store_rows], v[plan.store_rows], k_cache, v_cache, plan.slot_mapping)
         return paged_attention(q, k_cache, v_cache, plan.meta, scale, plan, k, v)

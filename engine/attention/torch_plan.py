@@ -5,6 +5,13 @@ is gathered up to the batch's longest seq_len, and SDPA computes the masked padd
 With lengths spread from tens to hundreds of tokens, one batch would pay for ~2x the
 keys it needs, so decodes are split into groups of similar length wherever the padding
 saved outweighs another round of per-call overhead.
+
+Steps with features (AttentionMetadata.segment_ids / write_kv) plan their affected
+sequences as `MaskedSeq`s, attended one at a time with an explicit mask: a multi-token
+query with a bidirectional segment, and every sequence that does not store its K/V
+(its keys are the cached prefix plus this step's own k/v, never the pool). The other
+sequences of the step keep their usual paths (decode groups, the compiled kernel,
+causal prefill); a step without features plans exactly as before.
 """
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.attention.masks import sequence_mask, sequence_masks
 from engine.attention.metadata import AttentionMetadata
 
 # What one more decode group costs (two gathers, an SDPA call and row indexing per layer),
@@ -63,6 +71,18 @@ class KernelDecode:
 
 
 @dataclass
+class MaskedSeq:
+    """A sequence attended on its own with an explicit mask (segments or no write)."""
+
+    seq: int
+    row: int                   # its first query row
+    query_len: int
+    seq_len: int
+    mask: torch.Tensor | None  # bool [Q, L]; None: one query token, every key allowed
+    stores: bool               # False: its keys are the cached prefix + this step's k/v
+
+
+@dataclass
 class TorchAttentionPlan:
     """Host-side facts about one step, computed once and shared by every layer."""
 
@@ -73,6 +93,8 @@ class TorchAttentionPlan:
     slot_mapping: torch.Tensor      # int64 [T] meta.slot_mapping
     buffers: GatherBuffers | None = None  # the backend's, reused; None: fresh tensors per gather
     kernel: KernelDecode | None = None    # the decode rows, when the compiled kernel attends them
+    masked: list[MaskedSeq] = field(default_factory=list)  # sequences with segments or without a write
+    store_rows: torch.Tensor | None = None  # int64 [n] rows whose K/V are stored (slot_mapping is theirs); None: all
 
     @property
     def decode_only(self) -> bool:
@@ -138,13 +160,41 @@ def plan_attention(meta: AttentionMetadata, zero_padding: bool = True, buffers: 
             decode.append(i)
         elif query_len > 1:
             prefill.append((i, starts[i], query_len, seq_len))
+    masked, store_rows = _feature_plan(meta, starts, seq_lens) if meta.has_features else ([], None)
+    if masked:
+        apart = {m.seq for m in masked}
+        decode = [i for i in decode if i not in apart]
+        prefill = [p for p in prefill if p[0] not in apart]
+    slot_mapping = meta.slot_mapping.long()
+    if store_rows is not None:
+        slot_mapping = slot_mapping[store_rows.to(slot_mapping.device)]
+    common = dict(meta=meta, zero_padding=zero_padding, prefill=prefill, slot_mapping=slot_mapping, buffers=buffers,
+                  masked=masked, store_rows=store_rows)
     if kernel and decode and meta.seq_lens.device.type == "cpu":
-        return TorchAttentionPlan(meta=meta, decode=[], zero_padding=zero_padding, prefill=prefill,
-                                  slot_mapping=meta.slot_mapping.long(), buffers=buffers,
-                                  kernel=_kernel_decode(meta, decode))
+        return TorchAttentionPlan(decode=[], kernel=_kernel_decode(meta, decode), **common)
     groups = group_by_length(decode, seq_lens) if decode else []
     if len(groups) == 1 and len(decode) == len(seq_lens):
         groups = [None]  # decode-only step in one group: natural order, no row indexing
-    return TorchAttentionPlan(meta=meta, decode=[_decode_group(meta, g, starts, seq_lens) for g in groups],
-                              zero_padding=zero_padding, prefill=prefill, slot_mapping=meta.slot_mapping.long(),
-                              buffers=buffers)
+    return TorchAttentionPlan(decode=[_decode_group(meta, g, starts, seq_lens) for g in groups], **common)
+
+
+def _feature_plan(meta: AttentionMetadata, starts: list[int],
+                  seq_lens: list[int]) -> tuple[list[MaskedSeq], torch.Tensor | None]:
+    """A step with features: its MaskedSeqs, and the rows whose K/V are stored (None: all)."""
+    masks = sequence_masks(meta)
+    writes = [True] * meta.num_seqs if meta.write_kv is None else [bool(w) for w in meta.write_kv.tolist()]
+    masked = []
+    for i, seq_len in enumerate(seq_lens):
+        query_len = starts[i + 1] - starts[i]
+        if query_len == 0 or (i not in masks and writes[i]):
+            continue
+        mask = masks.get(i)
+        if mask is None and query_len > 1:  # a causal sequence that does not store its K/V
+            mask = sequence_mask(torch.zeros(query_len, dtype=torch.int32, device=meta.seq_lens.device), seq_len)
+        masked.append(MaskedSeq(i, starts[i], query_len, seq_len, mask, writes[i]))
+    store_rows = None
+    if not all(writes):
+        query_lens = torch.tensor([starts[i + 1] - starts[i] for i in range(meta.num_seqs)])
+        row_writes = torch.repeat_interleave(torch.tensor(writes), query_lens)  # [T]
+        store_rows = row_writes.nonzero().flatten().to(meta.seq_lens.device)
+    return masked, store_rows
