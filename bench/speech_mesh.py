@@ -4,7 +4,7 @@ Four service processes on loopback (thinker, talker, codec, talker+codec) and on
 conductor in this process serving three models over them:
     omni        streaming, split: thinker | talker | codec
     omni-colo   streaming, co-located: thinker | talker+codec
-    omni-stage  the stage-pipeline baseline (pipelines.qwen3_omni.stage_graph) on the
+    omni-stage  the stage-pipeline baseline (bench.stage_graph) on the
                 split services: each stage finishes before the next starts
 A phase sends `rounds` waves of `concurrency` requests at once through the SDK
 (client.speech.speak) and keeps every request's summary.
@@ -18,7 +18,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from client.speech import SAMPLE_RATE
+from engine.models.qwen3_omni import SAMPLE_RATE  # the benchmarked speech model's audio rate
 
 # C and L as vLLM-Omni's Qwen3-Omni async chunk (codec_chunk_frames 25 and 25 frames of
 # left context); a 4-frame first window (0.32 s of audio) plays the part of its
@@ -82,7 +82,7 @@ class SpeechMesh:
 
         from conductor.service import ConductorService
         from pipelines.qwen3_omni.model import speech_model, speech_placement
-        from pipelines.qwen3_omni.stage_graph import stage_model
+        from bench.stage_graph import stage_model
         from runtime.background import BackgroundServer
         from runtime.process import ServiceProcess
 

@@ -1,6 +1,6 @@
 """Where a speech burst's streams stall: per chunk index, on the client's clock.
 
-    python -m bench.speech_stalls [--concurrency 16] [--rounds 3] [--schedule deadline] [--json PATH]
+    python -m bench.speech_stalls [--concurrency 16] [--rounds 3] [--schedule deadline] [--json PATH] [--quick]
 
 The split speech mesh (bench.speech_mesh, admission by max_in_flight only) serves a warm-up
 wave, then `--rounds` bursts of C requests at once, each client asking for text and audio
@@ -22,6 +22,7 @@ import os
 from bench.output import write_json
 
 PARAMS = {"max_new_tokens": 32, "max_frames": 129, "min_frames": 129}
+QUICK_PARAMS = {"max_new_tokens": 4, "max_frames": 9, "min_frames": 9}  # --quick: two chunks, one burst of 2
 
 
 async def burst(address: str, prompts: list, n: int, params: dict, modalities: tuple[str, ...]) -> list:
@@ -47,18 +48,19 @@ def round_figures(summaries: list, sample_rate: int) -> dict:
 
 
 def measure(checkpoint: str, prompts: list, concurrency: int, rounds: int, schedule: str,
-            outputs: str = "voice") -> dict:
+            outputs: str = "voice", params: dict = PARAMS) -> dict:
     from bench.speech_mesh import OUTPUTS, SpeechMesh
     from bench.speech_policies import _admission
-    from client.speech import SAMPLE_RATE
+    from engine.models.qwen3_omni import SAMPLE_RATE
 
     out = {"concurrency": concurrency, "schedule": schedule, "rounds": []}
     with SpeechMesh(checkpoint, split_only=True, admission=_admission(schedule, False),
                     options=(f"schedule={schedule}",)) as mesh:
-        asyncio.run(burst(mesh.address, prompts, concurrency, {**PARAMS, "max_frames": 30, "min_frames": 30},
+        warm = min(30, params["max_frames"])
+        asyncio.run(burst(mesh.address, prompts, concurrency, {**params, "max_frames": warm, "min_frames": warm},
                           OUTPUTS[outputs]))
         for r in range(rounds):
-            got = round_figures(asyncio.run(burst(mesh.address, prompts, concurrency, PARAMS, OUTPUTS[outputs])),
+            got = round_figures(asyncio.run(burst(mesh.address, prompts, concurrency, params, OUTPUTS[outputs])),
                                 SAMPLE_RATE)
             out["rounds"].append(got)
             stalls = {k: [round(x) for x in v] for k, v in got["stalls_ms"].items()}
@@ -80,10 +82,14 @@ def main(argv=None) -> int:
     p.add_argument("--checkpoint", metavar="DIR")
     add_outputs_option(p)
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--quick", action="store_true", help="smoke run: one burst of 2, QUICK_PARAMS (figures not to read)")
     args = p.parse_args(argv)
+    params = PARAMS
+    if args.quick:
+        args.concurrency, args.rounds, params = 2, 1, QUICK_PARAMS
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     results = measure(checkpoint(args), [chat_prompt(x) for x in PROMPTS], args.concurrency, args.rounds,
-                      args.schedule, args.outputs)
+                      args.schedule, args.outputs, params)
     write_json(args.json, results)
     return 0
 

@@ -1,9 +1,10 @@
 """`starmesh demo`: the whole system once, on this machine, with tiny built-in models.
 
-Starts the default deployment (`starmesh up`), speaks one sentence into a WAV file,
-generates one image into a PNG, prints time to first audio, real-time factor, image
-latency and the speech request's per-edge latency table read back from the local trace
-store, then stops everything.
+Starts the default deployment (`starmesh up`), speaks one sentence into a WAV file with
+every model it serves that speaks text, generates one image into a PNG with the first
+that draws, prints time to first audio, real-time factor, image latency and the first
+speech request's per-edge latency table read back from the local trace store, then
+stops everything. Which models do what comes from the conductor's ListModels.
 """
 from __future__ import annotations
 
@@ -39,6 +40,37 @@ def _cli_json(argv: list[str]) -> dict:
     return json.loads(out.getvalue().strip().splitlines()[-1])
 
 
+def _served(address: str) -> list:
+    """The started conductor's model cards (client.model_card.ModelCard), in its order."""
+    import asyncio
+
+    from client.session import ConductorSession
+
+    async def ask():
+        async with ConductorSession(address) as session:
+            return list((await session.models()).values())
+
+    return asyncio.run(ask())
+
+
+def _speak_argv(card, text: str, path: Path, address: str) -> list[str]:
+    """One speech request, bounded: by codec frames where the model has them, else by tokens."""
+    bound = ["--max-frames", "100"] if "max_frames" in card.params else ["--max-text-tokens", "140"]
+    return ["speak", "--model", card.name, "--text", text, "-o", str(path), "--address", address, *bound]
+
+
+def _speak_all(speakers: list, args, out: Path, address: str, rid: str) -> list[tuple[Path, dict]]:
+    """Every model that speaks text, in the conductor's order: the first as `speech.wav`
+    under request id `rid` (its edges are read back), the others as `<model>.wav`."""
+    results = []
+    for i, card in enumerate(speakers):
+        path = out / ("speech.wav" if i == 0 else f"{card.name}.wav")
+        print(f"speaking {args.text!r} with {card.name} ...", flush=True)
+        argv = _speak_argv(card, args.text, path, address) + (["--request-id", rid] if i == 0 else [])
+        results.append((path, _cli_json(argv)))
+    return results
+
+
 def run(args: argparse.Namespace) -> int:
     from cli.trace import print_edges
     from cluster.stack import start_stack
@@ -49,26 +81,31 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     print("starting the deployment (the first run builds the tiny checkpoints) ...", flush=True)
     stack = start_stack(args.deployment, trace_store=True)
+    image, rows = None, []
     try:
         address, rid = stack.cluster.conductor_address, f"demo-{uuid.uuid4().hex[:8]}"
-        print(f"speaking {args.text!r} ...", flush=True)
-        speech = _cli_json(["speak", "--model", "qwen3-omni", "--text", args.text, "-o", str(out / "speech.wav"),
-                            "--address", address, "--request-id", rid, "--max-frames", "100"])
-        print(f"speaking {args.text!r} with orpheus (voice tara) ...", flush=True)
-        orpheus = _cli_json(["speak", "--model", "orpheus", "--voice", "tara", "--text", args.text,
-                             "-o", str(out / "orpheus.wav"), "--address", address, "--max-text-tokens", "140"])
-        print(f"drawing {args.prompt!r} ...", flush=True)
-        image = _cli_json(["imagine", "--model", "sd3", "--prompt", args.prompt, "-o", str(out / "image.png"),
-                           "--conductor", address, "--steps", "8", "--size", "128x128"])
-        rows = wait_for_edges(stack.store, rid)
+        cards = [c for c in _served(address) if c.accepts_text]
+        speech = _speak_all([c for c in cards if c.makes("audio")], args, out, address, rid)
+        painter = next((c for c in cards if c.makes("image")), None)
+        if painter is not None:
+            print(f"drawing {args.prompt!r} with {painter.name} ...", flush=True)
+            image = _cli_json(["imagine", "--model", painter.name, "--prompt", args.prompt, "-o",
+                               str(out / "image.png"), "--conductor", address, "--steps", "8", "--size", "128x128"])
+        rows = wait_for_edges(stack.store, rid) if speech else []
     finally:
         stack.stop()
-    print(f"\n{out / 'speech.wav'}: {speech['audio_s']:.2f} s of audio in {speech['num_chunks']} chunks")
-    print(f"  time to first audio {speech['ttfa_ms']:.1f} ms, real-time factor {speech['rtf']:.3f}")
-    print(f"{out / 'orpheus.wav'}: {orpheus['audio_s']:.2f} s of audio in {orpheus['num_chunks']} chunks, "
-          f"time to first audio {orpheus['ttfa_ms']:.1f} ms")
-    print(f"{out / 'image.png'}: {image['width']}x{image['height']}, {image['latency_ms']:.0f} ms")
-    print(f"\nper-edge latency of speech request {rid} (from the trace store):")
-    print_edges(rows)
+    _print_results(speech, image, out)
+    if rows:
+        print(f"\nper-edge latency of speech request {rid} (from the trace store):")
+        print_edges(rows)
     print(f"\ndemo took {time.perf_counter() - t0:.1f} s; everything is stopped", flush=True)
     return 0 if rows else 1
+
+
+def _print_results(speech: list[tuple[Path, dict]], image: dict | None, out: Path) -> None:
+    print()
+    for path, got in speech:
+        print(f"{path}: {got['audio_s']:.2f} s of audio in {got['num_chunks']} chunks")
+        print(f"  time to first audio {got['ttfa_ms']:.1f} ms, real-time factor {got['rtf']:.3f}")
+    if image is not None:
+        print(f"{out / 'image.png'}: {image['width']}x{image['height']}, {image['latency_ms']:.0f} ms")

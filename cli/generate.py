@@ -16,6 +16,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("generate", help="generate tokens with the in-process engine (no services)",
                        description="Greedy or sampled generation from a Hugging Face checkpoint.")
     p.add_argument("--checkpoint", required=True, metavar="DIR")
+    p.add_argument("--text-part", default="", metavar="PART",
+                   help="a composite checkpoint's part whose text model runs (config PART_config.text_config, "
+                        "tensors PART.*), e.g. thinker")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="text (needs tokenizer files in the checkpoint)")
     src.add_argument("--input-ids", help="comma-separated token ids, e.g. 1,2,3")
@@ -67,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
     from core.errors import StarmeshError
 
     try:
-        engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=args.checkpoint, dtype=args.dtype,
-                                                        device=args.device, cuda_graphs=not args.no_cuda_graphs))
+        engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=args.checkpoint, text_part=args.text_part,
+                                                        dtype=args.dtype, device=args.device,
+                                                        cuda_graphs=not args.no_cuda_graphs))
         tokenizer = _tokenizer(engine.model.tokenizer_path)
         eos = engine.model.config.eos_token_ids
         for i, spec in enumerate(_requests(args)):

@@ -6,6 +6,9 @@
 The bar advances with the step events the denoising loop streams (output "step" =
 [k, steps]); the image arrives as output "image" (uint8 [H, W, 3]) and is written as a
 PNG. --json prints {"path", "latency_ms", "num_steps", "width", "height", ...}.
+
+Without --model, a conductor's request goes to the first model its ListModels reports
+that makes images (the model that answered is in the --json line).
 """
 from __future__ import annotations
 
@@ -13,16 +16,19 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
 
 from cli.connection_args import add_client_args, connection_from_args
+from client.events import Image
+
+IN_PROCESS = "in-process"  # the graph's name without --model (no conductor to name one)
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("imagine", help="generate an image from a text prompt",
                        description="Text to image through a conductor (--conductor) or in this process "
                                    "(--checkpoint, no services).")
-    p.add_argument("--model", default="sd3", help="model name served by the conductor (default sd3)")
+    p.add_argument("--model", help="model name served by the conductor (default: the first model it lists "
+                                   "that makes images)")
     p.add_argument("--prompt", required=True)
     p.add_argument("--negative-prompt", default="")
     p.add_argument("-o", "--output", required=True, metavar="OUT.png")
@@ -81,15 +87,6 @@ def write_png(path: str, rgb) -> None:
         f.write(encode_png(rgb))
 
 
-@dataclass(frozen=True)
-class Picture:
-    """An image as it arrives from a conductor: PNG bytes and its size."""
-
-    png: bytes
-    width: int
-    height: int
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         params = request_params(args)
@@ -100,36 +97,32 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         if args.checkpoint:
-            image = _run_inprocess(args, params, bar)
+            model, image = args.model or IN_PROCESS, _run_inprocess(args, params, bar)
         else:
-            image = _run_remote(args, params, bar)
+            model, image = _run_remote(args, params, bar)
     except Exception as e:  # noqa: BLE001 - one line for the user, the exit status for scripts
         bar.close()
         print(f"starmesh imagine: {_describe(e)}", file=sys.stderr)
         return 1
     bar.close()
     latency_ms = (time.perf_counter() - t0) * 1e3
-    if isinstance(image, Picture):
+    if isinstance(image, Image):
         with open(args.output, "wb") as f:
-            f.write(image.png)
+            f.write(image.data)
         width, height = image.width, image.height
     else:
         write_png(args.output, image)
         width, height = int(image.shape[1]), int(image.shape[0])
     if args.json:
         print(json.dumps({"path": args.output, "latency_ms": round(latency_ms, 3), "num_steps": bar.done,
-                          "width": width, "height": height, "seed": args.seed, "model": args.model}))
+                          "width": width, "height": height, "seed": args.seed, "model": model}))
     else:
         print(f"{args.output} ({width}x{height}, {latency_ms:.0f} ms)")
     return 0
 
 
 def _describe(e: Exception) -> str:
-    import grpc
-
-    if isinstance(e, grpc.RpcError):
-        return f"{e.code().name}: {e.details()}"
-    return str(e)
+    return str(e)  # a conductor's failure (client.call_failed.CallFailed) reads "CODE: message"
 
 
 def _prompt_tensor(prompt: str):
@@ -138,36 +131,43 @@ def _prompt_tensor(prompt: str):
     return torch.tensor(list(prompt.encode("utf-8")), dtype=torch.uint8)  # [n]
 
 
-def _run_remote(args: argparse.Namespace, params: dict, bar: ProgressBar) -> Picture:
-    from protos.starmesh.v1 import conductor_pb2 as pb
-    from protos.starmesh.v1 import conductor_pb2_grpc
+def _run_remote(args: argparse.Namespace, params: dict, bar: ProgressBar) -> tuple[str, Image]:
+    """(the model that answered, its image event); progress events move the bar."""
+    import asyncio
 
-    req = pb.GenerateRequest(model=args.model, text=args.prompt, output_modalities=[pb.MODALITY_IMAGE])
-    req.params.update(params)
+    return asyncio.run(_remote(args, params, bar))
+
+
+async def _remote(args: argparse.Namespace, params: dict, bar: ProgressBar) -> tuple[str, Image]:
+    from client.events import Step
+    from client.generate_call import GenerateCall
+    from client.model_card import pick_model
+    from client.session import ConductorSession
+
     image = None
-    with connection_from_args(args).channel() as ch:
-        for event in conductor_pb2_grpc.ConductorStub(ch).Generate(req, timeout=args.timeout):
-            which = event.WhichOneof("kind")
-            if which == "step":
-                bar.update(event.step.step, event.step.num_steps)
-            elif which == "image" and image is None:
-                image = Picture(event.image.data, event.image.width, event.image.height)
+    async with ConductorSession(connection_from_args(args)) as session:
+        model = args.model or pick_model(await session.models(), makes="image", field_name="--model").name
+        call = GenerateCall(model, text=args.prompt, params=params, output_modalities=("image",))
+        async for event in session.generate(call, timeout_s=args.timeout):
+            if isinstance(event, Step):
+                bar.update(event.step, event.num_steps)
+            elif isinstance(event, Image) and image is None:
+                image = event
     if image is None:
-        raise RuntimeError(f"model {args.model!r} sent no image")
-    return image
+        raise RuntimeError(f"model {model!r} sent no image")
+    return model, image
 
 
 def _run_inprocess(args: argparse.Namespace, params: dict, bar: ProgressBar):
     import asyncio
 
+    from cli.model_specifics import local_run
     from conductor.executor_setup import inprocess_executor
-    from pipelines.sd3.model import DENOISE_LOOP, text_to_image_graph
-    from services.sd3.colocated import sd3_components
 
     async def main():
         image = None
-        graph = text_to_image_graph(args.model, fused=True)  # one process: the loop runs inside the DiT
-        async with inprocess_executor(graph, sd3_components(args.checkpoint), {DENOISE_LOOP}) as ex:
+        graph, components, loops = local_run(args.model, args.checkpoint, args.model or IN_PROCESS)
+        async with inprocess_executor(graph, components, loops) as ex:
             async for name, value in ex.generate("imagine", {"prompt": (_prompt_tensor(args.prompt),)}, params):
                 if name == "step":
                     bar.update(int(value[0]), int(value[1]))

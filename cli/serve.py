@@ -21,8 +21,8 @@ def add_parser(sub) -> None:
     p.add_argument("component", help="registered component name or 'module:callable' factory")
     p.add_argument("--checkpoint", metavar="DIR", help="model checkpoint (Hugging Face layout) for model components")
     p.add_argument("--device", metavar="DEVICE",
-                   help="cpu, cuda or cuda:N, passed to the factory as `device` (thinker, dit, vae, text_encoder, "
-                        "sd3); the same as --option device=DEVICE")
+                   help="cpu, cuda or cuda:N, passed to the factory as `device` (components that load weights "
+                        "onto a device); the same as --option device=DEVICE")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="component option passed to its factory (repeatable; VALUE parsed as JSON when it can be)")
     p.add_argument("--offload", action="append", nargs="?", const="enabled=true", default=[], metavar="KEY=VALUE",

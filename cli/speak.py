@@ -1,5 +1,5 @@
 """`starmesh speak`: one streaming speech request through a conductor; the audio goes to
-a mono 16-bit WAV file (at the model's sample rate) as its chunks arrive.
+a mono 16-bit WAV file (at the model's sample rate, from ListModels) as its chunks arrive.
 
     starmesh speak --model qwen3-omni --text "Hello there" -o out.wav
     starmesh speak --model omni --tokenizer ckpt/qwen3-omni --text "Hello there" -o out.wav
@@ -19,7 +19,8 @@ code2wav run) and prints it instead of writing a WAV file.
 template; with --tokenizer DIR it is tokenized here instead (a conductor without the
 tokenizer). An Orpheus model (--model orpheus, or any model given --voice) reads --text
 as "{voice}: {text}" in the Orpheus prompt, and its requests carry Orpheus' sampling
-defaults (temperature 0.6, top-p 0.8, repetition penalty 1.3) unless given.
+defaults (temperature 0.6, top-p 0.8, repetition penalty 1.3) unless given
+(cli/model_specifics.py).
 
 Prints time to first audio, real-time factor, audio seconds and chunk count; --json
 prints {"text_ids", "codec_codes", "ttfa_ms", "rtf", "audio_s", "num_chunks"} instead.
@@ -30,20 +31,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 MEDIA = ("audio", "image", "video")  # the media options, as client.speech names them
 
 from cli.connection_args import add_client_args, conductor_address, connection_from_args
-
-ORPHEUS_MODEL = "orpheus"  # the default deployment's Orpheus model
+from cli.model_specifics import client_prompt_ids, preset_params
+from cli.wav_sink import WavSink
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("speak", help="speak through a conductor (streaming speech model) into a WAV file",
                        description="One streaming speech request; the WAV file grows as audio chunks arrive.")
-    p.add_argument("--model", required=True, help="served model name, e.g. qwen3-omni")
+    p.add_argument("--model", required=True, help="served model name (one ListModels reports: `starmesh status`); "
+                                                  "its sample rate, voices and outputs come from the conductor")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--text", help="user text, wrapped in the model's chat template and tokenized by the conductor "
                                     "(or here, with --tokenizer)")
@@ -59,9 +60,8 @@ def add_parser(sub) -> None:
     p.add_argument("--min-frames", type=int, help="suppress the codec's end before this many steps")
     p.add_argument("--max-text-tokens", type=int, help="at most this many text tokens")
     p.add_argument("--speaker", help="talker voice, e.g. ethan or chelsie")
-    p.add_argument("--voice", help="Orpheus voice (tara, zoe, zac, jess, leo, mia, julia, leah; default tara): "
-                                   "--text becomes the Orpheus prompt")
-    p.add_argument("--temperature", type=float, help="sampling temperature (Orpheus default 0.6)")
+    p.add_argument("--voice", help="a voice model's voice (default tara): --text becomes its speech prompt")
+    p.add_argument("--temperature", type=float, help="sampling temperature (a voice model's preset: 0.6)")
     p.add_argument("--seed", type=int)
     p.add_argument("--request-id", default="", help="request id (default: the conductor assigns one); "
                                                      "`starmesh trace ID` reads its spans")
@@ -69,20 +69,6 @@ def add_parser(sub) -> None:
                    help='print {"text_ids", "codec_codes", "ttfa_ms", "rtf", "audio_s", "num_chunks"}')
     add_client_args(p, aliases=("--address",))
     p.set_defaults(func=run)
-
-
-def is_orpheus(args: argparse.Namespace) -> bool:
-    return args.model == ORPHEUS_MODEL or getattr(args, "voice", None) is not None
-
-
-def orpheus_prompt_ids(args: argparse.Namespace) -> list[int]:
-    from core.errors import InvalidArgument
-    from engine.models.orpheus.prompt import speech_prompt_ids
-
-    try:
-        return speech_prompt_ids(args.tokenizer, args.text, args.voice or "tara")
-    except InvalidArgument as e:
-        raise ValueError(f"--text/--voice/--tokenizer: {e}") from None
 
 
 def prompt_ids(args: argparse.Namespace) -> list[int] | None:
@@ -100,16 +86,8 @@ def prompt_ids(args: argparse.Namespace) -> list[int] | None:
         raise ValueError("--text is empty")
     if args.text is not None and not args.tokenizer:
         return None
-    if args.text is not None and is_orpheus(args):
-        return orpheus_prompt_ids(args)
     if args.text is not None:
-        from core.errors import InvalidArgument
-        from pipelines.qwen3_omni.chat_prompt import chat_prompt_ids
-
-        try:
-            return chat_prompt_ids(args.tokenizer, args.text)
-        except InvalidArgument as e:
-            raise ValueError(f"--tokenizer: {e}") from None
+        return client_prompt_ids(args)
     ids = []
     for part in args.input_ids.split(","):
         part = part.strip()
@@ -138,13 +116,7 @@ def request_params(args: argparse.Namespace) -> dict:
     """CLI options -> the conductor's request params (only those given)."""
     names = {"max_frames": "max_frames", "min_frames": "min_frames", "max_text_tokens": "max_new_tokens",
              "speaker": "speaker", "seed": "seed", "temperature": "temperature"}
-    params = {}
-    if is_orpheus(args):
-        from pipelines.orpheus.params import RECOMMENDED
-
-        params.update(RECOMMENDED)
-        if getattr(args, "text", None) is not None and not getattr(args, "tokenizer", None):
-            params["voice"] = args.voice or "tara"  # the conductor builds the Orpheus prompt
+    params = preset_params(args)
     for option, param in names.items():
         value = getattr(args, option, None)
         if value is not None:
@@ -154,68 +126,54 @@ def request_params(args: argparse.Namespace) -> dict:
     return params
 
 
-class WavSink:
-    """A WAV file that is valid after every chunk: `wave` patches the header's lengths
-    on each write (and on close), so a player may read it while it grows."""
-
-    def __init__(self, path: str) -> None:
-        import wave
-
-        self.path = path
-        self.num_samples = 0
-        self.raw = open(path, "wb")  # opened here: wave.open(path) failing leaves a noisy half-built writer
-        self.file = wave.open(self.raw, "wb")
-        self.file.setnchannels(1)
-        self.file.setsampwidth(2)
-        self.file.setframerate(sample_rate())
-
-    def write(self, audio) -> None:
-        """float32 [S] in [-1, 1] -> 16-bit PCM, clipped (little-endian, as WAV wants)."""
-        import torch
-
-        pcm = (audio.reshape(-1).float().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
-        self.file.writeframes(pcm.numpy().astype("<i2").tobytes())
-        self.raw.flush()  # a reader sees every chunk (and the patched header) as it arrives
-        self.num_samples += int(pcm.numel())
-
-    def close(self, keep: bool = True) -> None:
-        self.file.close()
-        self.raw.close()
-        if not keep:
-            os.unlink(self.path)
-
-
-def sample_rate() -> int:
-    """The speech model's audio rate (imported when used: `starmesh --help` stays light)."""
-    from engine.models.qwen3_omni import SAMPLE_RATE
-
-    return SAMPLE_RATE
-
-
-def _describe(error, address: str, model: str) -> str:
-    """A gRPC failure as one line that names the problem."""
-    import grpc
-
-    code, details = error.code(), error.details() or ""
-    if code == grpc.StatusCode.UNAVAILABLE:
+def _describe(code: str, details: str, address: str, model: str) -> str:
+    """A failed call (its gRPC status name and details) as one line that names the problem."""
+    if code == "UNAVAILABLE":
         return f"conductor at {address} is unavailable (UNAVAILABLE): {details}"
-    if code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("model "):
-        return f"model {model!r}: {details} (INVALID_ARGUMENT)"
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+    if code == "INVALID_ARGUMENT" and details.startswith("model "):
+        return f"{details} (INVALID_ARGUMENT)"  # the details name the model
+    if code == "DEADLINE_EXCEEDED":
         return f"no answer from {address} in time (DEADLINE_EXCEEDED): {details}"
-    return f"request failed ({code.name}): {details}"
+    return f"request failed ({code}): {details}"
 
 
-async def _speak(args, connection, ids: list[int], params: dict, sink: WavSink, media: dict):
+class _NoOutput(Exception):
+    """The -o file could not be opened (exit status 2, as for bad arguments)."""
+
+
+async def _speak(args, connection, ids: list[int] | None, params: dict, media: dict):
+    """(summary, sink, sample rate): the model's card first (its sample rate sizes the WAV
+    header; a model that is not served or makes no audio fails before any file is made),
+    then the request, each audio chunk appended to the WAV file as it arrives."""
+    from client.session import ConductorSession, model_card
     from client.speech import speak
 
-    def on_event(ev) -> None:
-        if ev.kind == "audio" and sink is not None:
-            sink.write(ev.value)
+    text_only = bool(getattr(args, "text_only", False))
+    async with ConductorSession(connection) as session:
+        card = await model_card(session, args.model)
+        if not text_only and not card.makes("audio"):
+            from client.call_failed import CallFailed
 
-    return await speak(connection, args.model, ids, params, on_event=on_event, timeout_s=args.timeout,
-                       request_id=args.request_id, text=(args.text or "") if ids is None else "",
-                       text_only=bool(getattr(args, "text_only", False)), **media)
+            raise CallFailed("INVALID_ARGUMENT", f"model {args.model!r} makes no audio (it makes "
+                                                 f"{list(card.output_modalities)}); use --text-only")
+        try:
+            sink = WavSink(args.output, card.sample_rate) if args.output else None
+        except OSError as e:
+            raise _NoOutput(str(e)) from None
+
+        def on_event(ev) -> None:
+            if ev.kind == "audio" and sink is not None:
+                sink.write(ev.value)
+
+        try:
+            summary = await speak(session, args.model, ids, params, on_event=on_event, timeout_s=args.timeout,
+                                  request_id=args.request_id, text=(args.text or "") if ids is None else "",
+                                  text_only=text_only, **media)
+        except BaseException:
+            if sink is not None:
+                sink.close(keep=sink.num_samples > 0)  # the audio that arrived stays playable
+            raise
+    return summary, sink, card.sample_rate
 
 
 def run(args: argparse.Namespace) -> int:
@@ -223,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
 
     import grpc
 
+    from client.call_failed import CallFailed
     from core.errors import StarmeshError
 
     address = conductor_address(args)
@@ -231,24 +190,24 @@ def run(args: argparse.Namespace) -> int:
         if bool(args.text_only) == bool(args.output):
             raise ValueError("give -o OUT.wav or --text-only (one of them)")
         ids, params, media = prompt_ids(args), request_params(args), media_bytes(args)
-        sink = WavSink(args.output) if args.output else None
-    except (ValueError, OSError, StarmeshError) as e:
+        summary, sink, rate = asyncio.run(_speak(args, connection, ids, params, media))
+    except (ValueError, OSError, StarmeshError, _NoOutput) as e:
         print(f"starmesh speak: {e}", file=sys.stderr)
         return 2
-    try:
-        summary = asyncio.run(_speak(args, connection, ids, params, sink, media))
+    except CallFailed as e:
+        print(f"starmesh speak: {_describe(e.code, e.message, address, args.model)}", file=sys.stderr)
+        return 1
     except grpc.aio.AioRpcError as e:
-        if sink is not None:
-            sink.close(keep=sink.num_samples > 0)  # the audio that arrived stays playable
-        print(f"starmesh speak: {_describe(e, address, args.model)}", file=sys.stderr)
+        print(f"starmesh speak: {_describe(e.code().name, e.details() or '', address, args.model)}",
+              file=sys.stderr)
         return 1
     if sink is not None:
         sink.close()
-    _report(args, summary)
+    _report(args, summary, rate)
     return 0
 
 
-def _report(args, summary) -> None:
+def _report(args, summary, rate: int) -> None:
     if getattr(args, "text_only", False):  # as `starmesh generate` prints an answer
         print(json.dumps({"text": summary.text, "text_ids": summary.text_ids}) if args.json else summary.text,
               flush=True)
@@ -258,7 +217,7 @@ def _report(args, summary) -> None:
         return
     ttfa = "-" if summary.ttfa_ms is None else f"{summary.ttfa_ms:.1f} ms"
     rtf = "-" if summary.rtf is None else f"{summary.rtf:.3f}"
-    print(f"wrote {args.output}: {summary.audio_s:.2f} s of audio at {sample_rate()} Hz\n"
+    print(f"wrote {args.output}: {summary.audio_s:.2f} s of audio at {summary.sample_rate or rate} Hz\n"
           f"time to first audio  {ttfa}\n"
           f"real-time factor     {rtf} (wall / audio seconds)\n"
           f"audio seconds        {summary.audio_s:.3f}\n"

@@ -1,5 +1,5 @@
 """What `starmesh rollout` and `starmesh plan` share: .npy inputs, one Generate call to
-the conductor, tensor events by output name."""
+the conductor (client.session), tensor events by output name, as numpy arrays."""
 from __future__ import annotations
 
 import argparse
@@ -8,8 +8,9 @@ import sys
 from cli.connection_args import add_client_args, connection_from_args
 
 
-def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="vjepa2-ac", help="model served by the conductor (default vjepa2-ac)")
+def add_common(p: argparse.ArgumentParser, outputs: tuple[str, ...]) -> None:
+    p.add_argument("--model", help="model served by the conductor (default: the first model ListModels reports "
+                                   f"that takes these inputs and gives {', '.join(outputs)})")
     p.add_argument("--frames", required=True, metavar="FILE.npy", help="context frames [F, 3, H, W] float32")
     p.add_argument("--actions", required=True, metavar="FILE.npy", help="actions [N, 7] float32")
     p.add_argument("--states", required=True, metavar="FILE.npy", help="end-effector states [N, 7] float32")
@@ -20,36 +21,35 @@ def add_common(p: argparse.ArgumentParser) -> None:
 
 def load_npy(path: str):
     import numpy as np
-    import torch
 
-    return torch.from_numpy(np.load(path, allow_pickle=False).astype("float32"))
+    return np.load(path, allow_pickle=False).astype("float32")
 
 
-def generate(args: argparse.Namespace, tensors: dict, params: dict) -> dict:
-    """Output name -> tensors in arrival order."""
-    from protos.starmesh.v1 import conductor_pb2 as pb
-    from protos.starmesh.v1 import conductor_pb2_grpc
-    from transport.codec import inline_ref, view
-    from transport.ref_proto import ref_from_proto, ref_to_proto
+def generate(args: argparse.Namespace, tensors: dict, params: dict, outputs: tuple[str, ...]) -> tuple[str, dict]:
+    """(the model that answered, output name -> numpy arrays in arrival order). Without
+    --model, the first served model that takes `tensors` and gives `outputs`."""
+    import asyncio
 
-    req = pb.GenerateRequest(model=args.model)
-    for name, value in tensors.items():
-        ref_to_proto(inline_ref(value.contiguous()), req.inputs.add(name=name).tensor)
-    req.params.update(params)
+    return asyncio.run(_generate(args, tensors, params, outputs))
+
+
+async def _generate(args: argparse.Namespace, tensors: dict, params: dict, outputs: tuple[str, ...]):
+    from client.events import RawTensor
+    from client.generate_call import GenerateCall
+    from client.model_card import pick_model
+    from client.session import ConductorSession
+
     out: dict = {}
-    with connection_from_args(args).channel() as channel:
-        for event in conductor_pb2_grpc.ConductorStub(channel).Generate(req, timeout=args.timeout):
-            if event.WhichOneof("kind") == "tensor":
-                ref = ref_from_proto(event.tensor.tensor, f"event.tensor[{event.tensor.name}]")
-                if ref.kind != "inline":
-                    raise RuntimeError(f"output {event.tensor.name!r} arrived by {ref.kind} reference")
-                out.setdefault(event.tensor.name, []).append(view(ref.location.data, ref.dtype, ref.shape).clone())
-    return out
+    async with ConductorSession(connection_from_args(args)) as session:
+        model = args.model or pick_model(await session.models(), takes=tensors, gives=outputs,
+                                          field_name="--model").name
+        call = GenerateCall(model, inputs=tensors, params=params)
+        async for event in session.generate(call, timeout_s=args.timeout):
+            if isinstance(event, RawTensor):
+                out.setdefault(event.name, []).append(event.value)
+    return model, out
 
 
 def fail(command: str, e: Exception) -> int:
-    import grpc
-
-    text = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.RpcError) else str(e)
-    print(f"starmesh {command}: {text}", file=sys.stderr)
+    print(f"starmesh {command}: {e}", file=sys.stderr)  # CallFailed reads "CODE: message"
     return 1

@@ -1,1 +1,4 @@
-"""The Python SDK and the `starmesh` CLI (`cli.main`)."""
+"""The Python SDK for calling a conductor: `session.ConductorSession` sends a
+`generate_call.GenerateCall` and yields `events` dataclasses; `model_card` reads
+ListModels; `speech` is the streaming speech call over them. Importing any of it loads
+neither torch nor numpy nor a pipeline."""

@@ -5,7 +5,9 @@ application) reads without touching protobuf.
         if isinstance(event, AudioChunk): play(event.samples, event.sample_rate)
 
 Audio stays bytes (float32 little-endian, as the wire carries it): a front end that
-re-encodes it (PCM16, WAV) converts once, with no tensor in between.
+re-encodes it (PCM16, WAV) converts once, with no tensor in between. A raw tensor output
+arrives as a numpy array (client.tensors): nothing here imports torch or numpy until a
+tensor event arrives, so a text or audio front end never loads them.
 """
 from __future__ import annotations
 
@@ -26,6 +28,12 @@ class AudioChunk:
     sequence_number: int
     num_samples: int
 
+    def array(self):
+        """The samples as a float32 numpy array [num_samples] (numpy imported on first use)."""
+        import numpy as np
+
+        return np.frombuffer(self.samples, dtype="<f4").astype(np.float32)
+
 
 @dataclass(frozen=True)
 class Image:
@@ -45,8 +53,8 @@ class Step:
 
 @dataclass(frozen=True)
 class RawTensor:
-    name: str
-    value: Any             # a torch tensor (by value)
+    name: str              # the walk output's name (ModelCard.outputs gives its kind)
+    value: Any             # a numpy array owning its bytes (bfloat16 widened to float32)
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,9 @@ def event_from_proto(ev) -> Event | None:
     if which == "usage":
         return _usage(ev.usage)
     if which == "tensor":
-        return RawTensor(ev.tensor.name, tensor_of(ev.tensor))
+        from client.tensors import array_of
+
+        return RawTensor(ev.tensor.name, array_of(ev.tensor))
     return None
 
 
@@ -89,11 +99,3 @@ def _usage(u) -> Usage:
     return Usage(u.prompt_tokens, u.completion_tokens, u.audio_seconds, u.time_to_first_audio_ms,
                  u.real_time_factor, u.latency_ms, MessageToDict(u.metrics))
 
-
-def tensor_of(named):
-    """A NamedTensor's tensor, copied out (the conductor sends client outputs by value)."""
-    from transport.codec import view
-    from transport.ref_proto import ref_from_proto
-
-    ref = ref_from_proto(named.tensor, f"event.tensor[{named.name}]")
-    return view(ref.location.data, ref.dtype, ref.shape).clone()

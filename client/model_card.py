@@ -1,8 +1,17 @@
-"""ListModels in plain data: what a served model takes and makes, its voices and params."""
+"""ListModels in plain data: what a served model takes and makes, its voices and params.
+
+A client learns a model's specifics here, never from constants of its own: the audio's
+sample rate, which outputs carry codec codes or progress, which tensors it takes.
+
+    card = pick_model(cards, makes="image")                # the first image model served
+    card = pick_model(cards, takes=("frames", "actions"), gives=("prediction",))
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from core.errors import InvalidArgument
 
 
 @dataclass(frozen=True)
@@ -25,13 +34,41 @@ class ModelCard:
     voice_param: str                     # the params key naming the voice; "" without voices
     params: dict[str, ParamCard]
     sample_rate: int                     # of its audio; 0 without audio
+    inputs: tuple[str, ...] = ()         # walk input names a request's `inputs` may carry
+    outputs: Mapping[str, str] = field(default_factory=dict)  # walk output name -> kind ("codes", "progress", ...)
 
     def makes(self, modality: str) -> bool:
         return modality in self.output_modalities
 
+    def takes(self, names: Iterable[str]) -> bool:
+        """Whether every name is one of its walk inputs."""
+        return set(names) <= set(self.inputs)
+
+    def gives(self, names: Iterable[str]) -> bool:
+        """Whether every name is one of its walk outputs."""
+        return set(names) <= set(self.outputs)
+
+    def output_kind(self, name: str) -> str:
+        """The declared kind of walk output `name` ("" when undeclared or unknown)."""
+        return self.outputs.get(name, "")
+
+
+def pick_model(cards: Mapping[str, ModelCard], makes: str = "", takes: Iterable[str] = (),
+               gives: Iterable[str] = (), field_name: str = "model") -> ModelCard:
+    """The first card (in ListModels' order) that makes modality `makes`, takes the
+    inputs `takes` and gives the outputs `gives`; InvalidArgument naming `field_name`
+    (a CLI's --model) when none does."""
+    takes, gives = tuple(takes), tuple(gives)
+    for card in cards.values():
+        if (not makes or card.makes(makes)) and card.takes(takes) and card.gives(gives):
+            return card
+    wanted = ", ".join(filter(None, (makes and f"makes {makes}", takes and f"takes {list(takes)}",
+                                     gives and f"gives {list(gives)}")))
+    raise InvalidArgument(f"{field_name}: no served model {wanted} (served: {list(cards)}); name one")
+
 
 def cards_from_proto(reply) -> dict[str, ModelCard]:
-    """A ListModelsResponse as name -> ModelCard."""
+    """A ListModelsResponse as name -> ModelCard, in the conductor's order."""
     from google.protobuf.json_format import MessageToDict
 
     from protos.starmesh.v1 import conductor_pb2 as pb
@@ -45,5 +82,6 @@ def cards_from_proto(reply) -> dict[str, ModelCard]:
                          p.max if p.HasField("max") else None, p.exclusive_min, p.help)
 
     return {m.name: ModelCard(m.name, tuple(modality(v) for v in m.output_modalities), m.accepts_text,
-                              tuple(m.voices), m.voice_param, {p.name: param(p) for p in m.params}, m.sample_rate)
+                              tuple(m.voices), m.voice_param, {p.name: param(p) for p in m.params}, m.sample_rate,
+                              tuple(m.inputs), {o.name: o.kind for o in m.outputs})
             for m in reply.models}

@@ -1,16 +1,23 @@
-"""A long-lived session with one conductor: one grpc.aio channel that every call of a
-front end shares (the HTTP gateway opens one at start), each call carrying its own
-caller's `authorization` value ("Bearer <key>", as the caller sent it: the conductor
-checks it, core/bearer.py).
+"""A session with one conductor: the one place a Generate request is sent and its events
+read (client.events parses them), and ListModels asked.
 
     async with ConductorSession(Connection("127.0.0.1:50050")) as session:
         cards = await session.models(authorization)
-        async for event in session.generate(GenerateCall("qwen3-omni", text="Hi"), authorization):
+        async for event in session.generate(GenerateCall("omni", text="Hi"), authorization):
             ...
 
-Failures raise client.call_failed.CallFailed. Leaving a `generate` iteration early (a
-`break`, or the task being cancelled) cancels the RPC, and with it the request in the
-mesh.
+The conductor is a HOST:PORT (plaintext, the key from $STARMESH_API_KEY if set), a
+client.connection.Connection (its key and TLS), whose channel the session opens and
+closes; or an open grpc.aio channel, which many sessions share and which stays open
+(concurrent requests then skip a connection setup each). A front end that serves many
+callers (the HTTP gateway) opens one session and passes each call its caller's
+`authorization` value ("Bearer <key>", as the caller sent it: the conductor checks it,
+core/bearer.py); a call without one carries the connection's key.
+
+Failures raise client.call_failed.CallFailed; `stream` gives the same events with the
+grpc.aio.AioRpcError as it came, for callers that match on gRPC status codes. Leaving a
+`generate` iteration early (a `break`, or the task being cancelled) cancels the RPC, and
+with it the request in the mesh.
 """
 from __future__ import annotations
 
@@ -25,51 +32,72 @@ from core.bearer import AUTHORIZATION, bearer_metadata
 
 
 class ConductorSession:
-    """connection: the conductor's address and TLS; its api_key, if any, is the token
-    of calls that bring no authorization of their own."""
+    """conductor: HOST:PORT, a Connection (its api_key, if any, is the token of calls
+    that bring no authorization of their own) or an open grpc.aio channel."""
 
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-        self._channel = None
+    def __init__(self, conductor: "str | Connection | grpc.aio.Channel") -> None:
+        if isinstance(conductor, str):
+            conductor = Connection.from_env(conductor)
+        self.connection = conductor if isinstance(conductor, Connection) else None
+        self._shared = None if self.connection is not None else conductor  # a caller's channel: never closed here
+        self._channel = self._shared
         self._stub = None
+
+    @property
+    def channel(self):
+        """The open grpc.aio channel (inside `async with`)."""
+        return self._channel
 
     async def __aenter__(self) -> "ConductorSession":
         from protos.starmesh.v1 import conductor_pb2_grpc
 
-        # the channel carries no token of its own: each call brings its caller's
-        self._channel = Connection(self.connection.address, "", self.connection.tls,
-                                   self.connection.max_message_bytes).aio_channel()
+        if self._shared is None:
+            c = self.connection  # the channel carries no token of its own: each call brings its caller's
+            self._channel = Connection(c.address, "", c.tls, c.max_message_bytes).aio_channel()
         self._stub = conductor_pb2_grpc.ConductorStub(self._channel)
         return self
 
     async def __aexit__(self, *exc) -> None:
-        if self._channel is not None:
+        if self._channel is not None and self._shared is None:
             await self._channel.close()
             self._channel = None
 
     def _metadata(self, authorization: str) -> tuple:
-        return ((AUTHORIZATION, authorization),) if authorization else bearer_metadata(self.connection.api_key)
+        if authorization:
+            return ((AUTHORIZATION, authorization),)
+        return bearer_metadata(self.connection.api_key) if self.connection is not None else ()
 
-    async def generate(self, call: GenerateCall, authorization: str = "",
-                       timeout_s: float | None = None) -> AsyncIterator[Event]:
-        """The request's events in order, `Usage` last."""
-        import grpc
-
+    async def stream(self, call: GenerateCall, authorization: str = "",
+                     timeout_s: float | None = None) -> AsyncIterator[Event]:
+        """The request's events in order, `Usage` last; a failure raises the
+        grpc.aio.AioRpcError as it came."""
         # GenerateBatches: the events that were ready together arrive as one message
-        stream = self._stub.GenerateBatches(call.to_proto(), timeout=timeout_s,
-                                            metadata=self._metadata(authorization))
+        rpc = self._stub.GenerateBatches(call.to_proto(), timeout=timeout_s, metadata=self._metadata(authorization))
         try:
-            async for batch in stream:
+            async for batch in rpc:
                 for ev in batch.events:
                     event = event_from_proto(ev)
                     if event is not None:
                         yield event
+        finally:
+            rpc.cancel()  # a no-op once the stream ended; otherwise the mesh frees the request
+
+    async def generate(self, call: GenerateCall, authorization: str = "",
+                       timeout_s: float | None = None) -> AsyncIterator[Event]:
+        """The request's events in order, `Usage` last; a failure raises CallFailed."""
+        import grpc
+
+        events = self.stream(call, authorization, timeout_s)
+        try:
+            async for event in events:
+                yield event
         except grpc.aio.AioRpcError as e:
             raise call_failed(e) from None
         finally:
-            stream.cancel()  # a no-op once the stream ended; otherwise the mesh frees the request
+            await events.aclose()
 
     async def models(self, authorization: str = "", timeout_s: float = 10.0) -> dict[str, ModelCard]:
+        """name -> ModelCard of every served model, in the conductor's order."""
         import grpc
 
         from protos.starmesh.v1 import conductor_pb2 as pb
@@ -109,3 +137,12 @@ class ConductorSession:
         name = health_pb2.HealthCheckResponse.ServingStatus.Name
         return {service: name(r.status) for service, r in reply.statuses.items()}
 
+
+async def model_card(session: ConductorSession, name: str, authorization: str = "") -> ModelCard:
+    """`name`'s card; CallFailed INVALID_ARGUMENT naming the model when it is not served."""
+    from client.call_failed import CallFailed
+
+    cards = await session.models(authorization)
+    if name not in cards:
+        raise CallFailed("INVALID_ARGUMENT", f"model {name!r} is not served here (served: {list(cards)})")
+    return cards[name]

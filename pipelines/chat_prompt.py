@@ -11,10 +11,13 @@ from core.errors import InvalidArgument
 CHATML = "<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
 
 
-def chat_prompt_ids(tokenizer_dir: str, text: str) -> list[int]:
+def chat_prompt_ids(tokenizer_dir: str, text: str, voice: str | None = None) -> list[int]:
     """`text` as one user turn with the assistant's turn opened: the tokenizer's chat
     template when it has one, else CHATML. InvalidArgument when `tokenizer_dir` holds no
-    tokenizer or `text` is empty."""
+    tokenizer, `text` is empty, or a voice is asked of the prompt (a chat's voice, where
+    a model has one, is a request param, not part of its prompt)."""
+    if voice is not None:
+        raise InvalidArgument(f"voice {voice!r}: a chat prompt takes no voice")
     from transformers import AutoTokenizer
 
     if not text:

@@ -9,6 +9,7 @@ line and the import, and says what that package may import.
 from __future__ import annotations
 
 import ast
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "services": ("core", "graph", "transport", "engine", "runtime"),
     "conductor": ("core", "graph", "transport", "runtime", "protos"),
     "pipelines": ("core", "graph", "engine", "conductor.model", "conductor.placement"),
-    "client": ("core", "transport", "protos", "runtime.run_client", "runtime.telemetry", "runtime.tls", "pipelines"),
+    "client": ("core", "transport", "protos", "runtime.run_client", "runtime.telemetry", "runtime.tls"),
     "cluster": ("core", "conductor", "runtime", "services", "pipelines", "engine.checkpoints", "transport"),
     "gateway": ("core", "client"),
     "cli": ("core", "protos", "graph", "transport", "engine", "runtime", "services", "conductor", "pipelines",
@@ -132,3 +133,82 @@ def test_allowed_imports_pass():
     for src, target in [("engine/x.py", "core.errors"), ("engine/x.py", "graph.chunking"),
                         ("cli/x.py", "cluster.registry"), ("runtime/x.py", "grpc"), ("engine/x.py", "torch")]:
         assert violation(Arrow(Path(src), 1, target)) is None, (src, target)
+
+
+# ---- a model is its own folders: no generic module names a registered model -------------
+
+def _model_forms() -> dict[str, str]:
+    """Each spelling of a registered model with folders (served name, folder name, both
+    without separators), lower case -> the served name."""
+    from cluster.registry import model_folders
+
+    forms = {}
+    for folder, entry in model_folders().items():
+        for form in (entry.name, folder, folder.replace("_", "")):
+            forms[form] = entry.name
+    return forms
+
+
+def _owned_by_a_model(rel: Path, folders) -> bool:
+    """Files the rule leaves alone: a model's own folders, the registry, tests, benchmarks."""
+    parts = rel.parts
+    if parts[0] in ("tests", "bench") or rel.as_posix() == "cluster/registry.py":
+        return True
+    owners = {("engine", "models"): 2, ("pipelines",): 1, ("services",): 1}
+    return any(parts[:len(prefix)] == prefix and len(parts) > n + 1 and parts[n] in folders
+               for prefix, n in owners.items())
+
+
+def _docstring_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                lines.update(range(first.lineno, first.end_lineno + 1))
+    return lines
+
+
+def model_names_in(path: Path, forms: dict[str, str]) -> list[str]:
+    """Where a file names a model in code: identifiers, import paths and string literals;
+    comments and docstrings may name one as an example."""
+    import io
+    import tokenize
+
+    text = path.read_text()
+    docstrings = _docstring_lines(ast.parse(text))
+    kinds = {tokenize.NAME, tokenize.STRING} | {getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    found = []
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type not in kinds or tok.start[0] in docstrings:
+            continue
+        low = tok.string.lower()
+        for form, model in forms.items():
+            if form in low:
+                found.append(f"{path.relative_to(REPO)}:{tok.start[0]}: names model {model} ({tok.string[:60]!r})")
+                break
+    return found
+
+
+def test_no_generic_module_names_a_registered_model():
+    from cluster.registry import model_folders
+
+    forms, folders = _model_forms(), set(model_folders())
+    problems = [p for path in project_files() if not _owned_by_a_model(path.relative_to(REPO), folders)
+                for p in model_names_in(path, forms)]
+    assert not problems, ("generic modules that name a model (move the code into the model's folders, or take "
+                          "it through a hook the model registers):\n" + "\n".join(problems))
+
+
+def test_the_model_name_rule_catches_names_and_leaves_docstrings(tmp_path, monkeypatch):
+    module = tmp_path / "mod.py"
+    module.write_text('"""Serves e.g. qwen3-omni."""\nX = "sd3"  # orpheus in a comment is fine\n'
+                      'from engine.models.vjepa2_ac import rope\ndef f():\n    """orpheus"""\n    return 1\n')
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    found = model_names_in(module, _model_forms())
+    assert [f.split(": ")[0] for f in found] == ["mod.py:2", "mod.py:3"]
+    assert _owned_by_a_model(Path("engine/models/sd3/dit.py"), {"sd3"})
+    assert _owned_by_a_model(Path("services/orpheus/codec.py"), {"orpheus"})
+    assert not _owned_by_a_model(Path("services/codec/factory.py"), {"orpheus"})
+    assert not _owned_by_a_model(Path("engine/models/loader.py"), {"sd3"})

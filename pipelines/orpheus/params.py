@@ -21,3 +21,20 @@ class OrpheusParams(RequestParams):
     text: TextParams = group(TextParams)
     voice: str = param("tara", help="the voice of a text request's prompt (tara, zoe, zac, jess, leo, mia, "
                                     "julia, leah)")
+
+
+def client_prompt_ids(tokenizer_dir: str, text: str, voice: str | None = None) -> list[int]:
+    """A client's own speech prompt (`starmesh speak --tokenizer`): `text` in `voice`
+    (default: the first voice), tokenized by the checkpoint's tokenizer."""
+    from engine.models.orpheus import VOICES
+    from engine.models.orpheus.prompt import speech_prompt_ids
+
+    return speech_prompt_ids(tokenizer_dir, text, voice or VOICES[0])
+
+
+def client_preset(voice: str | None, client_tokenizes: bool) -> dict:
+    """The params a client's request starts from: the released sampling defaults, and the
+    voice when the conductor builds the speech prompt (the options given override them)."""
+    from engine.models.orpheus import VOICES
+
+    return {**RECOMMENDED, **({} if client_tokenizes else {"voice": voice or VOICES[0]})}

@@ -85,7 +85,7 @@ def test_speak_prints_a_human_summary(conductor, tmp_path, capsys):
 
 
 def test_the_wav_is_valid_after_every_chunk(tmp_path):
-    sink = WavSink(str(tmp_path / "z.wav"))
+    sink = WavSink(str(tmp_path / "z.wav"), 24000)
     sink.write(torch.full((100,), 0.5))
     assert len(_read_wav(tmp_path / "z.wav")) == 100  # readable mid-stream: the header is patched
     sink.write(torch.tensor([2.0, -2.0]))  # clipped, not wrapped

@@ -6,7 +6,7 @@ import pytest
 
 from core.errors import InvalidArgument
 from engine.models.qwen3_omni.tiny import chat_prompt, write_omni_tokenizer
-from pipelines.qwen3_omni.chat_prompt import chat_prompt_ids
+from pipelines.chat_prompt import chat_prompt_ids
 
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
