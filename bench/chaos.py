@@ -27,18 +27,16 @@ MUST_BE_ZERO = ("requests_failed_unrelated", "fuzz_bad_statuses", "leaked_blocks
 
 
 def measure(args) -> dict:
-    from bench.fuzz import run_fuzz
-    from bench.overload import measure_overload
+    from bench import fuzz, overload, supervision, tls
     from bench.speech import checkpoint
-    from bench.supervision import measure_chaos
-    from bench.tls import measure_tls_hop
 
     results: dict = {}
+    quick = args.quick  # every part at its own --quick size
     parts = {
-        "chaos": lambda: measure_chaos(rounds=1 if args.quick else 2),
-        "fuzz": lambda: run_fuzz(num_messages=1000 if args.quick else args.fuzz_messages),
-        "overload": lambda: measure_overload(checkpoint(args)),
-        "tls": lambda: measure_tls_hop(rounds=3 if args.quick else 7),
+        "chaos": lambda: supervision.measure_chaos(**supervision.QUICK) if quick else supervision.measure_chaos(2),
+        "fuzz": lambda: fuzz.run_fuzz(num_messages=fuzz.QUICK_MESSAGES if quick else args.fuzz_messages),
+        "overload": lambda: overload.measure_overload(checkpoint(args), **(overload.QUICK if quick else {})),
+        "tls": lambda: tls.measure_tls_hop(**tls.QUICK) if quick else tls.measure_tls_hop(rounds=7),
     }
     for name, run in parts.items():
         print(f"--- {name}", flush=True)
@@ -53,7 +51,7 @@ def main(argv=None) -> None:
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--checkpoint", metavar="DIR", help="a Qwen3-Omni checkpoint for the overload part (default: tiny)")
     p.add_argument("--fuzz-messages", type=int, default=10_000)
-    p.add_argument("--quick", action="store_true", help="fewer kill rounds, 1,000 fuzz messages, fewer TLS rounds")
+    p.add_argument("--quick", action="store_true", help="smoke run: every part at its own --quick size")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     results = measure(args)

@@ -1,11 +1,11 @@
 """What batching code2wav windows buys on this machine: ms per window by window length and
 batch size, against the same window alone (measured in the same run, rounds alternating).
 
-    python -m bench.codec_batch [--rounds N] [--json PATH]
+    python -m bench.codec_batch [--rounds N] [--json PATH] [--quick]
 
 Window lengths: 4 (a first window), 29 (the second: 4 of context + 25 new), 50 (steady
 state: 25 + 25). `per_window_over_alone` < 1: batching pays; >= 1: a bigger batch only
-holds the engine longer (services.codec.component.MAX_BATCH_FRAMES bounds a batch's frames).
+holds the engine longer (services.qwen3_omni.code2wav.MAX_BATCH_FRAMES bounds a batch's frames).
 """
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ def _ms(model, codes) -> float:
 def measure(checkpoint: str, rounds: int) -> dict:
     import torch
 
-    from services.codec.component import CodecComponent
+    from services.qwen3_omni.code2wav import Code2WavComponent
 
     torch.set_num_threads(1)  # as a service process
-    model = CodecComponent.from_checkpoint(checkpoint).model
+    model = Code2WavComponent.from_checkpoint(checkpoint).model
     q, size = model.config.num_quantizers, model.config.codebook_size
     out = {}
     with torch.no_grad():
@@ -65,7 +65,10 @@ def main(argv=None) -> int:
     p.add_argument("--checkpoint", metavar="DIR")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--quick", action="store_true", help="smoke run: one round (every length and batch size)")
     args = p.parse_args(argv)
+    if args.quick:
+        args.rounds = 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     write_json(args.json, measure(checkpoint(args), args.rounds))
     return 0

@@ -1,6 +1,6 @@
 """Conductor benchmark: hop latency, conductor CPU per item, mesh vs in-process, speculation.
 
-    python -m bench.conductor --json bench-results/conductor.json
+    python -m bench.conductor --json bench-results/conductor.json [--quick]
 
 Three toy services (bench.conductor_toys) run as real processes on loopback; the
 conductor (`ConductorService`) runs in this process; the client that drives
@@ -332,7 +332,13 @@ def parse_args(argv):
     p.add_argument("--step-ms", type=float, default=4.0, help="step compute (sleep) per iteration")
     p.add_argument("--check-ms", type=float, default=3.0, help="check host work (CPU spin) per iteration")
     p.add_argument("--spec-requests", type=int, default=5, help="requests per speculation setting")
-    return p.parse_args(argv)
+    p.add_argument("--floor-messages", type=int, default=4000, help="messages per call of bench.grpc_floor")
+    p.add_argument("--quick", action="store_true", help="smoke run: every phase at its smallest (figures not to read)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.items, args.c1_requests, args.concurrency, args.sweep, args.sweep_rounds = 4, 2, 4, [4], 1
+        args.rounds, args.loop_iters, args.spec_requests, args.floor_messages = 1, 2, 1, 200
+    return args
 
 
 def main(argv=None) -> int:
@@ -361,7 +367,7 @@ def main(argv=None) -> int:
             svc.stop()
         store.close()
     results["inprocess_items_per_s"] = asyncio.run(inprocess_items_per_s(args.items, args.concurrency, 3))
-    results.update(floor_us_per_message())
+    results.update(floor_us_per_message(args.floor_messages))
     results["conductor_cpu_over_floor"] = (results["conductor_cpu_us_per_item"]
                                            / results["grpc_stream_floor_us_per_msg"])
     for prefix in MODELS:

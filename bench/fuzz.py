@@ -2,7 +2,7 @@
 and hostile messages; what comes back must be INVALID_ARGUMENT-class, nothing may crash,
 and the processes' memory must stay flat.
 
-    python -m bench.fuzz --json PATH [--messages 10000] [--seed 0]
+    python -m bench.fuzz --json PATH [--messages 10000] [--seed 0] [--quick]
     run_fuzz(10000) -> {"fuzz_messages", "fuzz_bad_statuses", "rss_growth_mb", ...}
 
 Three parts in five are byte-level mutations of valid messages (bench.fuzz_mutations),
@@ -26,6 +26,7 @@ from bench.fuzz_mutations import mutated_calls
 from bench.fuzz_rpcs import FuzzCall, Outcome, channel_options, send
 from bench.fuzz_seeds import seeds
 
+QUICK_MESSAGES = 200  # --quick, chaos --quick
 CALL_TIMEOUT_S = 120.0  # a hang, not a slow answer: every fuzzed call ends long before
 WARMUP_SHARE = 0.05
 
@@ -120,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH", help="write the figures here")
     p.add_argument("--messages", type=int, default=10000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="smoke run: 200 messages")
     args = p.parse_args(argv)
+    if args.quick:
+        args.messages = QUICK_MESSAGES
     result = run_fuzz(args.messages, args.seed, log=print)
     text = json.dumps(result, indent=2)
     print(text)

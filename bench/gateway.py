@@ -1,6 +1,6 @@
 """The HTTP gateway's cost over the gRPC API it translates, on the same requests.
 
-    python -m bench.gateway --json bench-results/gateway.json [--rounds 20] [--frames 64]
+    python -m bench.gateway --json bench-results/gateway.json [--rounds 20] [--frames 64] [--quick]
 
 A deployment of Qwen3-Omni (thinker, talker, codec: one process each) with its conductor
 and gateway, started as `starmesh up` starts them (cluster.launcher; tiny checkpoint).
@@ -175,7 +175,7 @@ async def _cancel_free_ms(url: str, cluster, frames: int) -> float:
         return 1000 * (time.perf_counter() - t0)
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", help="write the figures here")
     p.add_argument("--checkpoint", help="a Qwen3-Omni checkpoint directory (default: the tiny one)")
@@ -184,7 +184,11 @@ def main() -> None:
     p.add_argument("--streams", type=int, default=16)
     p.add_argument("--frames", type=int, default=64, help="codec frames per request (12.5 per second of audio)")
     p.add_argument("--cancels", type=int, default=5)
-    args = p.parse_args()
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: 2 rounds, one wave of 2 streams, 4 frames, 1 cancel")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.waves, args.streams, args.frames, args.cancels = 2, 1, 2, 4, 1
     from cluster.launchable import read_launchable
     from cluster.launcher import Cluster
     from cluster.shipped_deployments import with_free_ports, write_deployment

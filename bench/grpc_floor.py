@@ -1,6 +1,6 @@
 """The machine's floor under a conductor's CPU per item: a bare grpc.aio server stream.
 
-    python -m bench.grpc_floor [--messages N] [--concurrency C]
+    python -m bench.grpc_floor [--messages N] [--concurrency C] [--json PATH] [--quick]
 
 A child process serves `Conductor.Generate` with no starmesh code behind it: each call
 yields N copies of one GenerateEvent like those the conductor benchmark's client reads
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from bench.output import proc_cpu_s
+from bench.output import proc_cpu_s, write_json
 
 
 def _event():
@@ -96,12 +96,19 @@ def main(argv=None) -> int:
     p.add_argument("--messages", type=int, default=4000, help="messages per call")
     p.add_argument("--concurrency", type=int, default=4, help="calls read at once")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the child process
+    p.add_argument("--json", metavar="PATH", help="write the figures here")
+    p.add_argument("--quick", action="store_true", help="smoke run: 200 messages per call, one round")
     args = p.parse_args(argv)
     if args.serve:
         asyncio.run(_serve(args.messages))
         return 0
-    for key, value in floor_us_per_message(args.messages, args.concurrency).items():
+    rounds = 3
+    if args.quick:
+        args.messages, rounds = 200, 1
+    results = floor_us_per_message(args.messages, args.concurrency, rounds)
+    for key, value in results.items():
         print(f"{key:32s} {value:10.1f}")
+    write_json(args.json, results)
     return 0
 
 

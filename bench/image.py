@@ -1,6 +1,6 @@
 """Image generation benchmark: the SD3 mesh vs diffusers' StableDiffusion3Pipeline.
 
-    python -m bench.image --json bench-results/image.json
+    python -m bench.image --json bench-results/image.json [--quick]
 
 Checkpoint: engine.models.sd3.tiny's "bench" preset (random, 2.5 M DiT parameters, 16 latent
 channels), built on first use; 256x256 images (256 image tokens) with 77 + 77 text
@@ -257,7 +257,7 @@ ROWS = [("mesh p50 (c=1, fused loop)", "mesh_p50_ms", "ms"), ("mesh p95 (c=1, fu
         ("diffusers img/s (serial)", "diffusers_img_per_s", "img/s")]
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--checkpoint", help="an SD3 checkpoint (default: the bench preset, built on first use)")
     ap.add_argument("--steps", type=int, default=8)
@@ -268,7 +268,12 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1, help="torch threads of every process")
     ap.add_argument("--json", metavar="PATH")
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="smoke run: 64x64, 2 steps (a step time needs two), "
+                                                         "8 T5 tokens, 1 request, concurrency 2")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.steps, args.width, args.height, args.max_sequence_length = 2, 64, 64, 8
+        args.requests, args.concurrency = 1, 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 

@@ -2,7 +2,7 @@
 records change (bench/membership_mesh.py), `busy_s` echo requests that each take one
 replica's time (so throughput grows with replicas), closed-loop clients.
 
-    python -m bench.membership --json bench-results/membership.json
+    python -m bench.membership --json bench-results/membership.json [--quick]
 
 Figures: throughput_before / throughput_after (requests/s with one replica, then two),
 first_request_after_join_s (the second replica's A record appears -> its first request
@@ -108,9 +108,13 @@ def main(argv=None) -> None:
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--busy-s", type=float, default=0.05, help="replica time per request")
     p.add_argument("--refresh-s", type=float, default=2.0, help="DNS refresh (the rendered manifests' default)")
+    p.add_argument("--window-s", type=float, default=3.0, help="each throughput window")
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 clients, 0.2 s DNS refresh, 1 s windows")
     args = p.parse_args(argv)
+    if args.quick:
+        args.clients, args.refresh_s, args.window_s = 2, 0.2, 1.0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    out = measure_membership(args.clients, args.busy_s, refresh_s=args.refresh_s)
+    out = measure_membership(args.clients, args.busy_s, args.window_s, args.refresh_s)
     for key, value in out.items():
         print(f"{key:30s} {value}")
     write_json(args.json, out)

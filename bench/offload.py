@@ -1,6 +1,6 @@
 """Layerwise offload (DLO) benchmark on the DiT: resident vs streamed blocks, and page sharing.
 
-    python -m bench.offload --json bench-results/offload.json
+    python -m bench.offload --json bench-results/offload.json [--quick]
 
 The model is the dit service's (diffusers' SD3Transformer2DModel, loaded by
 engine.models.sd3.dit.Sd3Dit.load, with offload through OffloadConfig) at bench.image's
@@ -31,18 +31,22 @@ resident_weight_bytes, dlo_weight_bytes (outside host backing, the largest seen 
 block entry of a forward or between forwards), dlo_weight_bound_bytes (two slots of the
 largest block + the resident parameters); dlo_bitwise_equal.
 
-PSS: two probe processes (engine.offload.probe, DiT mode) load the DiT with private
-ordinary tensors, then with the checkpoint mmap backing (and, as the baseline, without
-offload); each figure is the two processes' combined growth of anonymous PSS from
-loading and one small denoising call, plus the PSS of the transformer's safetensors
-mappings (MiB; mapping_pss_mib_* alone). diffusers' loader leaves every parameter a view
-of the file mapping (page cache, shared), so resident DiTs already share their weights;
-the "tensors" backing copies the streamed blocks into private memory while the
-resident parameters keep the (touched) mapping alive. The growth includes what loading
-allocates besides the weights, and on CPU the two slots (the "device" memory) of each
-process.
+PSS: two probe processes (engine.offload.probe with the DiT's loader, DIT_PROBE) load the
+DiT with private ordinary tensors, then with the checkpoint mmap backing (and, as the
+baseline, without offload); each figure is the two processes' combined growth of
+anonymous PSS from loading and one small denoising call, plus the PSS of the
+transformer's safetensors mappings (MiB; mapping_pss_mib_* alone). diffusers' loader
+leaves every parameter a view of the file mapping (page cache, shared), so resident
+DiTs already share their weights; the "tensors" backing copies the streamed blocks into
+private memory while the resident parameters keep the (touched) mapping alive. The
+growth includes what loading allocates besides the weights, and on CPU the two slots
+(the "device" memory) of each process.
 
 Secondary keys (bench.offload_thinker): thinker_* (the thinker's block stack) and code2wav_*.
+
+--quick runs every part at its smallest: a DiT of 2 blocks (QUICK_DIT, its own cached
+checkpoint), one timed round, 16 thinker tokens, 4 code2wav frames, one repeat each; a
+check that the benchmark runs, not figures to read (key `model` names the DiT).
 """
 from __future__ import annotations
 
@@ -57,23 +61,25 @@ from bench.output import print_table, write_json
 
 RESOLUTION, STEPS, TEXT_TOKENS = 256, 8, 77 + 77  # bench.image's defaults (CLIP 77 + T5 max_sequence_length 77)
 DIT = dict(num_layers=12, num_attention_heads=6, attention_head_dim=64)
+QUICK_DIT = {**DIT, "num_layers": 2}
+DIT_PROBE = "engine.models.sd3.offload_probe:load_dit"  # the weights probe's loader for an SD3 DiT
 
 
-def checkpoint(root: str) -> str:
+def checkpoint(root: str, dit: dict = DIT) -> str:
     """bench.image's SD3 checkpoint with the larger DiT (module docstring), built once."""
     import torch
     from diffusers import SD3Transformer2DModel
 
     from engine.models.sd3.tiny import PRESETS, make_tiny_sd3
 
-    path = os.path.join(root, "sd3-offload-bench-{num_layers}x{num_attention_heads}x{attention_head_dim}".format(**DIT))
+    path = os.path.join(root, "sd3-offload-bench-{num_layers}x{num_attention_heads}x{attention_head_dim}".format(**dit))
     if os.path.exists(os.path.join(path, "model_index.json")):
         return path
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=root, prefix=".tmp-sd3-")
     make_tiny_sd3(tmp, seed=0, preset="bench")
-    config = {**PRESETS["bench"]["transformer"], **DIT,
-              "caption_projection_dim": DIT["num_attention_heads"] * DIT["attention_head_dim"]}
+    config = {**PRESETS["bench"]["transformer"], **dit,
+              "caption_projection_dim": dit["num_attention_heads"] * dit["attention_head_dim"]}
     torch.manual_seed(1)
     shutil.rmtree(os.path.join(tmp, "transformer"))
     SD3Transformer2DModel(**config).save_pretrained(os.path.join(tmp, "transformer"), safe_serialization=True)
@@ -205,7 +211,7 @@ def measure_pss(ckpt: str) -> dict:
 
     out = {"pss_host_kinds": {}}
     for name, backing in (("private", "tensors"), ("mmap", "mmap"), ("resident", "none")):
-        got = two_process_pss(ckpt, backing)
+        got = two_process_pss(ckpt, backing, loader=DIT_PROBE)
         out[f"pss_mib_two_processes_{name}"] = got["weights_pss_kib"] / 1024
         out[f"mapping_pss_mib_two_processes_{name}"] = got["mapping_pss_kib"] / 1024
         out[f"mapping_rss_mib_per_process_{name}"] = got["mapping_rss_kib"][0] / 1024
@@ -239,18 +245,23 @@ def main(argv=None) -> int:
     p.add_argument("--thinker-tokens", type=int, default=128, help="thinker prefill tokens (0: skip the thinker)")
     p.add_argument("--code2wav-frames", type=int, default=16, help="code2wav window (0: skip code2wav)")
     p.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "starmesh-bench"))
+    p.add_argument("--quick", action="store_true", help="smoke run: every part at its smallest (module docstring)")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
     from bench import offload_thinker
 
+    dit, repeats = DIT, {"thinker": 5, "code2wav": 2}
+    if args.quick:
+        args.rounds, args.thinker_tokens, args.code2wav_frames = 1, 16, 4
+        dit, repeats = QUICK_DIT, {"thinker": 1, "code2wav": 1}
     torch.set_num_threads(1)
     t_start = time.perf_counter()
-    ckpt = checkpoint(args.cache)
+    ckpt = checkpoint(args.cache, dit)
     results = {"model": "random SD3Transformer2DModel, width {} ({} heads x {}), {} blocks, fp32".format(
-        DIT["num_attention_heads"] * DIT["attention_head_dim"], DIT["num_attention_heads"],
-        DIT["attention_head_dim"], DIT["num_layers"]), "width": RESOLUTION, "height": RESOLUTION,
+        dit["num_attention_heads"] * dit["attention_head_dim"], dit["num_attention_heads"],
+        dit["attention_head_dim"], dit["num_layers"]), "width": RESOLUTION, "height": RESOLUTION,
         "text_tokens": TEXT_TOKENS, "batch": 2, "rounds": args.rounds, "torch_threads": 1}
     print("measuring PSS of two processes", flush=True)
     results.update(measure_pss(ckpt))  # first: a mapping in this process would take a share of the PSS
@@ -258,10 +269,10 @@ def main(argv=None) -> int:
     results.update(measure_dit(ckpt, args.rounds))
     if args.thinker_tokens:
         print("timing the thinker stack", flush=True)
-        results.update(offload_thinker.measure_thinker(args.cache, args.thinker_tokens, 5))
+        results.update(offload_thinker.measure_thinker(args.cache, args.thinker_tokens, repeats["thinker"]))
     if args.code2wav_frames:
         print("timing code2wav (real widths)", flush=True)
-        results.update(offload_thinker.measure_code2wav(args.code2wav_frames, 2))
+        results.update(offload_thinker.measure_code2wav(args.code2wav_frames, repeats["code2wav"]))
     results["targets_met"] = {"dlo_over_resident": results["dlo_over_resident"] <= 1.3,
                               "dlo_weight_bytes": results["dlo_weight_bytes"] <= results["dlo_weight_bound_bytes"]}
     results["runtime_s"] = time.perf_counter() - t_start

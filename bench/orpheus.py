@@ -11,7 +11,7 @@ defaults, exactly --tokens audio tokens (280 = 40 frames; the stop id suppressed
 37 windows of 2048 samples (3.16 s) each; clients ask for audio alone, as /v1/audio/speech
 does (--all-outputs: the tokens and codes too, every one through the conductor).
 
-Keys per concurrency (c1, c4, c16), ratios from this run:
+Keys per concurrency (c1, c4, c16; c1 alone with --quick), ratios from this run:
 - ttfa_ms_p50: time to first audio through the mesh, median; ttfa_ratio = the
   non-streaming baseline's (generate every token, then decode; in-process) / it.
 - audio_s_per_s: audio seconds of every request over the wall time of the waves.
@@ -84,8 +84,10 @@ def measure_mesh(ckpt: str, prompts: list[list[int]], params: dict, args) -> dic
     procs = [ServiceProcess(name, flags, name=f"bench-{name}", start_timeout_s=180) for name in SERVICES]
     conductor, out = None, {}
     try:
+        for proc in procs:  # in parallel: each child imports torch on its own
+            proc.launch()
         for proc in procs:
-            proc.start()
+            proc.wait_serving()
         model = orpheus_model("orpheus", orpheus_placement([procs[0].address], [procs[1].address]))
         conductor = BackgroundServer(ConductorService([model]))
         conductor.start()
@@ -150,7 +152,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--checkpoint", metavar="DIR", help="an Orpheus checkpoint with snac/ (default: the tiny one)")
-    p.add_argument("--quick", action="store_true", help="smoke run: 84 tokens, concurrency 1 and 4")
+    p.add_argument("--quick", action="store_true", help="smoke run: 35 tokens (two windows), concurrency 1, "
+                                                        "one request each (figures not to read)")
     p.add_argument("--tokens", type=int, default=280, help="audio tokens per request (7 per frame)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--min-requests", type=int, default=4, help="requests per point at least (waves of c)")
@@ -159,7 +162,7 @@ def main(argv=None) -> None:
                    help="clients take the tokens and codes too (default: audio alone, as /v1/audio/speech asks)")
     args = p.parse_args(argv)
     if args.quick:
-        args.tokens, args.concurrency, args.min_requests, args.hf_requests = 84, [1, 4], 2, 1
+        args.tokens, args.concurrency, args.min_requests, args.hf_requests = 35, [1], 1, 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     results = measure(args)
     results["targets"] = targets(results)

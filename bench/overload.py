@@ -1,6 +1,6 @@
 """Overload: many more speech requests at once than the conductor admits.
 
-    python -m bench.overload --json bench-results/overload.json
+    python -m bench.overload --json bench-results/overload.json [--quick]
 
 The speech mesh (bench.speech_mesh, tiny Qwen3-Omni) with `omni` limited to
 max_in_flight + max_waiting requests; `factor` times that many requests start at once.
@@ -20,6 +20,8 @@ import time
 from bench.fuzz_mesh import rss_mb
 from bench.output import write_json
 from runtime.edge_stats import percentile
+
+QUICK = {"max_in_flight": 1, "max_waiting": 1, "factor": 2, "frames": 9, "text_tokens": 4}  # --quick, chaos --quick
 
 
 def p99(values: list[float]) -> float:
@@ -81,9 +83,13 @@ def main(argv=None) -> None:
     p.add_argument("--max-in-flight", type=int, default=4)
     p.add_argument("--max-waiting", type=int, default=4)
     p.add_argument("--factor", type=int, default=4, help="requests at once = factor x (in flight + waiting)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 1 in flight + 1 waiting, factor 2, 9 frames")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    out = measure_overload(checkpoint(args), args.max_in_flight, args.max_waiting, args.factor)
+    if args.quick:
+        out = measure_overload(checkpoint(args), **QUICK)
+    else:
+        out = measure_overload(checkpoint(args), args.max_in_flight, args.max_waiting, args.factor)
     for key, value in out.items():
         print(f"{key:34s} {value}")
     write_json(args.json, out)

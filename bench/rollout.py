@@ -2,7 +2,7 @@
 steps (engine.models.vjepa2_ac) vs the recompute rollout (the whole growing prefix through the
 block-causal pass at every step), and CEM planning with and without a shared prefix.
 
-    python -m bench.rollout --json bench-results/rollout.json
+    python -m bench.rollout --json bench-results/rollout.json [--quick]
 
 Shapes (pinned): a 16 x 16 patch grid per timestep (the real model's at 256 px) plus
 action and state tokens (258 tokens per timestep), a random predictor of depth 6 and
@@ -19,7 +19,11 @@ Keys (ratios against baselines measured in the same run, same inputs):
   finished per second when 1 or 8 run together in the engine (batched steps).
 - plan_ms / plan_ms_unshared: one CEM plan of 64 candidates x 3 iterations, context 4
   timesteps, horizon 4, candidates reading the context's shared KV blocks vs each
-  computing its own; plan_sharing_speedup = unshared over shared.
+  computing its own; plan_sharing_speedup = unshared over shared. plan_size: the plan's
+  candidates, iterations, elites and horizon.
+
+--quick runs every part at its smallest (horizon 2, one run each, a plan of 4 candidates
+x 1 iteration, horizon 2): a check that the benchmark runs, not figures to read.
 """
 from __future__ import annotations
 
@@ -107,7 +111,11 @@ def throughput(predictor, horizon: int, repeats: int) -> dict:
     return out
 
 
-def plans(predictor, repeats: int) -> dict:
+PLAN = dict(num_candidates=64, num_iterations=3, num_elites=8, horizon=4)
+QUICK_PLAN = dict(num_candidates=4, num_iterations=1, num_elites=2, horizon=2)  # --quick: ~1/100 of the work
+
+
+def plans(predictor, repeats: int, size: dict = PLAN) -> dict:
     from engine.models.vjepa2_ac.planner import CemPlan, PlanConfig, run_plan
 
     feats, actions, states = inputs(4, 4, seed=99)
@@ -116,7 +124,7 @@ def plans(predictor, repeats: int) -> dict:
     engine = make_engine(predictor, 64 * 8)
 
     def plan(share: bool) -> None:
-        config = PlanConfig(num_candidates=64, num_iterations=3, num_elites=8, horizon=4, share_prefix=share)
+        config = PlanConfig(**size, share_prefix=share)
         run_plan(CemPlan(engine, "plan", feats, actions[:3], states, goal, config))
         engine.check_integrity()
 
@@ -124,7 +132,7 @@ def plans(predictor, repeats: int) -> dict:
     return {"plan_ms": shared, "plan_ms_unshared": unshared, "plan_sharing_speedup": unshared / shared}
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3, help="runs per figure, the best kept (a run over 10 s "
@@ -133,7 +141,12 @@ def main() -> None:
     ap.add_argument("--horizons", default="4,15,30", help="rollout horizons to time (comma-separated)")
     ap.add_argument("--skip-plan", action="store_true")
     ap.add_argument("--json", metavar="PATH")
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="smoke run: horizon 2, one repeat, a plan of 4 candidates x 1 "
+                                                         "iteration (plan_size in the JSON)")
+    args = ap.parse_args(argv)
+    plan_size = PLAN
+    if args.quick:
+        args.repeats, args.horizons, args.throughput_horizon, plan_size = 1, "2", 2, QUICK_PLAN
     torch.set_num_threads(args.threads)
     predictor = build_predictor()
     results = {"threads": args.threads, "num_context": NUM_CONTEXT, "grid": GRID, "width": WIDTH, "depth": DEPTH}
@@ -141,7 +154,7 @@ def main() -> None:
     results |= horizons(predictor, args.repeats, chosen)
     results |= throughput(predictor, args.throughput_horizon, args.repeats)
     if not args.skip_plan:
-        results |= plans(predictor, args.repeats)
+        results |= plans(predictor, args.repeats, plan_size) | {"plan_size": plan_size}
     rows = [(f"speedup h={h}", f"speedup_h{h}", "x") for h in chosen]
     rows += [(f"flop ratio h={h}", f"flop_ratio_h{h}", "x") for h in chosen]
     rows += [("rollouts/s batch 1", "rollouts_per_s_b1", "/s"), ("rollouts/s batch 8", "rollouts_per_s_b8", "/s"),

@@ -161,7 +161,10 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--batches", type=int, default=200, help="messages per round")
     p.add_argument("--json", help="write the figures here")
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 streams, one round of 10 messages")
     args = p.parse_args(argv)
+    if args.quick:
+        args.streams, args.rounds, args.batches = 2, 1, 10
     results = measure(args.streams, args.rounds, args.batches)
     for key in ("runtime_us_per_item", "component_us_per_item", "runtime_over_component", "encode_us_per_item",
                 "decode_us_per_item"):

@@ -12,10 +12,10 @@ request still yields >= 10 s of audio). Chunking: C = 25, L = 25 (vLLM-Omni's
 codec_chunk_frames and left context), first window --first-chunk = 4 frames (its
 initial_codec_chunk_frames; bench.speech_mesh).
 
-Keys per concurrency (c1, c4, c16; c1 and c4 with --quick), ratios from this run:
+Keys per concurrency (c1, c4, c16; c1 alone with --quick), ratios from this run:
 - ttfa_ms_p50: time to first audio of the streaming model (split services), median;
   ttfa_ms_stage_pipeline_p50: the same for the stage-pipeline baseline on the same
-  services (pipelines.qwen3_omni.stage_graph); ttfa_ratio = stage / streaming.
+  services (bench.stage_graph); ttfa_ratio = stage / streaming.
 - rtf_p50: wall seconds per audio second of a request (split, streaming), median.
 - audio_s_per_s (split), audio_s_per_s_colocated (talker + code2wav in one process):
   audio seconds of every request over the wall time of the waves; mesh_over_inprocess
@@ -159,7 +159,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--checkpoint", metavar="DIR", help="a Qwen3-Omni checkpoint (default: the tiny one)")
-    p.add_argument("--quick", action="store_true", help="smoke run: concurrency 1 and 4, 50 frames, fewer requests")
+    p.add_argument("--quick", action="store_true", help="smoke run: concurrency 1, 8 frames, 4 text tokens, one "
+                                                        "request per point (figures not to read)")
     p.add_argument("--frames", type=int, default=128, help="codec frames per request (12.5 per second)")
     p.add_argument("--text-tokens", type=int, default=32,
                    help="text tokens per request at most (~10 s of speech is ~30 words)")
@@ -172,8 +173,8 @@ def main(argv=None) -> None:
     p.add_argument("--policy-rounds", type=int, default=2)
     args = p.parse_args(argv)
     if args.quick:
-        args.frames, args.concurrency, args.min_requests, args.hf_requests = 50, [1, 4], 2, 1
-        args.policy_concurrency, args.policy_rounds = [1, 4], 1
+        args.frames, args.text_tokens, args.concurrency, args.min_requests, args.hf_requests = 8, 4, [1], 1, 1
+        args.policy_concurrency, args.policy_rounds = [1], 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     results = measure(args)
     goals = targets(results, args.concurrency)

@@ -116,7 +116,8 @@ def measure(ckpt: str, prompts, params: dict, concurrency: list[int], rounds: in
     client = None
     try:
         client = SpeechClient()
-        warm = {**params, "max_frames": 30, "min_frames": 30}
+        warm_frames = min(30, params["max_frames"])  # no longer than the requests measured
+        warm = {**params, "max_frames": warm_frames, "min_frames": warm_frames}
         for c in concurrency:
             for mesh in meshes.values():
                 _phase(mesh, client, prompts, warm, [0.0] * c, OUTPUTS[outputs])
@@ -172,7 +173,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--checkpoint", metavar="DIR")
-    p.add_argument("--quick", action="store_true", help="concurrency 1 and 4, 50 frames, one round")
+    p.add_argument("--quick", action="store_true", help="smoke run: concurrency 1, 8 frames, one round")
     p.add_argument("--frames", type=int, default=128)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
     p.add_argument("--rounds", type=int, default=2, help="waves per point and policy")
@@ -187,7 +188,7 @@ def main(argv=None) -> None:
     add_outputs_option(p)
     args = p.parse_args(argv)
     if args.quick:
-        args.frames, args.concurrency, args.rounds = 50, [1, 4], 1
+        args.frames, args.concurrency, args.rounds = 8, [1], 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     params = {"max_new_tokens": 32, "max_frames": args.frames + 1, "min_frames": args.frames + 1}
     prompts = [chat_prompt(x) for x in PROMPTS]

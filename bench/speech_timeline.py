@@ -1,6 +1,6 @@
 """Where a speech request's time to first audio goes, alone and in a burst, from its trace.
 
-    python -m bench.speech_timeline [--concurrency C] [--json PATH]
+    python -m bench.speech_timeline [--concurrency C] [--json PATH] [--quick]
 
 The split speech mesh (thinker | talker | codec, bench.speech_mesh; deadline scheduling)
 exports every process's spans to a local trace store; clients ask for text and audio
@@ -32,6 +32,7 @@ from bench.cpu_window import CpuSampler
 from bench.output import write_json
 
 PARAMS = {"max_new_tokens": 32, "max_frames": 129, "min_frames": 129}
+QUICK_PARAMS = {"max_new_tokens": 4, "max_frames": 9, "min_frames": 9}  # --quick: two chunks, a burst of 2
 MARKS = ("admitted", "prefill_start", "prefill_end", "talker_start", "codes_ready", "codec_start", "codec_end", "ttfa")
 CODES_EDGE = "edge talker.codes -> code2wav.codes"
 
@@ -69,7 +70,7 @@ def wait_marks(store, request_id: str, sent_s: float, ttfa_ms: float, timeout_s:
 
 
 async def wave(address: str, prompts: list, tag: str, n: int, modalities: tuple[str, ...],
-               shared: bool = False) -> tuple[float, list]:
+               shared: bool = False, params: dict = PARAMS) -> tuple[float, list]:
     """n requests at once, asking for `modalities` (bench.speech_mesh.OUTPUTS); shared: on
     one open channel (as a gateway holds one), else a channel per request (client.speech's
     default for an address)."""
@@ -80,14 +81,14 @@ async def wave(address: str, prompts: list, tag: str, n: int, modalities: tuple[
         if shared:
             await to.channel_ready()
         sent = time.time()
-        got = await asyncio.gather(*(speak(to, "omni", prompts[i % len(prompts)], PARAMS, request_id=f"{tag}-{i}",
+        got = await asyncio.gather(*(speak(to, "omni", prompts[i % len(prompts)], params, request_id=f"{tag}-{i}",
                                            modalities=modalities,
                                            timeout_s=600) for i in range(n)))
     return sent, got
 
 
 def measure(checkpoint: str, prompts: list, concurrency: int, shared: bool = False,
-            outputs: str = "voice") -> dict:
+            outputs: str = "voice", params: dict = PARAMS) -> dict:
     from bench.speech_mesh import OUTPUTS, SpeechMesh
     from bench.speech_policies import _admission
     from bench.trace_store_proc import TraceStoreProcess
@@ -100,11 +101,12 @@ def measure(checkpoint: str, prompts: list, concurrency: int, shared: bool = Fal
     try:
         with SpeechMesh(checkpoint, split_only=True, admission=_admission("deadline", False),
                         options=("schedule=deadline",), telemetry=telemetry) as mesh:
-            asyncio.run(wave(mesh.address, prompts, "warm", concurrency, wanted, shared))
+            asyncio.run(wave(mesh.address, prompts, "warm", concurrency, wanted, shared, params))
             pids = {**{name: proc.pid for name, proc in mesh.procs.items()}, "conductor+client": os.getpid()}
             with CpuSampler(pids) as sampler:
-                alone_sent, alone = asyncio.run(wave(mesh.address, prompts, "alone", 1, wanted, shared))
-                burst_sent, burst = asyncio.run(wave(mesh.address, prompts, "burst", concurrency, wanted, shared))
+                alone_sent, alone = asyncio.run(wave(mesh.address, prompts, "alone", 1, wanted, shared, params))
+                burst_sent, burst = asyncio.run(wave(mesh.address, prompts, "burst", concurrency, wanted, shared,
+                                                     params))
             cpu = {"alone": sampler.window(alone_sent, alone_sent + alone[0].ttfa_ms / 1e3),
                    "burst": sampler.window(burst_sent, burst_sent + max(s.ttfa_ms for s in burst) / 1e3)}
         one = wait_marks(store, "alone-0", alone_sent, alone[0].ttfa_ms)
@@ -135,10 +137,14 @@ def main(argv=None) -> int:
     p.add_argument("--shared-channel", action="store_true", help="every request of a wave on one open channel")
     add_outputs_option(p)
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--quick", action="store_true", help="smoke run: a burst of 2, QUICK_PARAMS (figures not to read)")
     args = p.parse_args(argv)
+    params = PARAMS
+    if args.quick:
+        args.concurrency, params = 2, QUICK_PARAMS
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     results = measure(checkpoint(args), [chat_prompt(x) for x in PROMPTS], args.concurrency, args.shared_channel,
-                      args.outputs)
+                      args.outputs, params)
     print(f"{'ms from send':14s} {'alone':>8s} {'burst p50':>10s} {'burst max':>10s}")
     for mark in MARKS:
         print(f"{mark:14s} {results['alone'][mark]:8.0f} {results[f'{mark}_ms_median']:10.0f} "

@@ -2,7 +2,7 @@
 checkpoints), 16 mixed concurrent requests, SIGKILL of one service process of each kind
 in turn (bench.kill_round), for a few rounds.
 
-    python -m bench.supervision --json out/supervision.json [--rounds 2]
+    python -m bench.supervision --json out/supervision.json [--rounds 2] [--quick]
     figures = measure_chaos(rounds=2)        # what bench.chaos reports
 
 Figures: requests_failed_unrelated (requests of a model that does not use the killed
@@ -26,6 +26,9 @@ from bench.output import print_table, write_json
 from bench.up_process import UpProcess
 
 VICTIMS = ("thinker", "talker", "codec", "dit")
+# --quick (and bench.chaos --quick): one kill, of the codec (the speech model's; the image
+# model's requests are the unrelated ones), under 2 + 2 requests
+QUICK = {"rounds": 1, "victims": ("codec",), "num_speech": 2, "num_image": 2}
 
 
 def start_up(work_dir: str) -> tuple[UpProcess, object]:
@@ -79,10 +82,14 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="PATH", help="write the figures here")
     p.add_argument("--rounds", type=int, default=2, help="kill rounds (one kill per victim each)")
     p.add_argument("--victims", default=",".join(VICTIMS), help="comma-separated service names to kill")
+    p.add_argument("--quick", action="store_true", help="smoke run: one kill round of the codec alone, 2 + 2 requests")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.perf_counter()
-    results = measure_chaos(args.rounds, tuple(args.victims.split(",")))
+    if args.quick:
+        results = measure_chaos(**QUICK)
+    else:
+        results = measure_chaos(args.rounds, tuple(args.victims.split(",")))
     results["bench_wall_s"] = time.perf_counter() - t0
     print_table([("unrelated requests failed", "requests_failed_unrelated", ""),
                  ("time to UNAVAILABLE p99", "time_to_unavailable_ms_p99", "ms"),

@@ -123,7 +123,10 @@ def main(argv=None) -> int:
     p.add_argument("--rows", type=int, nargs=2, default=[250, 2000], metavar=("SHORT", "LONG"),
                    help="thinker rows per request of the row-arrival phase")
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--quick", action="store_true", help="smoke run: batch 1, 2 steps, one round, 10 and 20 rows")
     args = p.parse_args(argv)
+    if args.quick:
+        args.batch, args.steps, args.rounds, args.rows = [1], 2, 1, [10, 20]
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = args.checkpoint
         if checkpoint is None:

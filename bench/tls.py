@@ -1,6 +1,6 @@
 """TLS cost: the same small request through a plaintext mesh and a mutual-TLS mesh.
 
-    python -m bench.tls --json bench-results/tls.json
+    python -m bench.tls --json bench-results/tls.json [--quick]
     measure_tls_hop(rounds=7)   # what bench.chaos reports as tls_hop_over_plain
 
 Two bench.tls_mesh.ToyMesh meshes run side by side (three toy service processes and a
@@ -28,6 +28,7 @@ import time
 from bench.output import print_table, write_json
 
 API_KEY = "bench-key"
+QUICK = {"rounds": 1, "requests": 2, "warmup": 1}  # --quick, chaos --quick
 
 
 def measure_tls_hop(rounds: int = 7, requests: int = 40, warmup: int = 10) -> dict:
@@ -97,9 +98,10 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="PATH", help="write the figures here")
     p.add_argument("--rounds", type=int, default=7, help="paired rounds (plain and TLS each)")
     p.add_argument("--requests", type=int, default=40, help="requests per mesh per round, one at a time")
+    p.add_argument("--quick", action="store_true", help="smoke run: one round of 2 requests, 1 warm-up")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    results = measure_tls_hop(args.rounds, args.requests)
+    results = measure_tls_hop(**QUICK) if args.quick else measure_tls_hop(args.rounds, args.requests)
     results["bench_wall_s"] = time.perf_counter() - t0
     print_table([("request, plaintext mesh", "plain_hop_us", "us"), ("request, mutual-TLS mesh", "tls_hop_us", "us"),
                  ("request TLS / plain (paired)", "tls_hop_over_plain", "x"),

@@ -4,7 +4,7 @@ spans to the local trace store, against the same deployment with tracing off
 each, the order alternating between rounds so drift (warm-up, other load) cancels;
 the overhead is 1 - the median of the per-round traced/untraced ratios.
 
-    python -m bench.tracing --json bench-results/tracing.json [--rounds 3] [--concurrency 16]
+    python -m bench.tracing --json bench-results/tracing.json [--rounds 3] [--concurrency 16] [--quick]
 
 Keys: traced_audio_s_per_s, untraced_audio_s_per_s, tracing_overhead (1 - traced /
 untraced; target <= 0.03), num_spans (what the store received from the traced side).
@@ -20,15 +20,16 @@ import time
 from bench.output import print_table, write_json
 
 PARAMS = {"max_new_tokens": 16, "max_frames": 64, "min_frames": 64}
+QUICK_PARAMS = {"max_new_tokens": 4, "max_frames": 9, "min_frames": 9}  # --quick: one round of one request
 
 
-async def _burst(address: str, concurrency: int) -> float:
+async def _burst(address: str, concurrency: int, params: dict = PARAMS) -> float:
     """Audio seconds per wall second of `concurrency` requests at once."""
     from client.speech import speak
     from engine.models.qwen3_omni.tiny import chat_prompt
 
     t0 = time.perf_counter()
-    results = await asyncio.gather(*(speak(address, "qwen3-omni", chat_prompt(f"request {i}"), PARAMS)
+    results = await asyncio.gather(*(speak(address, "qwen3-omni", chat_prompt(f"request {i}"), params)
                                      for i in range(concurrency)))
     return sum(r.audio_s for r in results) / (time.perf_counter() - t0)
 
@@ -39,7 +40,7 @@ def _deployment(checkpoint: str, directory: str):
     return rewrite_shipped("colocated", {"omni": checkpoint}, ("qwen3-omni",), directory)
 
 
-def measure(checkpoint: str, rounds: int, concurrency: int) -> dict:
+def measure(checkpoint: str, rounds: int, concurrency: int, params: dict = PARAMS) -> dict:
     from cluster.launchable import read_launchable
     from cluster.launcher import Cluster
     from cluster.trace_store import TraceStore
@@ -54,13 +55,13 @@ def measure(checkpoint: str, rounds: int, concurrency: int) -> dict:
         try:
             traced.start()
             untraced.start()
-            asyncio.run(_burst(traced.conductor_address, 2))  # warm both (first-request costs)
-            asyncio.run(_burst(untraced.conductor_address, 2))
+            asyncio.run(_burst(traced.conductor_address, 2, params))  # warm both (first-request costs)
+            asyncio.run(_burst(untraced.conductor_address, 2, params))
             on, off = [], []
             for r in range(rounds):
                 sides = [(off, untraced), (on, traced)]
                 for results, cluster in (sides if r % 2 == 0 else sides[::-1]):
-                    results.append(asyncio.run(_burst(cluster.conductor_address, concurrency)))
+                    results.append(asyncio.run(_burst(cluster.conductor_address, concurrency, params)))
                 print(f"round {r}: untraced {off[-1]:.2f}, traced {on[-1]:.2f} audio s/s", flush=True)
         finally:
             traced.stop()
@@ -79,14 +80,18 @@ def main(argv=None) -> None:
     p.add_argument("--checkpoint", help="a Qwen3-Omni checkpoint (default: the tiny one, built in a temp dir)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--quick", action="store_true", help="smoke run: one round of one request, QUICK_PARAMS")
     args = p.parse_args(argv)
+    params = PARAMS
+    if args.quick:
+        args.rounds, args.concurrency, params = 1, 1, QUICK_PARAMS
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = args.checkpoint
         if checkpoint is None:
             from engine.models.qwen3_omni.tiny import make_tiny_omni
 
             checkpoint = str(make_tiny_omni(f"{tmp}/omni"))
-        results = measure(checkpoint, args.rounds, args.concurrency)
+        results = measure(checkpoint, args.rounds, args.concurrency, params)
     print_table([("traced", "traced_audio_s_per_s", "audio s / s"),
                  ("untraced", "untraced_audio_s_per_s", "audio s / s"),
                  ("tracing overhead", "tracing_overhead", "(target <= 0.03)")], results)

@@ -1,6 +1,6 @@
 """Transport benchmark: memcpy vs shm vs Mooncake TCP vs inline gRPC, and small hand-offs.
 
-    python -m bench.transport --json bench-results/transport.json
+    python -m bench.transport --json bench-results/transport.json [--quick]
 
 The bench process is the producer holding the tensor; consumers are real service
 processes (`sum`: resolves its input and sums it). A hand-off is timed from the
@@ -213,7 +213,10 @@ def main(argv=None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write the figures here")
     parser.add_argument("--repeats", type=int, default=20, help="hand-offs per 64 MiB median")
     parser.add_argument("--fit-repeats", type=int, default=5, help="hand-offs per size for the alpha/beta fit")
+    parser.add_argument("--quick", action="store_true", help="smoke run: one hand-off per figure (every size)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats, args.fit_repeats = 1, 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
@@ -221,8 +224,10 @@ def main(argv=None) -> int:
     results = {}
     services = start_services()
     try:
+        for svc in services.values():  # in parallel: each child imports torch on its own
+            svc.launch()
         for svc in services.values():
-            svc.start()
+            svc.wait_serving()
         results.update(asyncio.run(run_transports(services, args.repeats, args.fit_repeats)))
     finally:
         for svc in services.values():

@@ -11,17 +11,17 @@ import torch
 from conductor.executor_setup import inprocess_executor
 from engine.models.qwen3_omni.tiny import chat_prompt
 from pipelines.qwen3_omni.graph import INNER_LOOPS, speech_graph
-from pipelines.qwen3_omni.stage_graph import stage_graph
-from services.codec.component import CodecComponent
+from bench.stage_graph import stage_graph
+from services.qwen3_omni.code2wav import Code2WavComponent
 from services.qwen3_omni.talker import TalkerComponent
-from services.thinker.component import ThinkerComponent
+from cluster.registry import build_component
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def _run(graph, checkpoint: str, prompt: list[int]) -> dict:
-    components = [ThinkerComponent.from_checkpoint(checkpoint), TalkerComponent.from_checkpoint(checkpoint),
-                  CodecComponent.from_checkpoint(checkpoint)]
+    components = [build_component("thinker", checkpoint=checkpoint), TalkerComponent.from_checkpoint(checkpoint),
+                  Code2WavComponent.from_checkpoint(checkpoint)]
 
     async def main():
         out = {}

@@ -1,7 +1,8 @@
-"""The stage-pipeline baseline of the speech benchmark: the same services and nodes as
-`speech_graph`, with every streaming edge replaced by whole-output handoff, so each
-stage finishes before the next starts (how a stage-by-stage system such as
-transformers' generate(return_audio=True) runs the three models):
+"""The stage-pipeline baseline of the speech benchmark (bench.speech's omni-stage model):
+the same services and nodes as `pipelines.qwen3_omni.graph.speech_graph`, with every
+streaming edge replaced by whole-output handoff, so each stage finishes before the next
+starts (how a stage-by-stage system such as transformers' generate(return_audio=True)
+runs the three models):
 
     prefill --token--> decode loop (inside the thinker; accumulates the embeds of every step)
        |  embeds                 | all decode rows, once the thinker is done
@@ -12,7 +13,9 @@ transformers' generate(return_audio=True) runs the three models):
     code2wav (one run on every frame) --> audio to the client
 
 The talker takes its decode rows as an open input (no `stream`): its component then ends
-the thinker's side right after those rows (services.qwen3_omni.talker).
+the thinker's side right after those rows (services.qwen3_omni.talker). It lives in
+bench/, not in pipelines/: no deployment serves it; it is what the benchmark compares
+the streaming graph against.
 """
 from __future__ import annotations
 
