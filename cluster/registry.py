@@ -13,7 +13,13 @@ without importing every model):
 - hooks: for a shared component (SHARED_COMPONENTS), the model's hook: a callable
   taking the checkpoint directory and returning the model's specifics for that
   component, or None when the checkpoint is not this model's;
-- runner: the in-process reference runner (the mesh's fidelity and speed baseline).
+- runner: the in-process reference runner (the mesh's fidelity and speed baseline);
+- client_prompt: (tokenizer directory, text, voice or None) -> prompt ids, for a client
+  that tokenizes itself (`starmesh speak --tokenizer`);
+- client_preset: (voice or None, whether the client tokenizes) -> the params a client's
+  request starts from (e.g. a released model's sampling defaults);
+- in_process: (graph builder (name) -> (graph, inner loops), components factory
+  (checkpoint) -> components) when every node can run in one process.
 """
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ SHARED_COMPONENTS: Mapping[str, str] = MappingProxyType({
     "codec": "services.codec.factory:codec_from_checkpoint",
     "encoder": "services.encoder.component:encoders_from_checkpoint",
     "dit": "services.dit.denoiser:DitComponent.from_checkpoint",
-    "vae": "services.dit.vae:VaeComponent.from_checkpoint",
+    "vae": "services.vae.component:VaeComponent.from_checkpoint",
 })
 
 
@@ -43,12 +49,16 @@ class ModelEntry:
     components: Mapping[str, str] = field(default_factory=dict)
     hooks: Mapping[str, str] = field(default_factory=dict)
     runner: str | None = None
+    client_prompt: str | None = None
+    client_preset: str | None = None
+    in_process: tuple[str, str] | None = None
     has_folders: bool = True  # False: an architecture of the engine's table, served by shared parts only
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or "_" in self.name:
             raise ValueError(f"ModelEntry.name {self.name!r}: lower case, words joined by '-'")
-        paths = [self.pipeline, self.tiny, self.runner, *self.components.values(), *self.hooks.values()]
+        paths = [self.pipeline, self.tiny, self.runner, self.client_prompt, self.client_preset,
+                 *(self.in_process or ()), *self.components.values(), *self.hooks.values()]
         for path in filter(None, paths):
             if ":" not in path:
                 raise ValueError(f"ModelEntry {self.name}: {path!r} is not 'module:callable'")
@@ -65,10 +75,13 @@ class ModelEntry:
         return self.name.replace("-", "_")
 
 
+CHAT_PROMPT = "pipelines.chat_prompt:chat_prompt_ids"  # a user turn in the checkpoint's chat template
+
+
 def _text(name: str) -> ModelEntry:
     """A text model of the engine's architecture table: the shared LLM component alone."""
     return ModelEntry(name, "pipelines.text_generation:text_model", "engine.checkpoints.tiny_text:make_tiny_text",
-                      {"kind": name}, has_folders=False)
+                      {"kind": name}, client_prompt=CHAT_PROMPT, has_folders=False)
 
 
 MODELS: tuple[ModelEntry, ...] = (
@@ -76,18 +89,28 @@ MODELS: tuple[ModelEntry, ...] = (
         "qwen3-omni", "pipelines.qwen3_omni.model:speech_model", "engine.models.qwen3_omni.tiny:make_tiny_omni",
         components={"talker": "services.qwen3_omni.talker:TalkerComponent.from_checkpoint",
                     "talker+codec": "services.qwen3_omni.talker_codec:make_talker_codec"},
-        runner="pipelines.qwen3_omni.runner:SpeechRunner"),
+        hooks={"codec": "services.qwen3_omni.code2wav:codec_hook",
+               "thinker": "services.qwen3_omni.thinker_hook:thinker_hook",
+               "encoder": "services.qwen3_omni.encoder_hook:encoder_hook"},
+        runner="pipelines.qwen3_omni.runner:SpeechRunner", client_prompt=CHAT_PROMPT),
     ModelEntry(
         "orpheus", "pipelines.orpheus.model:orpheus_model", "engine.models.orpheus.tiny:make_tiny_orpheus",
         components={"orpheus_lm": "services.orpheus.component:make_orpheus_lm"},
-        runner="pipelines.orpheus.runner:OrpheusRunner"),
+        hooks={"codec": "services.orpheus.codec:codec_hook"},
+        runner="pipelines.orpheus.runner:OrpheusRunner", client_prompt="pipelines.orpheus.params:client_prompt_ids",
+        client_preset="pipelines.orpheus.params:client_preset"),
     ModelEntry(
         "sd3", "pipelines.sd3.model:sd3_model", "engine.models.sd3.tiny:make_tiny_sd3",
         components={"text_encoder": "services.sd3.text:TextEncoderComponent.from_checkpoint",
-                    "sd3": "services.sd3.colocated:make_sd3"}),
+                    "sd3": "services.sd3.colocated:make_sd3"},
+        hooks={"dit": "services.sd3.dit_hook:dit_hook", "vae": "services.sd3.vae_hook:vae_hook"},
+        in_process=("pipelines.sd3.model:in_process_graph", "services.sd3.colocated:sd3_components")),
     ModelEntry(
         "vjepa2-ac", "pipelines.vjepa2_ac.model:world_model", "engine.models.vjepa2_ac.tiny:make_tiny_vjepa2",
         components={"world": "services.vjepa2_ac.world:WorldComponent.from_checkpoint"}),
+    ModelEntry(
+        "toy-tagger", "pipelines.toy_tagger.model:tagger_model", "engine.models.toy_tagger.tiny:make_tiny_tagger",
+        components={"tagger": "services.toy_tagger.component:TaggerComponent.from_checkpoint"}),
     _text("qwen3"),
     _text("qwen3-moe"),
     _text("llama"),

@@ -4,19 +4,19 @@ makes (ServedModel.prompt: pipelines/prompt_format.py), checked before any work.
     inputs = prompt_inputs(req, model, tokenizer, params, limits)   # {} when neither is set
 
 Either `text` (one user turn) or `messages`, never both, and never with `input_ids` or
-an input of the same name; every message has a known role and text, audio or image
-content parts. A message with media has its content as the parts' list
-([{"type": "audio"}, {"type": "image"}, {"type": "video"}, {"type": "text", "text": ...}],
-in the client's order), which the checkpoint's chat template renders as one placeholder
-per medium; the media's bytes become the walk inputs `audio`, `image` and `video`
-(conductor.media_parts).
+an input of the same name; every message has a known role and text, audio, image or
+video content parts. A message with media has its content as the parts' list
+([{"type": "image"}, {"type": "text", "text": ...}, {"type": "audio"}, ...], in the
+client's order, any number of each kind), which the checkpoint's chat template renders
+as one placeholder per part; the parts' bytes become one list in prompt order, the walk
+inputs `media` and `media_parts` (conductor.media_parts).
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from conductor.input_limits import InputLimits
-from conductor.media_parts import MediaParts
+from conductor.media_parts import MEDIA_INPUTS, MediaParts
 from conductor.model import ServedModel
 from core.errors import InvalidArgument
 
@@ -73,6 +73,8 @@ def prompt_inputs(req, model: ServedModel, tokenizer, params: Mapping[str, Any],
                               f"({sorted(_input_names(model))})")
     if len(req.input_ids) or any(nt.name == fmt.input_name for nt in req.inputs):
         raise InvalidArgument(f"text/messages and {fmt.input_name} are both set: give one")
+    if media and any(nt.name in MEDIA_INPUTS for nt in req.inputs):
+        raise InvalidArgument(f"messages with media parts and inputs {list(MEDIA_INPUTS)} are both set: give one")
     if fmt.needs_tokenizer and tokenizer is None:
         raise InvalidArgument(f"text/messages: model {model.name!r} has no tokenizer on this conductor; "
                               "send input_ids")

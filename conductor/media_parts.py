@@ -1,16 +1,24 @@
 """Chat content parts carrying media (ContentPart.audio / .image / .video) checked at the
 front door, before any work: a known format read from the bytes (WAV; PNG or JPEG; GIF), not empty,
-within max_input_bytes, a mime_type that agrees, at most one of each kind per request.
+within max_input_bytes, a mime_type that agrees, at most max_inputs media parts per request.
 Decoding (and the limits on duration and pixels) happens on the encoder service.
+
+The parts, of any kinds in any order, become one list in prompt order: the walk inputs
+`media` (uint8 [n]: every part's file, concatenated) and `media_parts` (int64 [k, 2]: per
+part, its kind code (MEDIA_KINDS) and its byte length).
 
     media = MediaParts(limits)
     media.add(kind, part, "messages[2].content[0]")   # InvalidArgument naming that field
-    media.inputs()                                    # {"audio": (uint8 [n],), "image": ..., "video": ...}
+    media.inputs()                                    # {"media": (uint8 [n],), "media_parts": (int64 [k, 2],)}
 """
 from __future__ import annotations
 
 from conductor.input_limits import InputLimits
 from core.errors import InvalidArgument
+
+# The kind codes of media_parts: the encoder service reads the same (services/encoder/media_list.py).
+MEDIA_KINDS = ("audio", "image", "video")
+MEDIA_INPUTS = ("media", "media_parts")
 
 # format -> (magic test, mime types it answers to)
 FORMATS = {
@@ -39,7 +47,7 @@ def media_format(kind: str, data: bytes, mime_type: str, where: str) -> str:
 class MediaParts:
     def __init__(self, limits: InputLimits) -> None:
         self.limits = limits
-        self.found: dict[str, tuple[bytes, str]] = {}  # kind -> (bytes, the field that sent them)
+        self.found: list[tuple[str, bytes, str]] = []  # (kind, bytes, the field that sent them), prompt order
 
     def add(self, kind: str, part, where: str) -> None:
         data = bytes(part.data)
@@ -47,20 +55,26 @@ class MediaParts:
             raise InvalidArgument(f"{where}.{kind} is {len(data)} bytes, over the limit of "
                                   f"{self.limits.max_input_bytes} (max_input_bytes)")
         media_format(kind, data, part.mime_type, where)
-        if kind in self.found:
-            raise InvalidArgument(f"{where}: one {kind} part per request (the first is {self.found[kind][1]})")
-        self.found[kind] = (data, where)
+        if len(self.found) >= self.limits.max_inputs:
+            raise InvalidArgument(f"{where}: over the limit of {self.limits.max_inputs} media parts per request "
+                                  "(max_inputs)")
+        self.found.append((kind, data, where))
 
     def check_model(self, input_names: set[str], model_name: str) -> None:
-        """Each kind sent is an input of one of the model's walks."""
-        for kind, (_, where) in self.found.items():
-            if kind not in input_names:
-                raise InvalidArgument(f"{where}: model {model_name!r} takes no {kind} here")
+        """The model's walks take media parts."""
+        if self.found and not set(MEDIA_INPUTS) <= input_names:
+            kind, _, where = self.found[0]
+            raise InvalidArgument(f"{where}: model {model_name!r} takes no {kind} here")
 
     def inputs(self) -> dict:
         import torch
 
-        return {kind: (torch.frombuffer(bytearray(data), dtype=torch.uint8),) for kind, (data, _) in self.found.items()}
+        if not self.found:
+            return {}
+        blob = b"".join(data for _, data, _ in self.found)
+        table = [[MEDIA_KINDS.index(kind), len(data)] for kind, data, _ in self.found]
+        return {"media": (torch.frombuffer(bytearray(blob), dtype=torch.uint8),),
+                "media_parts": (torch.tensor(table, dtype=torch.int64),)}
 
     def __bool__(self) -> bool:
         return bool(self.found)

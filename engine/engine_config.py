@@ -29,6 +29,7 @@ class EngineConfig:
     device: str = "cpu"                # "cpu", "cuda" or "cuda:N": weights, KV cache and kernels
     cuda_graphs: bool = True           # on CUDA: replay captured graphs for decode steps (ignored on CPU)
     schedule: str = "deadline"         # decode order: "deadline" (least slack first) or "fcfs"
+    text_part: str = ""                # a composite checkpoint's part whose text model is served ("": plain)
     # A test hook: every step takes this much longer per sequence in it (sleeps), so a
     # test can make a component slow without depending on the machine's speed.
     step_delay_ms_per_seq: float = 0.0
@@ -38,6 +39,8 @@ class EngineConfig:
         if not 0 <= self.step_delay_ms_per_seq <= 10_000:
             raise InvalidArgument(f"engine.step_delay_ms_per_seq must be in [0, 10000], got "
                                   f"{self.step_delay_ms_per_seq!r}")
+        if not isinstance(self.text_part, str):
+            raise InvalidArgument(f"engine.text_part must be a string, got {self.text_part!r}")
         if not isinstance(self.cuda_graphs, bool):
             raise InvalidArgument(f"engine.cuda_graphs must be a bool, got {self.cuda_graphs!r}")
         resolve_device(self.device)  # InvalidArgument naming engine.device (e.g. CUDA asked, none here)

@@ -47,7 +47,9 @@ class LLMEngine(EngineCore):
     def from_checkpoint(cls, config: EngineConfig) -> "LLMEngine":
         from engine.models.loader import load_model
 
-        return cls(load_model(config.checkpoint, dtype=config.dtype, device=resolve_device(config.device)), config)
+        model = load_model(config.checkpoint, dtype=config.dtype, device=resolve_device(config.device),
+                           text_part=config.text_part)
+        return cls(model, config)
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
                     prompt_embeds=None, media=None) -> Sequence:

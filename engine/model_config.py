@@ -164,25 +164,44 @@ def _moe_fields(cfg: dict) -> dict:
         shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size", 0) or 0))
 
 
-def text_config_of(cfg: dict, where: str = "config.json") -> tuple[str, dict, str, bool]:
-    """(family, text config dict, weight prefix, tie_word_embeddings) for a checkpoint's config."""
+def text_config_of(cfg: dict, where: str = "config.json", text_part: str = "") -> tuple[str, dict, str, bool]:
+    """(family, text config dict, weight prefix, tie_word_embeddings) for a checkpoint's config.
+
+    text_part: "" for a plain decoder checkpoint (its model_type is a family); else the
+    part of a composite checkpoint whose text model is served: its config is
+    `<part>_config.text_config`, its tensors are under `<part>.` (the model that owns
+    the checkpoint names the part through its hook)."""
     model_type = cfg.get("model_type")
-    if model_type in FAMILIES:
-        return model_type, cfg, "", bool(cfg.get("tie_word_embeddings", False))
-    if model_type == "qwen3_omni_moe":
-        thinker = cfg.get("thinker_config") or {}
-        text = thinker.get("text_config")
-        if not isinstance(text, dict):
-            raise InvalidArgument(f"{where}: qwen3_omni_moe checkpoint lacks thinker_config.text_config")
-        # transformers ties the thinker's lm_head by thinker_config's flag, not text_config's.
-        return "qwen3_moe", text, "thinker.", bool(thinker.get("tie_word_embeddings", False))
-    raise InvalidArgument(
-        f"{where}: model_type {model_type!r} is not supported (supported: {FAMILIES + ('qwen3_omni_moe',)})")
+    if not text_part:
+        if model_type in FAMILIES:
+            return model_type, cfg, "", bool(cfg.get("tie_word_embeddings", False))
+        raise InvalidArgument(f"{where}: model_type {model_type!r} is not supported (supported: {FAMILIES}; a "
+                              "composite checkpoint's text model is served with the part that holds it named)")
+    part = cfg.get(f"{text_part}_config")
+    text = part.get("text_config") if isinstance(part, dict) else None
+    if not isinstance(text, dict):
+        raise InvalidArgument(f"{where}: text part {text_part!r}: no {text_part}_config.text_config")
+    # A composite's lm_head is tied by its part's flag, not its text_config's.
+    return _nested_family(text, where), text, f"{text_part}.", bool(part.get("tie_word_embeddings", False))
 
 
-def model_config_from_hf(cfg: dict, dtype: str | None = None, where: str = "config.json") -> ModelConfig:
-    """A ModelConfig from a Hugging Face config.json dict; `dtype` overrides the checkpoint's."""
-    family, text, prefix, tie = text_config_of(cfg, where)
+def _nested_family(text: dict, where: str) -> str:
+    """The family a nested text config's model_type starts with (the longest that fits),
+    its sparse variant when the config has experts."""
+    model_type = str(text.get("model_type", ""))
+    fits = [f for f in FAMILIES if model_type.startswith(f)]
+    if not fits:
+        raise InvalidArgument(f"{where}: text_config.model_type {model_type!r} is of no supported family {FAMILIES}")
+    family = max(fits, key=len)
+    sparse = f"{family}_moe"
+    return sparse if sparse in FAMILIES and _moe_fields(text) else family
+
+
+def model_config_from_hf(cfg: dict, dtype: str | None = None, where: str = "config.json",
+                         text_part: str = "") -> ModelConfig:
+    """A ModelConfig from a Hugging Face config.json dict; `dtype` overrides the checkpoint's;
+    text_part: see text_config_of."""
+    family, text, prefix, tie = text_config_of(cfg, where, text_part)
     _reject_unsupported(text, where)
     theta, scaling = _rope(text, where)
     try:

@@ -1,8 +1,8 @@
 """Tiny random Hugging Face checkpoints for tests, written by transformers' own classes.
 
 `make_tiny(family, dir, **overrides)` builds Qwen3ForCausalLM / Qwen3MoeForCausalLM /
-LlamaForCausalLM (or a Qwen3OmniMoeForConditionalGeneration whose thinker text model is
-tiny) with a fixed seed in fp32 and saves it with `save_pretrained(safe_serialization=True)`.
+LlamaForCausalLM (or, given a callable instead of a family, the model it builds from the
+config fields: a composite checkpoint's builder, in its model's folder) with a fixed seed in fp32 and saves it with `save_pretrained(safe_serialization=True)`.
 Overrides are config fields (e.g. num_hidden_layers=3, tie_word_embeddings=True); `sharded`
 writes several shards plus model.safetensors.index.json; `with_tokenizer` adds a byte-level
 tokenizer whose 256 ids are the 256 bytes. No network access is needed.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-FAMILIES = ("qwen3", "qwen3_moe", "llama", "qwen3_omni_moe")
+FAMILIES = ("qwen3", "qwen3_moe", "llama")
 
 BASE = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, max_position_embeddings=512, rms_norm_eps=1e-6,
@@ -22,38 +22,21 @@ BASE = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_la
 MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True)
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
-OMNI_ROPE = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3], "interleaved": True,
-             "mrope_interleaved": True}
 SHARD_BYTES = 64 * 1024
 
 
-def _model(family: str, overrides: dict):
+def _model(family, overrides: dict):
     import transformers as tf
 
+    if callable(family):  # a composite model's builder: config fields -> model
+        return family(overrides)
     if family == "qwen3":
         return tf.Qwen3ForCausalLM(tf.Qwen3Config(**{**BASE, **overrides}))
     if family == "qwen3_moe":
         return tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(**{**BASE, **MOE, **overrides}))
     if family == "llama":
         return tf.LlamaForCausalLM(tf.LlamaConfig(**{**BASE, **overrides}))
-    if family == "qwen3_omni_moe":
-        return tf.Qwen3OmniMoeForConditionalGeneration(_omni_config(overrides))
     raise ValueError(f"make_tiny: family {family!r} is not one of {FAMILIES}")
-
-
-def _omni_config(overrides: dict):
-    import transformers as tf
-
-    tie = overrides.pop("tie_word_embeddings", False)
-    text = {**BASE, **MOE, "rope_parameters": OMNI_ROPE, **overrides}
-    text.pop("tie_word_embeddings")
-    audio = dict(d_model=32, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, output_dim=64,
-                 num_mel_bins=16, downsample_hidden_size=8)
-    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
-                  deepstack_visual_indexes=[0])
-    thinker = dict(text_config=text, audio_config=audio, vision_config=vision, tie_word_embeddings=tie,
-                   initializer_range=text["initializer_range"])
-    return tf.Qwen3OmniMoeConfig(thinker_config=thinker, enable_audio_output=False)
 
 
 # Qwen's ChatML as a chat template: each turn, then the assistant's turn opened.
@@ -91,9 +74,10 @@ def _byte_to_unicode() -> dict[int, str]:
     return chars
 
 
-def make_tiny(family: str, directory: str | Path, *, sharded: bool = False, with_tokenizer: bool = False,
+def make_tiny(family, directory: str | Path, *, sharded: bool = False, with_tokenizer: bool = False,
               seed: int = 0, **overrides) -> Path:
-    """Write a tiny random fp32 checkpoint of `family` to `directory`; returns the path."""
+    """Write a tiny random fp32 checkpoint of `family` (a FAMILIES name, or a callable
+    building the model from the config fields) to `directory`; returns the path."""
     directory = Path(directory)
     torch.manual_seed(seed)
     model = _model(family, dict(overrides)).to(torch.float32).eval()

@@ -2,9 +2,10 @@
 
 Layout: `config.json` plus `model.safetensors` or a sharded `model.safetensors.index.json`.
 Weights are read with safetensors (memory-mapped), never with pickle. Families by
-`model_type`: qwen3, qwen3_moe, llama, and qwen3_omni_moe, whose thinker's text model
-(config `thinker_config.text_config`, tensors `thinker.model.*`, `thinker.lm_head.*`) is
-loaded as a Qwen3-MoE.
+`model_type`: qwen3, qwen3_moe, llama; a composite checkpoint serves the text model of the
+part its owner names (`text_part`, e.g. Qwen3-Omni's thinker: config
+`thinker_config.text_config`, tensors `thinker.model.*`, `thinker.lm_head.*`, loaded as a
+Qwen3-MoE).
 
 Qwen3-Omni text rope: the thinker's rotary embedding
 (transformers Qwen3OmniMoeThinkerTextRotaryEmbedding) computes one angle table per
@@ -56,10 +57,12 @@ def _checkpoint_dir(checkpoint_dir: str | Path) -> Path:
     return path
 
 
-def read_model_config(checkpoint_dir: str | Path, dtype: str | None = None) -> ModelConfig:
-    """The ModelConfig of a checkpoint (eos ids merged from generation_config.json)."""
+def read_model_config(checkpoint_dir: str | Path, dtype: str | None = None, text_part: str = "") -> ModelConfig:
+    """The ModelConfig of a checkpoint (eos ids merged from generation_config.json);
+    text_part: the part of a composite checkpoint to serve (engine.model_config.text_config_of)."""
     path = _checkpoint_dir(checkpoint_dir)
-    config = model_config_from_hf(_read_json(path / "config.json"), dtype, where=str(path / "config.json"))
+    config = model_config_from_hf(_read_json(path / "config.json"), dtype, where=str(path / "config.json"),
+                                  text_part=text_part)
     generation = path / "generation_config.json"
     if generation.is_file():
         eos = _read_json(generation).get("eos_token_id")
@@ -147,15 +150,16 @@ def build_model(config: ModelConfig, device: str | torch.device = "cpu") -> Caus
 
 
 def load_model(checkpoint_dir: str | Path, dtype: str | None = None, device: str | torch.device = "cpu",
-               offload: OffloadConfig | None = None) -> CausalLM:
-    """Load a checkpoint; dtype "float32"/"bfloat16"/"float16" (default: the checkpoint's).
+               offload: OffloadConfig | None = None, text_part: str = "") -> CausalLM:
+    """Load a checkpoint; dtype "float32"/"bfloat16"/"float16" (default: the checkpoint's);
+    text_part: the part of a composite checkpoint to serve (engine.model_config.text_config_of).
 
     The returned model also carries `checkpoint_dir`, `tokenizer_path` (None when the
     checkpoint has no tokenizer files) and `offload_backend` (None unless offload is on:
     `offload`, else the process's default, see engine.offload.loading).
     """
     path = _checkpoint_dir(checkpoint_dir)
-    config = read_model_config(path, dtype)
+    config = read_model_config(path, dtype, text_part)
     files = weight_files(path)
     offload = effective_config(offload, "kv_cache")
     model = build_model(config, "cpu" if offload else device)

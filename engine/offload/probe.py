@@ -1,10 +1,13 @@
 """A weights probe process: loads a checkpoint with offload, runs one forward, and reports;
-the tests and bench.offload start two of them to measure page sharing. A thinker
-checkpoint runs through an LLMEngine (a one-token generate); a diffusers SD3 checkpoint
-(model_index.json) loads its DiT (engine.models.sd3.dit, as the dit service does) and runs
-one small denoising call.
+the tests and bench.offload start two of them to measure page sharing. By default the
+checkpoint is a thinker's, run through an LLMEngine (a one-token generate); `--loader
+module:callable` names a model's own probe loader instead, e.g. a diffusion model's DiT
+(engine/models/<model>/offload_probe.py). A loader takes the checkpoint directory and
+returns (what to keep alive, the offload backend or None, the weight files it mapped)
+after one forward that read every block; its module is imported before the memory
+baseline, so what it imports at module level is not counted as weights.
 
-    python -m engine.offload.probe CKPT --backing mmap [--cache-root DIR] [--go FILE]
+    python -m engine.offload.probe CKPT --backing mmap [--loader M:F] [--cache-root DIR] [--go FILE]
 
 Prints one JSON line {pid, host_kind, host_note, files, anon_before_kib, host_bytes} once the
 weights are loaded and touched, then waits until stdin closes (so a parent can read
@@ -14,18 +17,16 @@ before loading (start several probes together).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
 import sys
 import time
+from typing import Callable
 
 from engine.offload.backend import release_memory
 from engine.offload.memory import mapping_kib, process_pss_kib
-
-
-def _is_dit(checkpoint: str) -> bool:
-    return os.path.isfile(os.path.join(checkpoint, "model_index.json"))
 
 
 def _load_thinker(checkpoint: str):
@@ -33,29 +34,27 @@ def _load_thinker(checkpoint: str):
     from engine.llm_engine import EngineConfig, LLMEngine
     from engine.sampling_params import SamplingParams
 
+    if os.path.isfile(os.path.join(checkpoint, "model_index.json")):
+        raise ValueError(f"{checkpoint} is a diffusers pipeline, not a thinker checkpoint: pass its model's "
+                         "probe loader (--loader module:callable)")
     engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, num_blocks=16))
     engine.generate([[1, 2, 3, 4]], SamplingParams(max_new_tokens=1))  # every block's pages are read
     return engine, engine.model.offload_backend, []
 
 
-def _load_dit(checkpoint: str):
-    """(the loaded DiT, its offload backend or None, its safetensors files) after one
-    denoising call of batch 1 on an 8 x 8 latent (every block's pages are read).
-    diffusers' loader leaves every parameter a view of its file's mapping, so the files
-    are weight files with any backing (resident parameters keep the mapping alive)."""
-    from pathlib import Path
+def _loader(path: str) -> Callable[[str], tuple]:
+    """The probe loader `path` ("module:callable") names, its module imported now; the
+    thinker's one-token generate when empty."""
+    if not path:
+        import engine.models.loader  # noqa: F401  (imported before the PSS baseline)
+        import engine.llm_engine  # noqa: F401
+        import engine.sampling_params  # noqa: F401
 
-    import torch
-
-    from engine.models.sd3.dit import DenoiseInput, Sd3Dit
-
-    dit = Sd3Dit.load(checkpoint)
-    g = torch.Generator().manual_seed(0)
-    latent = torch.randn(1, dit.geometry.latent_channels, 8, 8, generator=g)
-    embeds, pooled = torch.randn(1, 8, dit.embed_dims[0], generator=g), torch.randn(1, dit.embed_dims[1], generator=g)
-    dit.denoise([DenoiseInput(latent, embeds, pooled, torch.tensor(500.0))])
-    files = sorted(str(f) for f in (Path(checkpoint) / "transformer").glob("*.safetensors"))
-    return dit, dit.transformer.offload_backend, files
+        return _load_thinker
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--loader {path!r} is not 'module:callable'")
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def _probe(args: argparse.Namespace) -> tuple[dict, object]:
@@ -63,14 +62,7 @@ def _probe(args: argparse.Namespace) -> tuple[dict, object]:
     import torch
 
     torch.set_num_threads(1)
-    dit = _is_dit(args.checkpoint)
-    if dit:
-        import engine.models.sd3.dit  # noqa: F401  (imported before the PSS baseline)
-        from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel  # noqa: F401  (lazy: ~100 MiB)
-    else:
-        import engine.models.loader  # noqa: F401
-        import engine.llm_engine  # noqa: F401
-        import engine.sampling_params  # noqa: F401
+    load = _loader(args.loader)
     from engine.offload.config import OffloadConfig
     from engine.offload.loading import set_process_config
 
@@ -80,7 +72,7 @@ def _probe(args: argparse.Namespace) -> tuple[dict, object]:
     anon_before = process_pss_kib(os.getpid(), "Pss_Anon")
     set_process_config(None if args.backing == "none" else OffloadConfig(
         enabled=True, host_backing=args.backing, host_cache_root=args.cache_root if args.backing == "cache" else ""))
-    holder, backend, weight_files = (_load_dit if dit else _load_thinker)(args.checkpoint)
+    holder, backend, weight_files = load(args.checkpoint)
     files = list(backend.transfer.source.host_plan.files) if backend and backend.host_kind != "tensors" else []
     files += [f for f in weight_files if f not in files]
     report = {"pid": os.getpid(), "host_kind": backend.host_kind if backend else "resident",
@@ -89,10 +81,12 @@ def _probe(args: argparse.Namespace) -> tuple[dict, object]:
     return report, holder
 
 
-def start_probes(checkpoint: str, backing: str, count: int = 2, cache_root: str = "",
-                 go: str = "") -> tuple[list[subprocess.Popen], list[dict]]:
-    """Starts `count` probes and returns them with their reports (they wait for stdin)."""
+def start_probes(checkpoint: str, backing: str, count: int = 2, cache_root: str = "", go: str = "",
+                 loader: str = "") -> tuple[list[subprocess.Popen], list[dict]]:
+    """Starts `count` probes and returns them with their reports (they wait for stdin).
+    loader: a model's probe loader, "module:callable" (default: a thinker checkpoint's)."""
     cmd = [sys.executable, "-m", "engine.offload.probe", checkpoint, "--backing", backing]
+    cmd += ["--loader", loader] if loader else []
     cmd += ["--cache-root", cache_root] if cache_root else []
     cmd += ["--go", go] if go else []
     procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(count)]
@@ -115,10 +109,11 @@ def stop_probes(procs: list[subprocess.Popen]) -> None:
         proc.wait(timeout=60)
 
 
-def two_process_pss(checkpoint: str, backing: str) -> dict:
+def two_process_pss(checkpoint: str, backing: str, loader: str = "") -> dict:
     """Weights PSS of two probes together (kB): their anonymous PSS growth from loading
-    plus the PSS of the weight file mappings (their PSS and RSS also reported alone)."""
-    procs, reports = start_probes(checkpoint, backing)
+    plus the PSS of the weight file mappings (their PSS and RSS also reported alone).
+    loader: as start_probes'."""
+    procs, reports = start_probes(checkpoint, backing, loader=loader)
     try:
         anon = sum(process_pss_kib(r["pid"], "Pss_Anon") - r["anon_before_kib"] for r in reports)
         out = {"mapping_pss_kib": sum(mapping_kib(r["pid"], r["files"]) for r in reports)}
@@ -135,6 +130,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint")
     parser.add_argument("--backing", choices=("none", "tensors", "mmap", "cache"), default="mmap")
+    parser.add_argument("--loader", default="", help="a model's probe loader, module:callable (default: thinker)")
     parser.add_argument("--cache-root", default="")
     parser.add_argument("--go", default="")
     report, holder = _probe(parser.parse_args())

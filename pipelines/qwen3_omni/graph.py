@@ -12,9 +12,9 @@ set, to cut time to first audio). C and L are per deployment.
 
 A request that wants text alone runs the `chat` walk: prefill and the decode loop, the
 same thinker work (so the same text ids), without the talker and code2wav. Requests with
-audio, an image or a video take the media walks (pipelines.qwen3_omni.media_walks) when
-the graph is built with them (`media`: the combinations its placement can encode):
-`speak_<kinds>`, or `chat_<kinds>` when they want text alone.
+media parts (audio, images, videos, any number, in any order) take the media walks
+(pipelines.qwen3_omni.media_walks) when the graph is built with them (`media`: its
+placement places the encoder): `speak_media`, or `chat_media` when they want text alone.
 """
 from __future__ import annotations
 
@@ -24,8 +24,7 @@ from graph.edge import GraphEdge as E
 from graph.edge import StreamingGraphEdge
 from graph.node import GraphNode
 from graph.walk import Walk, WalkGraph
-from core.errors import InvalidArgument
-from pipelines.qwen3_omni.media_walks import COMBOS, media_chat_walk, media_combo, media_nodes, media_walk
+from pipelines.qwen3_omni.media_walks import has_media, media_chat_walk, media_nodes, media_walk
 
 DECODE_LOOP = "decode_loop"   # runs inside the thinker
 TALKER_LOOP = "talker_loop"   # runs inside the talker
@@ -37,7 +36,7 @@ OUTPUT_KINDS = {"first_token": "text", "token": "text", "codes": "codes", "audio
 
 def speech_graph(chunk_size: int = 300, left_context: int = 25, first_chunk: int = 0,
                  max_text_tokens: int = 4096, max_frames: int = 4096, name: str = "qwen3_omni",
-                 media: tuple[tuple[str, ...], ...] = ()) -> WalkGraph:
+                 media: bool = False) -> WalkGraph:
     nodes = [
         GraphNode("prefill", ("input_ids",), ROWS, stateful=True),
         GraphNode("decode", ("token",), ROWS, stateful=True),
@@ -69,18 +68,12 @@ def speech_graph(chunk_size: int = 300, left_context: int = 25, first_chunk: int
     ])
     if not media:
         return WalkGraph(name, nodes, [walk, chat], first_walk=speech_walk)
-    walks = [walk, chat] + [media_walk(c, (DECODE_LOOP, TALKER_LOOP), (chunk_size, left_context, first_chunk),
-                                       max_text_tokens, max_frames) for c in media]
-    walks += [media_chat_walk(c, DECODE_LOOP, max_text_tokens) for c in media]
-    return WalkGraph(name, nodes + media_nodes(list(media)), walks, first_walk=speech_walk)
+    walks = [walk, chat, media_walk((DECODE_LOOP, TALKER_LOOP), (chunk_size, left_context, first_chunk),
+                                    max_text_tokens, max_frames), media_chat_walk(DECODE_LOOP, max_text_tokens)]
+    return WalkGraph(name, nodes + media_nodes(), walks, first_walk=speech_walk)
 
 
 def speech_walk(inputs: dict, wanted: frozenset[str] = frozenset()) -> str:
-    """`chat` (text alone wanted) or `speak`, with `_<kinds>` for a request carrying media;
-    InvalidArgument for media no walk takes together (a video with an image)."""
-    combo = media_combo(inputs)
-    if combo and combo not in COMBOS:
-        raise InvalidArgument(f"messages: {' and '.join(combo)} in one request are not taken together (send a "
-                              f"video without an image)")
+    """`chat` (text alone wanted) or `speak`, `_media` for a request carrying media parts."""
     base = "chat" if wanted == {"text"} else "speak"
-    return "_".join((base, *combo))
+    return f"{base}_media" if has_media(inputs) else base

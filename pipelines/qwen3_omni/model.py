@@ -14,7 +14,7 @@ from core.pace import NodePace
 from engine.models.qwen3_omni import FRAME_SAMPLES, SAMPLE_RATE
 from graph.walk import WalkGraph
 from pipelines.qwen3_omni.graph import INNER_LOOPS, OUTPUT_KINDS, speech_graph
-from pipelines.qwen3_omni.media_walks import TALKER_MEDIA, media_combinations, prefill_node
+from pipelines.qwen3_omni.media_walks import MEDIA_ENCODER, PREFILL_MEDIA, TALKER_MEDIA
 from pipelines.qwen3_omni.params import SpeechParams
 
 # A voice client's text deltas wait for its next audio chunk, up to this many: captions
@@ -25,7 +25,7 @@ HELD_TEXT = 8
 def speech_placement(thinker: list[str], talker: list[str], codec: list[str] | None = None,
                      encoder: list[str] | None = None) -> Placement:
     """codec None: code2wav runs in the talker's processes (co-located); encoder: replicas
-    of a service hosting both towers (audio_encoder, vision_encoder, video_encoder), None: no media walks."""
+    of the encoder service (node media_encoder), None: no media walks."""
     services = {"thinker": {"replicas": thinker}, "talker": {"replicas": talker}}
     where = {"prefill": "thinker", "decode": "thinker", "talker": "talker", "code2wav": "talker"}
     if codec is not None:
@@ -33,29 +33,27 @@ def speech_placement(thinker: list[str], talker: list[str], codec: list[str] | N
         where["code2wav"] = "codec"
     if encoder is not None:
         services["encoder"] = {"replicas": encoder}
-        where.update(audio_encoder="encoder", vision_encoder="encoder", video_encoder="encoder")
+        where[MEDIA_ENCODER] = "encoder"
     return Placement.from_dict({"services": services, "placement": where,
                                 "kv_contexts": {"thinker": ["prefill", "decode"]}})
 
 
 def speech_model(name: str, placement: Placement, chunk_size: int = 300, left_context: int = 25,
                  first_chunk: int = 0) -> ServedModel:
-    """With `audio_encoder`, `vision_encoder` and/or `video_encoder` placed, requests carrying media take the
-    media walks; their prefill nodes run where `prefill` does, talker_media where `talker` does."""
-    combos = media_combinations(set(placement.node_to_service))
-    graph = speech_graph(chunk_size, left_context, first_chunk, name=name, media=tuple(combos))
-    return served_speech_model(name, graph, with_media_nodes(placement, combos) if combos else placement,
+    """With `media_encoder` placed, requests carrying media parts take the media walks;
+    prefill_media runs where `prefill` does, talker_media where `talker` does."""
+    media = MEDIA_ENCODER in placement.node_to_service
+    graph = speech_graph(chunk_size, left_context, first_chunk, name=name, media=media)
+    return served_speech_model(name, graph, with_media_nodes(placement) if media else placement,
                                lead_frames=chunk_size)
 
 
-def with_media_nodes(placement: Placement, combos: list[tuple[str, ...]]) -> Placement:
+def with_media_nodes(placement: Placement) -> Placement:
     """`placement` with the media walks' thinker and talker nodes beside prefill and talker."""
     where = dict(placement.node_to_service)
-    prefills = [prefill_node(c) for c in combos]
-    for node in prefills:
-        where.setdefault(node, where.get("prefill", ""))
+    where.setdefault(PREFILL_MEDIA, where.get("prefill", ""))
     where.setdefault(TALKER_MEDIA, where.get("talker", ""))
-    groups = {g: tuple(nodes) + tuple(p for p in prefills if "prefill" in nodes and p not in nodes)
+    groups = {g: tuple(nodes) + ((PREFILL_MEDIA,) if "prefill" in nodes and PREFILL_MEDIA not in nodes else ())
               for g, nodes in placement.kv_contexts.items()}
     return dataclasses.replace(placement, node_to_service=where, kv_contexts=groups)
 
@@ -79,7 +77,7 @@ def speech_pacing(graph: WalkGraph, lead_frames: int) -> dict[str, NodePace]:
     frame_s = FRAME_SAMPLES / SAMPLE_RATE  # 0.08 s: 12.5 frames per second
     ahead, now = NodePace(frame_s, lead_frames), NodePace(frame_s)
     return {n.name: now if n.name == "code2wav" else ahead for n in graph.nodes
-            if n.name in ("prefill", "decode", "talker", "code2wav", TALKER_MEDIA) or n.name.startswith("prefill_")}
+            if n.name in ("prefill", "decode", "talker", "code2wav", PREFILL_MEDIA, TALKER_MEDIA)}
 
 
 def speakers(checkpoint_dir: str) -> tuple[str, ...]:

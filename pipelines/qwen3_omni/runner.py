@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from engine.llm_engine import EngineConfig, LLMEngine
+from engine.models.qwen3_omni import THINKER_PART
 from engine.sampling_params import SamplingParams
 from engine.models.qwen3_omni.talker_engine import TalkerEngine
 from engine.models.qwen3_omni.talker_request import set_videos
@@ -52,7 +53,7 @@ class SpeechRunner:
         spec = read_talker_spec(checkpoint)
         thinker = LLMEngine.from_checkpoint(EngineConfig(
             checkpoint=checkpoint, num_blocks=num_blocks, block_size=block_size,
-            capture_layer=spec.accept_hidden_layer, return_embeddings=True))
+            capture_layer=spec.accept_hidden_layer, return_embeddings=True, text_part=THINKER_PART))
         talker = TalkerEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, num_blocks=num_blocks,
                                                            block_size=block_size))
         return cls(thinker, talker, Code2Wav.from_checkpoint(checkpoint))

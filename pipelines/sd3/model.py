@@ -170,3 +170,9 @@ def sd3_model(name: str, placement, fused: bool = False, max_steps: int | None =
         raise GraphError(f"models.{name}.options.fused: the fused denoising loop cannot run on a dlo_group "
                          f"({sorted(placement.lockstep_groups)}), whose replicas step in lockstep")
     return image_model(name, graph, placement, fused)
+
+
+def in_process_graph(name: str) -> tuple[WalkGraph, set[str]]:
+    """(graph, inner loops) when every node runs in one process (`starmesh imagine
+    --checkpoint`): the denoising loop fused into the DiT."""
+    return text_to_image_graph(name, fused=True), {DENOISE_LOOP}

@@ -1,1 +1,2 @@
-"""The codec service: Qwen3-Omni's code2wav (codec codes -> waveform) on the stateless engine."""
+"""The codec service: codec codes -> waveform on the stateless engine, for whichever models' codecs
+a checkpoint holds (their codec hooks)."""

@@ -1,1 +1,2 @@
-"""SD3 image generation: text encoders, the DiT denoiser and the VAE as stateless components."""
+"""The shared DiT component: a guided denoising loop (its nodes, the loop run inside the
+replica, lockstep groups) for any model whose dit hook recognises its checkpoint."""

@@ -1,14 +1,15 @@
-"""The CFG denoising loop run inside one DiT replica (a loop whose nodes all sit on one
+"""The guided denoising loop run inside one DiT replica (a loop whose nodes all sit on one
 replica runs there): node `denoise_loop`, opened once per request, one iteration per engine step.
 
-    denoise_loop   latent, embeds, pooled, negative_embeds, negative_pooled
+    denoise_loop   latent, each branch's conditioning (<loop_prefix><name>, services.dit.hook)
                    -> step [k + 1, steps] every iteration; latent [1, C, h, w] and done [1]
                       at the last one; NodeDone after params.steps iterations
 
-Each iteration queues the request's two branches as ordinary denoising work items, so
-they batch with each other and with every other request's branches (of this node or
-of the conductor-driven denoise_cond / denoise_uncond); once both are back the guided
-Euler update runs here, without a conductor round trip per step.
+Each iteration queues the request's branches (the model's: two for CFG, three for a model
+guiding on text and image apart) as ordinary denoising work items, so they batch with
+each other and with every other request's branches (of this node or of the
+conductor-driven denoise_<branch> nodes); once all are back the model's guided update
+runs here, without a conductor round trip per step.
 """
 from __future__ import annotations
 
@@ -17,15 +18,10 @@ from typing import Any, Callable
 
 import torch
 
-from engine.models.sd3.dit import DenoiseInput
 from engine.stateless_engine import StatelessEngine, WorkItem, WorkResult
-from engine.models.sd3.params import ImageParams
-from engine.models.sd3.schedule import Schedule
 from runtime.grpc_status import failure
 from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent
 from core.errors import ResourceExhausted
-
-BRANCHES = ("cond", "uncond")
 
 
 @dataclass(frozen=True)
@@ -41,21 +37,23 @@ class BranchTag:
 class LoopRun:
     item: OpenNode
     latent: torch.Tensor                  # [1, C, h, w], the state carried between iterations
-    conditioning: dict[str, tuple]        # branch -> (embeds [1, S, D], pooled [1, P])
-    params: ImageParams
-    schedule: Schedule
-    key: tuple                            # the denoising batch key of its branches
+    conditioning: dict[str, dict]         # branch -> conditioning name -> tensor ([1, S, D], [1, P], ...)
+    params: Any                           # the model's parsed params
     num_steps: int
     k: int = 0
-    noise: dict[str, torch.Tensor] = field(default_factory=dict)  # branch -> velocity of step k
+    noise: dict[str, torch.Tensor] = field(default_factory=dict)  # branch -> prediction of step k
 
 
 class DenoiseLoops:
-    """Open loop runs of one DiT component; `update(latent, cond, uncond, params, k,
-    schedule)` is the component's combine (guidance + Euler)."""
+    """Open loop runs of one DiT component. `work(branch, latent, conditioning, params, k)
+    -> (key, payload)` makes a branch's work item; `update(latent, noise, params, k)` is
+    the component's combine (the model's guided step, plus step and done)."""
 
-    def __init__(self, engine: StatelessEngine, update: Callable[..., dict[str, Any]]) -> None:
+    def __init__(self, engine: StatelessEngine, branches: tuple[str, ...], work: Callable[..., tuple],
+                 update: Callable[..., dict[str, Any]]) -> None:
         self.engine = engine
+        self.branches = branches
+        self.work = work
         self.update = update
         self.runs: dict[tuple[str, tuple[int, ...]], LoopRun] = {}
 
@@ -64,13 +62,12 @@ class DenoiseLoops:
         self.runs[(run.item.request_id, run.item.iteration)] = run
 
     def _queue(self, run: LoopRun) -> None:
-        if self.engine.num_queued + len(BRANCHES) > self.engine.config.max_queued:
+        if self.engine.num_queued + len(self.branches) > self.engine.config.max_queued:
             raise ResourceExhausted(f"node {run.item.node}: the dit queue is full ({self.engine.num_queued} items)")
-        t = run.schedule.timesteps[run.k]
-        for branch in BRANCHES:
-            embeds, pooled = run.conditioning[branch]
+        for branch in self.branches:
+            key, payload = self.work(branch, run.latent, run.conditioning[branch], run.params, run.k)
             tag = BranchTag((run.item.request_id, run.item.iteration), branch, run.k)
-            self.engine.add(WorkItem(run.item.request_id, run.key, DenoiseInput(run.latent, embeds, pooled, t), tag))
+            self.engine.add(WorkItem(run.item.request_id, key, payload, tag))
 
     def cancel(self, request_id: str) -> None:
         self.runs = {key: run for key, run in self.runs.items() if key[0] != request_id}
@@ -86,13 +83,13 @@ class DenoiseLoops:
             status, message = failure(result.error, f"node {item.node} step {run.k}")
             return [NodeError(item.request_id, item.node, status, message, item.iteration)]
         run.noise[tag.branch] = result.output["noise"]
-        if len(run.noise) < len(BRANCHES):
+        if len(run.noise) < len(self.branches):
             return []
         return self._advance(run)
 
     def _advance(self, run: LoopRun) -> list[OutboundEvent]:
         item, k = run.item, run.k
-        out = self.update(run.latent, run.noise["cond"], run.noise["uncond"], run.params, k, run.schedule)
+        out = self.update(run.latent, run.noise, run.params, k)
         run.latent, run.noise, run.k = out["latent"], {}, k + 1
         is_last = run.k >= run.num_steps
         tensors = {"step": out["step"]}

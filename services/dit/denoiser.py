@@ -1,17 +1,17 @@
-"""The DiT denoiser service: SD3's transformer (engine.models.sd3.dit) on a
-StatelessEngine, hosting the nodes of the denoising loop.
+"""The DiT denoiser service: a model's transformer (loaded through its dit hook,
+services/dit/hook.py) on a StatelessEngine, hosting the nodes of the guided denoising loop.
 
-    init_latent      params (seed, size)              -> latent [1, C, h, w] (seeded Gaussian)
-    denoise_cond     latent, embeds, pooled (+ step)  -> noise [1, C, h, w] (velocity)
-    denoise_uncond   the same node kind, other branch -> noise
-    combine          latent, cond, uncond (+ step)    -> latent (guided Euler step), step [2], done [1]
-    denoise_loop     the whole CFG loop inside this replica (services.dit.denoise_loop)
+    init_latent        params (seed, size)                  -> latent [1, C, h, w] (seeded)
+    denoise_<branch>   latent, conditioning (+ step)        -> noise [1, C, h, w] (the prediction);
+                       one node per guidance branch of the model (SD3: denoise_cond, denoise_uncond)
+    combine            latent, one input per branch (+ step) -> latent (the model's guided
+                       scheduler step), step [2], done [1]
+    denoise_loop       the whole loop inside this replica (services.dit.denoise_loop)
 
-The step index k is the run's iteration tag (the conductor drives the loop); the
-timestep and sigmas come from the request's (steps, size) schedule. Denoising runs of
-any requests and either branch batch together when their shapes match (one
-transformer call of batch B, per-sample timesteps): one replica running both branches
-of a request is a batch of 2; CFG-parallel places the branches on two replicas.
+The step index k is the run's iteration tag (the conductor drives the loop). Denoising
+runs of any requests and any branch batch together when the model gives them one key
+(one transformer call of batch B): one replica running a request's branches is a batch
+of that many; placing branch nodes on several replicas spreads them (CFG-parallel).
 """
 from __future__ import annotations
 
@@ -21,16 +21,12 @@ from typing import Any, Hashable
 import torch
 
 from engine.stateless_engine import StatelessConfig, WorkResult
-from engine.models.sd3.checkpoint import DTYPES
-from engine.models.sd3.dit import DenoiseInput, Sd3Dit
 from services.dit.denoise_loop import BranchTag, DenoiseLoops, LoopRun
-from engine.models.sd3.guidance import euler_step, guide
-from engine.models.sd3.params import ImageParams
+from services.dit.hook import DTYPES, Branch, Denoiser, DitHook, check_denoiser
+from services.model_hooks import first_hook
 from runtime.stateless_component import StatelessComponent
 from runtime.items import OpenNode, OutboundEvent
 from core.errors import InvalidArgument
-
-DENOISE_NODES = ("denoise_cond", "denoise_uncond")
 
 
 @dataclass(frozen=True)
@@ -57,94 +53,95 @@ def tensor_input(inputs: dict, name: str, node: str, dims: int) -> torch.Tensor:
     return t
 
 
+def find_dit_hook(hooks: tuple[str, ...], checkpoint: str) -> DitHook:
+    return first_hook(hooks, checkpoint, DitHook, "dit", "a diffusion transformer checkpoint of a registered model")
+
+
 class DitComponent(StatelessComponent):
     name = "dit"
-    nodes = ("init_latent", *DENOISE_NODES, "combine", "denoise_loop")
 
-    def __init__(self, model: Sd3Dit, config: StatelessConfig = StatelessConfig()) -> None:
+    def __init__(self, model: Denoiser, config: StatelessConfig = StatelessConfig()) -> None:
         super().__init__(config)
+        check_denoiser(model, type(model).__name__)
         self.model = model
-        # what open() checks requests against (immutable, read from the checkpoint)
-        self.schedule, self.geometry, self.embed_dims = model.schedule, model.geometry, model.embed_dims
-        self.loops = DenoiseLoops(self.engine, self._combine)
+        self.branch_of = {b.node: b for b in model.branches}  # denoise_<branch> -> Branch
+        self.nodes = self.nodes_of(model.branches)
+        self.loops = DenoiseLoops(self.engine, tuple(b.name for b in model.branches), self._work, self._combine)
+
+    @staticmethod
+    def nodes_of(branches: tuple[Branch, ...]) -> tuple[str, ...]:
+        """The nodes a DiT component of a model with these branches runs."""
+        return ("init_latent", *(b.node for b in branches), "combine", "denoise_loop")
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str, dtype: str = "float32", device: str = "cpu",
-                        max_batch_size: int = 8, offload=None, dlo_group=None) -> "DitComponent":
-        """offload: an engine.offload.OffloadConfig (default: the process's, `serve --offload`);
-        the transformer's blocks then stream through two slots (layerwise offload).
-        dlo_group: an engine.offload.group.DloGroupConfig (default: the process's, `serve
-        --dlo-group`); the replica then steps in lockstep with its group (group_member.py)."""
+                        max_batch_size: int = 8, offload=None, dlo_group=None,
+                        hooks: tuple[str, ...] = ()) -> "DitComponent":
+        """hooks: the registered models' dit hooks (cluster.registry passes them); the first
+        that recognises the checkpoint loads it. offload: an engine.offload.OffloadConfig
+        (default: the process's, `serve --offload`); the transformer's blocks then stream
+        through two slots (layerwise offload). dlo_group: an engine.offload.group.DloGroupConfig
+        (default: the process's, `serve --dlo-group`); the replica then steps in lockstep
+        with its group (group_member.py)."""
         from engine.offload.group import process_group_config
 
         config = DitConfig(checkpoint, dtype, device, max_batch_size)
+        hook = find_dit_hook(hooks, checkpoint)
         group_config = dlo_group if dlo_group is not None else process_group_config()
         if group_config is not None:
             from services.dit.group_member import GroupMemberDit
 
-            return GroupMemberDit.join(config, offload, group_config)
-        model = Sd3Dit.load(config.checkpoint, config.dtype, config.device, offload)
+            return GroupMemberDit.join(config, hook, offload, group_config)
+        model = hook.load(config.checkpoint, config.dtype, config.device, offload, None)
         return cls(model, StatelessConfig(max_batch_size=config.max_batch_size))
 
     # ---- open: validate, key, payload -------------------------------------------------
 
     def prepare(self, item: OpenNode, inputs: dict[str, Any]) -> tuple[Hashable, Any]:
-        params = self._params(item)
+        params = self.model.parse_params(item.params)
         if item.node == "init_latent":
             return ("init_latent",), params
         k = self._step_index(item, params)
         latent = self._latent(inputs, params, item.node)
-        schedule = self.schedule.get(params.steps, latent.shape[-2:])
         if item.node == "combine":
-            cond, uncond = (tensor_input(inputs, n, item.node, 4) for n in ("cond", "uncond"))
-            if cond.shape != latent.shape or uncond.shape != latent.shape:
-                raise InvalidArgument(f"open.inputs: combine needs cond and uncond shaped like the latent "
-                                      f"{list(latent.shape)}, got {list(cond.shape)} and {list(uncond.shape)}")
-            return ("combine",), (latent, cond, uncond, params, k, schedule)
-        embeds, pooled = self._conditioning(inputs, "embeds", "pooled", item.node)
-        return self._denoise_key(latent, embeds), DenoiseInput(latent, embeds, pooled, schedule.timesteps[k])
+            noise = {b.name: tensor_input(inputs, b.name, item.node, latent.dim()) for b in self.model.branches}
+            bad = {name: list(t.shape) for name, t in noise.items() if t.shape != latent.shape}
+            if bad:
+                raise InvalidArgument(f"open.inputs: combine needs {sorted(noise)} shaped like the latent "
+                                      f"{list(latent.shape)}, got {bad}")
+            return ("combine",), (latent, noise, params, k)
+        conditioning = self._conditioning(inputs, item.node)
+        return self._work(self.branch_of[item.node].name, latent, conditioning, params, k)
+
+    def _work(self, branch: str, latent: torch.Tensor, conditioning: dict, params: Any, k: int) -> tuple:
+        """A branch's (key, payload); the model's key is wrapped so it never meets this component's own."""
+        key, payload = self.model.denoise_work(branch, latent, conditioning, params, k)
+        return ("denoise", key), payload
 
     def open(self, item: OpenNode, inputs: dict[str, Any]) -> None:
         if item.node != "denoise_loop":
             return super().open(item, inputs)
-        params = self._params(item)
+        params = self.model.parse_params(item.params)
         bound = item.max_iters or params.steps
         if params.steps > bound:
             raise InvalidArgument(f"params.steps ({params.steps}) is past the denoising loop's bound ({bound})")
         latent = self._latent(inputs, params, item.node)
-        cond = self._conditioning(inputs, "embeds", "pooled", item.node)
-        uncond = self._conditioning(inputs, "negative_embeds", "negative_pooled", item.node)
-        if cond[0].shape != uncond[0].shape:
-            raise InvalidArgument(f"open.inputs: embeds {list(cond[0].shape)} and negative_embeds "
-                                  f"{list(uncond[0].shape)} differ in shape")
-        schedule = self.schedule.get(params.steps, latent.shape[-2:])
-        self.loops.open(LoopRun(item, latent, {"cond": cond, "uncond": uncond}, params, schedule,
-                                self._denoise_key(latent, cond[0]), params.steps))
+        conditioning = {b.name: self._conditioning(inputs, item.node, b.loop_prefix) for b in self.model.branches}
+        self.loops.open(LoopRun(item, latent, conditioning, params, params.steps))
 
-    def _params(self, item: OpenNode) -> ImageParams:
-        params = ImageParams.from_params(item.params)
-        params.check_size(self.geometry.size_multiple, self.geometry.max_side)
-        return params
-
-    def _latent(self, inputs: dict[str, Any], params: ImageParams, node: str) -> torch.Tensor:
-        latent = tensor_input(inputs, "latent", node, 4)
-        expected = params.latent_shape(self.geometry.latent_channels, self.geometry.vae_scale_factor)
+    def _latent(self, inputs: dict[str, Any], params: Any, node: str) -> torch.Tensor:
+        expected = tuple(self.model.latent_shape(params))
+        latent = tensor_input(inputs, "latent", node, len(expected))
         if tuple(latent.shape) != expected:
-            raise InvalidArgument(f"open.inputs[latent]: expected {list(expected)} for params.width x params.height "
-                                  f"{params.width}x{params.height}, got {list(latent.shape)}")
+            raise InvalidArgument(f"open.inputs[latent]: expected {list(expected)} for the request's params "
+                                  f"(size, latent channels), got {list(latent.shape)}")
         return latent
 
-    def _conditioning(self, inputs: dict[str, Any], embeds_name: str, pooled_name: str, node: str) -> tuple:
-        embeds = tensor_input(inputs, embeds_name, node, 3)  # [1, S, D]
-        pooled = tensor_input(inputs, pooled_name, node, 2)  # [1, P]
-        if (embeds.shape[-1], pooled.shape[-1]) != self.embed_dims:
-            raise InvalidArgument(f"open.inputs: {embeds_name} [1, S, D] and {pooled_name} [1, P] need (D, P) = "
-                                  f"{self.embed_dims}, got {list(embeds.shape)} and {list(pooled.shape)}")
-        return embeds, pooled
-
-    @staticmethod
-    def _denoise_key(latent: torch.Tensor, embeds: torch.Tensor) -> tuple:
-        return ("denoise", tuple(latent.shape), tuple(embeds.shape))
+    def _conditioning(self, inputs: dict[str, Any], node: str, prefix: str = "") -> dict[str, torch.Tensor]:
+        """One branch's conditioning by name, read from inputs <prefix><name>."""
+        conditioning = {c.name: tensor_input(inputs, prefix + c.name, node, c.dims) for c in self.model.conditioning}
+        self.model.check_conditioning(conditioning, node, prefix)
+        return conditioning
 
     def cancel(self, request_id: str) -> None:
         super().cancel(request_id)
@@ -155,7 +152,7 @@ class DitComponent(StatelessComponent):
             return self.loops.on_result(result.item.tag, result)
         return super().events_for(result)
 
-    def _step_index(self, item: OpenNode, params: ImageParams) -> int:
+    def _step_index(self, item: OpenNode, params: Any) -> int:
         if not item.iteration:
             raise InvalidArgument(f"open.iteration: node {item.node} runs inside the denoising loop (no step index)")
         k = item.iteration[-1]
@@ -167,20 +164,12 @@ class DitComponent(StatelessComponent):
 
     def run(self, key: Hashable, payloads: list[Any]) -> list[dict[str, Any]]:
         if key[0] == "init_latent":
-            return [self._init_latent(p) for p in payloads]
+            return [{"latent": self.model.initial_latent(p)} for p in payloads]  # [1, C, h, w]
         if key[0] == "combine":
             return [self._combine(*p) for p in payloads]
-        return self._denoise(payloads)
+        return [{"noise": prediction} for prediction in self.model.denoise(payloads)]  # [1, C, h, w] each
 
-    def _init_latent(self, params: ImageParams) -> dict[str, torch.Tensor]:
-        shape = params.latent_shape(self.geometry.latent_channels, self.geometry.vae_scale_factor)
-        return {"latent": self.model.initial_latent(shape, params.seed)}  # [1, C, h, w]
-
-    def _denoise(self, payloads: list[DenoiseInput]) -> list[dict[str, torch.Tensor]]:
-        return [{"noise": velocity} for velocity in self.model.denoise(payloads)]  # [1, C, h, w] each
-
-    def _combine(self, latent, cond, uncond, params: ImageParams, k: int, schedule) -> dict[str, torch.Tensor]:
-        noise = guide(cond, uncond, params.guidance, params.renorm)  # [1, C, h, w]
-        latent = euler_step(latent, noise, schedule.sigmas[k], schedule.sigmas[k + 1])
+    def _combine(self, latent: torch.Tensor, noise: dict[str, torch.Tensor], params: Any, k: int) -> dict:
+        latent = self.model.combine(latent, noise, params, k)  # [1, C, h, w]
         return {"latent": latent, "step": torch.tensor([k + 1, params.steps]),
                 "done": torch.tensor([int(k + 1 == params.steps)])}

@@ -18,17 +18,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from engine.models.sd3.dit import Sd3Dit
 from engine.offload.group import DloGroup, DloGroupConfig
 from engine.slack_policy import SlackPolicy
 from engine.stateless_engine import StatelessConfig, WorkItem, WorkResult
-from services.dit.denoiser import DENOISE_NODES, DitComponent, DitConfig
+from services.dit.denoiser import DitComponent, DitConfig
+from services.dit.hook import Denoiser, DitHook
 from services.dit.lockstep import Lockstep, Unit
 from runtime.items import LOCKSTEP_PAD, NodeDone, NodeError, OpenNode, OutboundEvent
 from core.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
-LOCKSTEP_NODES = (*DENOISE_NODES, LOCKSTEP_PAD)
 
 
 def _allgather_config(offload, config: DloGroupConfig):
@@ -42,21 +41,23 @@ def _allgather_config(offload, config: DloGroupConfig):
 
 
 class GroupMemberDit(DitComponent):
-    nodes = (*DitComponent.nodes, LOCKSTEP_PAD)
-
-    def __init__(self, model: Sd3Dit, config: StatelessConfig, group: DloGroup) -> None:
+    def __init__(self, model: Denoiser, config: StatelessConfig, group: DloGroup) -> None:
         super().__init__(model, config)
         self.group = group
+        # the runs that are transformer forwards (one per branch node) and the conductor's padding
+        self.lockstep_nodes = (*self.branch_of, LOCKSTEP_PAD)
+        self.nodes = (*self.nodes, LOCKSTEP_PAD)
         self.lockstep = Lockstep(group, config.max_batch_size, self._run_batch, model.pad_forward)
 
     @classmethod
-    def join(cls, config: DitConfig, offload, group_config: DloGroupConfig) -> "GroupMemberDit":
-        """Joins the group (the rendezvous waits for every rank), loads the transformer and
-        enables AllGather offload over the group (the ranks first agree on the plan)."""
+    def join(cls, config: DitConfig, hook: DitHook, offload, group_config: DloGroupConfig) -> "GroupMemberDit":
+        """Joins the group (the rendezvous waits for every rank), loads the transformer
+        through the model's hook and enables AllGather offload over the group (the ranks
+        first agree on the plan)."""
         offload = _allgather_config(offload, group_config)
         group = DloGroup.open(group_config, config.device)
         try:
-            model = Sd3Dit.load(config.checkpoint, config.dtype, config.device, offload, group=group.transfer)
+            model = hook.load(config.checkpoint, config.dtype, config.device, offload, group.transfer)
         except BaseException:
             group.close()
             raise
@@ -70,7 +71,7 @@ class GroupMemberDit(DitComponent):
             raise InvalidArgument(f"open.node denoise_loop: this replica is in {self.lockstep.where} and steps in "
                                   "lockstep with its peers; the fused loop has no counterpart there (use the "
                                   "conductor-driven loop, fused=False)")
-        if item.node not in LOCKSTEP_NODES:
+        if item.node not in self.lockstep_nodes:
             return super().open(item, inputs)
         self.lockstep.check_usable()
         unit = Unit(item)
@@ -82,7 +83,7 @@ class GroupMemberDit(DitComponent):
     def refused(self, item: OpenNode) -> None:
         """The service refused the run before open (draining, a bad reference): its peers'
         units are counted, so it still takes its place, dead."""
-        if item.node in LOCKSTEP_NODES and self.lockstep.broken is None:
+        if item.node in self.lockstep_nodes and self.lockstep.broken is None:
             self.lockstep.add(Unit(item, is_cancelled=True), is_pad=item.node == LOCKSTEP_PAD)
 
     def cancel(self, request_id: str) -> None:
@@ -116,7 +117,7 @@ class GroupMemberDit(DitComponent):
         return super().ready() and self.lockstep.broken is None
 
     def load(self) -> dict:
-        backend = getattr(self.model.transformer, "offload_backend", None)
+        backend = self.model.offload_backend
         kind = backend.transfer.kind if backend is not None else ""
         return {**super().load(), **self.lockstep.load(), "dlo_rank": self.group.config.rank,
                 "dlo_world": self.group.config.world_size, "dlo_allgather": int(kind == "allgather")}
@@ -129,7 +130,7 @@ class GroupMemberDit(DitComponent):
             log.error("%s: a lockstep round is still running; the process groups are left to process exit",
                       self.lockstep.where)
             return
-        backend = getattr(self.model.transformer, "offload_backend", None)
+        backend = self.model.offload_backend
         if backend is not None:
             backend.disable()  # before the process group goes: it synchronizes the pending gather
         self.group.close()

@@ -4,7 +4,7 @@ With AllGather offload every transformer forward gathers each block from every r
 the group, so every forward on one member must be matched by exactly one forward on
 every other member, whatever each rank's arrivals and batching. The conductor sends
 every rank of the group one *unit* per lockstep dispatch: a denoising branch
-(denoise_cond / denoise_uncond) or, for a rank the step has no branch for, a padding
+(a denoise_<branch> node) or, for a rank the step has no branch for, a padding
 unit (node LOCKSTEP_PAD); so all ranks receive the same number of units. A rank with
 units queued runs a round:
 

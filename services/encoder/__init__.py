@@ -1,1 +1,2 @@
-"""The encoder service: Qwen3-Omni's audio and vision towers (raw media -> thinker rows) on the stateless engine."""
+"""The shared media encoder service: a request's media parts (raw files, prompt order) -> every part's rows,
+with the towers a model's encoder hook gives, on the stateless engine."""

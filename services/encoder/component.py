@@ -1,119 +1,124 @@
-"""Qwen3-Omni's audio and vision towers as stateless, batched components, each servable
-alone and shareable by every model whose checkpoint holds the same tower.
+"""The shared media encoder: one stateless, batched component over the towers a model's
+encoder hook gives (services/encoder/towers.py), servable alone and shareable by every
+model whose checkpoint holds the same towers.
 
-Node `audio_encoder`: {"audio": uint8 [n] (a WAV file's bytes)} -> {"embeds": float32
-[tokens, hidden]}. Node `vision_encoder`: {"image": uint8 [n] (PNG/JPEG bytes)} ->
-{"embeds": float32 [tokens, hidden], "deepstack": float32 [layers, tokens, hidden],
-"grid": int64 [3] (t, h, w in patches)}. Node `video_encoder` (the same tower): {"video":
-uint8 [n] (an animated GIF's bytes)} -> the same three plus "seconds": float32 [1] (seconds
-per temporal patch: the video's rope time step). open() decodes the medium and extracts its
-features with the checkpoint's own processor configuration, so bad media fails there as
-INVALID_ARGUMENT naming the field; each step runs every queued clip (or image) of every
-request in one forward: the towers keep each one's rows its solo rows (images and videos
-batch together: attention stays inside one frame of one item).
+Node `media_encoder`: {"media": uint8 [n], "media_parts": int64 [k, 2]} (a request's
+media parts in prompt order, services/encoder/media_list.py) -> {"rows", "deepstack",
+"parts", "seconds"} (every part's rows, in the same order). open() decodes each part and
+extracts its features, so bad media fails there as INVALID_ARGUMENT naming the part
+(`open.inputs[image][1]`); each part is then one work item of its tower, so each step
+runs every queued part of one tower (of every request) in one forward, and a request's
+outputs leave once all of its parts are done. A failing part fails its request alone.
 """
 from __future__ import annotations
 
-from typing import Any
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
-import torch
-
-from core.errors import InvalidArgument
-from engine.stateless_engine import StatelessConfig
-from runtime.items import OpenNode
+from core.errors import InvalidArgument, ResourceExhausted
+from engine.stateless_engine import StatelessConfig, WorkItem, WorkResult
+from runtime.grpc_status import failure
+from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent
 from runtime.stateless_component import StatelessComponent
+from services.encoder.media_list import EncodedPart, pack_encoded, unpack_media
+from services.encoder.towers import EncoderHook, Tower, kinds_of
 
-AUDIO_NODE, VISION_NODE, VIDEO_NODE = "audio_encoder", "vision_encoder", "video_encoder"
-
-
-def _media_bytes(inputs: dict[str, Any], port: str, node: str) -> bytes:
-    data = inputs.get(port)
-    if data is None:
-        raise InvalidArgument(f"open.inputs: {node} needs {port!r} (got {sorted(inputs)})")
-    if data.dtype != torch.uint8 or data.dim() != 1:
-        raise InvalidArgument(f"open.inputs[{port}]: expected uint8 [n] (the encoded file), got "
-                              f"{data.dtype} {tuple(data.shape)}")
-    return data.numpy().tobytes()
+MEDIA_NODE = "media_encoder"
 
 
-class AudioEncoderComponent(StatelessComponent):
-    name = "audio_encoder"
-    nodes = (AUDIO_NODE,)
+@dataclass
+class _Pending:
+    """One open run: its parts' kinds and results (None until its tower ran)."""
 
-    def __init__(self, model, features, config: StatelessConfig = StatelessConfig()) -> None:
+    item: OpenNode
+    kinds: list[str]
+    results: list[EncodedPart | None] = field(default_factory=list)
+
+
+class MediaEncoderComponent(StatelessComponent):
+    name = "encoder"
+    nodes = (MEDIA_NODE,)
+
+    def __init__(self, towers: Mapping[str, Tower], config: StatelessConfig = StatelessConfig()) -> None:
         super().__init__(config)
-        self.model, self.features = model, features
+        self.towers = dict(towers)
+        self.by_kind = kinds_of(self.towers)
+        self.pending: dict[tuple[str, tuple[int, ...]], _Pending] = {}
 
-    @classmethod
-    def from_checkpoint(cls, checkpoint: str, dtype: str = "float32", device: str = "cpu", max_batch_size: int = 8,
-                        max_queued: int = 1024) -> "AudioEncoderComponent":
-        from engine.models.qwen3_omni.encoder_loader import load_audio_encoder
-        from engine.models.qwen3_omni.media_features import MediaFeatures
+    def open(self, item: OpenNode, inputs: dict[str, Any]) -> None:
+        if item.node not in self.nodes:
+            raise InvalidArgument(f"open.node {item.node!r}: the {self.name} component runs {list(self.nodes)}")
+        works = []
+        for part in unpack_media(inputs):
+            tower = self.by_kind.get(part.kind)
+            if tower is None:
+                raise InvalidArgument(f"{part.field}: this encoder service has no tower for {part.kind} "
+                                      f"(it encodes {sorted(self.by_kind)})")
+            works.append((tower, part.kind, self.towers[tower].prepare(part.kind, part.data, part.field)))
+        if self.engine.num_queued + len(works) > self.engine.config.max_queued:
+            raise ResourceExhausted(f"open: the {self.name} queue is full ({self.engine.num_queued} items)")
+        key = (item.request_id, item.iteration)
+        self.pending[key] = _Pending(item, [k for _, k, _ in works], [None] * len(works))
+        for i, (tower, _, payload) in enumerate(works):
+            self.engine.add(WorkItem(item.request_id, tower, payload, tag=(key, i), pace=item.pace))
 
-        return cls(load_audio_encoder(checkpoint, dtype, device), MediaFeatures.from_checkpoint(checkpoint),
-                   StatelessConfig(max_batch_size=max_batch_size, max_queued=max_queued))
+    def run(self, key: str, payloads: list[Any]) -> list[EncodedPart]:
+        return self.towers[key].run(payloads)
 
-    def prepare(self, item: OpenNode, inputs: dict[str, Any]) -> tuple[str, torch.Tensor]:
-        data = _media_bytes(inputs, "audio", AUDIO_NODE)
-        return "audio", self.features.audio(data, "open.inputs[audio]")  # [mel, frames]
+    def events_for(self, result: WorkResult) -> list[OutboundEvent]:
+        key, index = result.item.tag
+        run = self.pending.get(key)
+        if run is None:
+            return []  # its request failed or was cancelled meanwhile
+        item = run.item
+        if not result.ok:
+            self._drop(key)
+            status, message = failure(result.error, f"node {item.node}")
+            return [NodeError(item.request_id, item.node, status, message, item.iteration)]
+        run.results[index] = result.output
+        if any(r is None for r in run.results):
+            return []
+        del self.pending[key]
+        tensors = pack_encoded(run.kinds, run.results)
+        return [NodeOutput(item.request_id, item.node, tensors, item.iteration),
+                NodeDone(item.request_id, item.node, iteration=item.iteration)]
 
-    def run(self, key: str, payloads: list[torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        rows = self.model(payloads)
-        return [{"embeds": r.to(device="cpu", dtype=torch.float32, copy=True)} for r in rows]
+    def _drop(self, key: tuple[str, tuple[int, ...]]) -> None:
+        """Forgets a run and its parts still queued (its request has failed)."""
+        self.pending.pop(key, None)
+        self.engine.queue = deque(w for w in self.engine.queue if w.tag[0] != key)
 
+    def cancel(self, request_id: str) -> None:
+        super().cancel(request_id)
+        for key in [k for k in self.pending if k[0] == request_id]:
+            del self.pending[key]
 
-class VisionEncoderComponent(StatelessComponent):
-    name = "vision_encoder"
-    nodes = (VISION_NODE, VIDEO_NODE)
+    def load(self) -> dict:
+        return {"queued": self.engine.num_queued, "runs": len(self.pending)}
 
-    def __init__(self, model, features, config: StatelessConfig = StatelessConfig()) -> None:
-        super().__init__(config)
-        self.model, self.features = model, features
-
-    @classmethod
-    def from_checkpoint(cls, checkpoint: str, dtype: str = "float32", device: str = "cpu", max_batch_size: int = 8,
-                        max_queued: int = 1024) -> "VisionEncoderComponent":
-        from engine.models.qwen3_omni.encoder_loader import load_vision_encoder
-        from engine.models.qwen3_omni.media_features import MediaFeatures
-
-        return cls(load_vision_encoder(checkpoint, dtype, device), MediaFeatures.from_checkpoint(checkpoint),
-                   StatelessConfig(max_batch_size=max_batch_size, max_queued=max_queued))
-
-    def prepare(self, item: OpenNode, inputs: dict[str, Any]) -> tuple[str, tuple]:
-        """-> ("vision", (pixels [N, patch_dim], grid, seconds per temporal patch or None))."""
-        if item.node == VIDEO_NODE:
-            data = _media_bytes(inputs, "video", VIDEO_NODE)
-            return "vision", self.features.video(data, "open.inputs[video]")
-        data = _media_bytes(inputs, "image", VISION_NODE)
-        return "vision", (*self.features.image(data, "open.inputs[image]"), None)
-
-    def run(self, key: str, payloads: list[tuple]) -> list[dict[str, torch.Tensor]]:
-        grids = [grid for _, grid, _ in payloads]
-        out = self.model(torch.cat([pixels for pixels, _, _ in payloads]), grids)
-        results = []
-        for embeds, deepstack, (_, grid, seconds) in zip(out.embeds, out.deepstack, payloads):
-            stacked = torch.stack(deepstack) if deepstack else embeds.new_zeros((0, *embeds.shape))
-            result = {"embeds": embeds.to(device="cpu", dtype=torch.float32, copy=True),
-                      "deepstack": stacked.to(device="cpu", dtype=torch.float32, copy=True),
-                      "grid": torch.tensor(grid, dtype=torch.int64)}
-            if seconds is not None:
-                result["seconds"] = torch.tensor([seconds], dtype=torch.float32)
-            results.append(result)
-        return results
+    def close(self) -> None:
+        super().close()
+        self.pending.clear()
 
 
-def encoders_from_checkpoint(checkpoint: str, towers: str = "audio,vision", dtype: str = "float32",
-                             device: str = "cpu", max_batch_size: int = 8, max_queued: int = 1024):
-    """`starmesh serve encoder --checkpoint DIR`: both towers in one process (nodes
-    audio_encoder and vision_encoder), or one of them (`towers="audio"` / `"vision"`)."""
-    names = [t.strip() for t in towers.split(",") if t.strip()]
-    kinds = {"audio": AudioEncoderComponent, "vision": VisionEncoderComponent}
-    bad = [t for t in names if t not in kinds]
-    if bad or not names:
-        raise InvalidArgument(f"towers {towers!r}: name audio and/or vision")
-    parts = [kinds[t].from_checkpoint(checkpoint, dtype, device, max_batch_size, max_queued) for t in names]
-    if len(parts) == 1:
-        return parts[0]
-    from runtime.colocated import Colocated
+def encoder_hook(checkpoint: str, hooks: tuple[str, ...]) -> EncoderHook:
+    """The first registered model's EncoderHook for `checkpoint`; InvalidArgument when none has one."""
+    from services.model_hooks import first_hook
 
-    return Colocated(parts, name="encoder")
+    return first_hook(hooks, checkpoint, EncoderHook, "encoder", "media towers")
+
+
+def encoders_from_checkpoint(checkpoint: str, towers: str = "", dtype: str = "float32", device: str = "cpu",
+                             max_batch_size: int = 8, max_queued: int = 1024,
+                             hooks: tuple[str, ...] = ()) -> MediaEncoderComponent:
+    """`starmesh serve encoder --checkpoint DIR`: the towers the checkpoint's model hook
+    gives (all of them, or those `towers` names, e.g. "audio" or "audio,vision") in one
+    component serving node media_encoder."""
+    hook = encoder_hook(checkpoint, hooks)
+    names = [t.strip() for t in towers.split(",") if t.strip()] or list(hook.towers)
+    bad = [t for t in names if t not in hook.towers]
+    if bad:
+        raise InvalidArgument(f"towers {towers!r}: name {' and/or '.join(hook.towers)}")
+    loaded = {name: hook.towers[name](dtype, device) for name in dict.fromkeys(names)}
+    return MediaEncoderComponent(loaded, StatelessConfig(max_batch_size=max_batch_size, max_queued=max_queued))

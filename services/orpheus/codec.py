@@ -88,3 +88,30 @@ class SnacComponent(StatelessComponent):
         seeds = None if payloads[0].noise_seed is None else [w.noise_seed for w in payloads]
         audio = self.model.decode(snac_levels(windows), seeds)  # [B, 8192]
         return [{"audio": a[EMIT_START:EMIT_END].to(device="cpu", dtype=torch.float32, copy=True)} for a in audio]
+
+
+SNAC_SUBDIR = "snac"  # where an Orpheus checkpoint keeps its SNAC decoder
+
+
+def snac_dir(checkpoint: str) -> str | None:
+    """The SNAC directory of `checkpoint`: itself, or its snac/ subdirectory; None if neither."""
+    from pathlib import Path
+
+    from engine.models.snac.config import is_snac_dir
+
+    for candidate in (Path(checkpoint), Path(checkpoint) / SNAC_SUBDIR):
+        if is_snac_dir(candidate):
+            return str(candidate)
+    return None
+
+
+def codec_hook(checkpoint: str, device: str = "cpu", max_batch_size: int = 8, max_queued: int = 1024,
+               schedule: str = "deadline", **_other_codecs_options) -> SnacComponent | None:
+    """The codec service's hook (services/codec/factory.py): SNAC when the checkpoint is a
+    SNAC directory or holds one under snac/, else None. SNAC's windows are small and all
+    one size, so it batches and queues more than the service's defaults."""
+    directory = snac_dir(checkpoint)
+    if directory is None:
+        return None
+    return SnacComponent.from_checkpoint(directory, device=device, max_batch_size=max(16, max_batch_size),
+                                         max_queued=max(4096, max_queued), schedule=schedule)

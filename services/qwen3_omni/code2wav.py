@@ -43,7 +43,7 @@ class Window:
     num_context: int
 
 
-class CodecComponent(StatelessComponent):
+class Code2WavComponent(StatelessComponent):
     """Node `code2wav`: {"codes": int [T, Q]} -> {"audio": float32 [S]}; batch key T."""
 
     name = "codec"
@@ -57,7 +57,7 @@ class CodecComponent(StatelessComponent):
     @classmethod
     def from_checkpoint(cls, checkpoint: str, dtype: str | None = None, device: str = "cpu",
                         max_batch_size: int = 8, max_queued: int = 1024, schedule: str = "deadline",
-                        max_batch_frames: int | None = None) -> "CodecComponent":
+                        max_batch_frames: int | None = None) -> "Code2WavComponent":
         """The code2wav of a Qwen3-Omni checkpoint; dtype defaults to the checkpoint's;
         max_batch_frames: None is MAX_BATCH_FRAMES."""
         from engine.models.qwen3_omni.code2wav import Code2Wav
@@ -101,3 +101,22 @@ class CodecComponent(StatelessComponent):
         codes = torch.stack([w.codes for w in payloads]).to(self.device)  # [B, T, Q]
         wavs = self.model.decode_windows(codes, [w.num_context for w in payloads])
         return [{"audio": w.to(device="cpu", dtype=torch.float32, copy=True)} for w in wavs]
+
+
+def codec_hook(checkpoint: str, dtype: str | None = None, device: str = "cpu", max_batch_size: int = 8,
+               max_queued: int = 1024, schedule: str = "deadline", max_batch_frames: int | None = None,
+               **_other_codecs_options) -> Code2WavComponent | None:
+    """The codec service's hook (services/codec/factory.py): code2wav when the checkpoint's
+    config.json has a code2wav_config, else None."""
+    import json
+    from pathlib import Path
+
+    try:
+        cfg = json.loads((Path(checkpoint) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict) or "code2wav_config" not in cfg:
+        return None
+    return Code2WavComponent.from_checkpoint(checkpoint, dtype=dtype, device=device, max_batch_size=max_batch_size,
+                                             max_queued=max_queued, schedule=schedule,
+                                             max_batch_frames=max_batch_frames)

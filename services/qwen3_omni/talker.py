@@ -8,7 +8,7 @@ open(inputs):  prompt_ids [P] (the chat prompt the thinker saw), prompt_embeds
                far, usually its prompt's; params: TalkerParams (speaker, max_frames,
                min_frames, seed, talker_temperature, ...; the thinker reads the unprefixed
                sampling params of the same request).
-               Without a `stream` (pipelines.qwen3_omni.stage_graph), open also takes the
+               Without a `stream` (the stage-pipeline baseline, bench/stage_graph.py), open also takes the
                thinker's decode rows as `embeds` (and `hidden`) and the thinker is done.
 push(stream port, e.g. "embeds"): further rows, one per thinker decode step (and "hidden");
                end_of_stream = the thinker is done. The talker goes on until its codec EOS.
@@ -86,7 +86,7 @@ class TalkerComponent:
             set_videos(self.engine.requests[item.request_id], _grids(inputs.get("video_grids"), "video_grids"),
                        _seconds(inputs.get("video_seconds")))
             self._rows(item.request_id, inputs.get("prompt_embeds"), inputs.get("prompt_hidden"))
-            if item.stream is None:  # whole-output handoff (stage_graph): every row is here, the thinker is done
+            if item.stream is None:  # whole-output handoff (the stage baseline): every row is here, the thinker is done
                 if inputs.get("embeds") is not None:
                     self._rows(item.request_id, inputs["embeds"], inputs.get("hidden"))
                 if item.request_id in self.engine.requests:

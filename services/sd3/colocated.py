@@ -19,10 +19,12 @@ def sd3_components(checkpoint: str, dtype: str = "float32", device: str = "cpu",
     text-to-image graph), in graph order: text encoders, DiT, VAE; also what an
     in-process executor runs (`starmesh imagine --checkpoint`)."""
     from services.dit.denoiser import DitComponent
+    from services.sd3 import dit_hook, vae_hook
     from services.sd3.text import TextEncoderComponent
-    from services.dit.vae import VaeComponent
+    from services.vae.component import VaeComponent
 
-    kinds = {"text_encoder": TextEncoderComponent.nodes_of(), "dit": DitComponent.nodes, "vae": VaeComponent.nodes}
+    kinds = {"text_encoder": TextEncoderComponent.nodes_of(), "dit": DitComponent.nodes_of(dit_hook.BRANCHES),
+             "vae": VaeComponent.nodes}
     wanted = set(nodes) if nodes else {n for group in kinds.values() for n in group}
     unknown = wanted - {n for group in kinds.values() for n in group}
     if unknown:
@@ -32,7 +34,8 @@ def sd3_components(checkpoint: str, dtype: str = "float32", device: str = "cpu",
         components.append(TextEncoderComponent.from_checkpoint(checkpoint, dtype, device,
                                                                max_batch_size=max_batch_size))
     if wanted & set(kinds["dit"]):
-        components.append(DitComponent.from_checkpoint(checkpoint, dtype, device, max_batch_size))
+        components.append(DitComponent.from_checkpoint(checkpoint, dtype, device, max_batch_size,
+                                                       hooks=(dit_hook.HOOK,)))
     if wanted & set(kinds["vae"]):
-        components.append(VaeComponent.from_checkpoint(checkpoint, dtype, device))
+        components.append(VaeComponent.from_checkpoint(checkpoint, dtype, device, hooks=(vae_hook.HOOK,)))
     return components

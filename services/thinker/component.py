@@ -1,10 +1,10 @@
 """The thinker as a component: `prefill` (prompt -> first token) and `decode` (a loop
 run inside the service: one token per engine step until a stop rule).
 
-The media prefills (MEDIA_PREFILLS: a Qwen3-Omni checkpoint's) also take the encoders'
-rows (services/thinker/media_inputs.py) and add to their outputs the widened prompt ids
-[P'] and the image and video grids the talker needs (image_grids, video_grids,
-video_seconds).
+`prefill_media` is prefill for a prompt with media: what its other inputs (the encoded
+media parts) become, and what it sends besides the token rows, is the model's, through
+its thinker hook (services/thinker/hooks.py); a checkpoint whose hook gives no media
+prompt refuses it.
 
 Between prefill and decode the request keeps its KV context and is parked (not
 polled) until decode opens. Every open request advances in the same engine step
@@ -22,40 +22,9 @@ from engine.llm_engine import EngineConfig, LLMEngine
 from engine.sampling_params import TextParams
 from runtime.items import NodeDone, NodeOutput, OpenNode
 from core.errors import InvalidArgument
-from services.thinker.media_inputs import media_prompt, talker_grids
+from services.thinker.hooks import ThinkerHook, thinker_hook
 
-# one per combination of pipelines.qwen3_omni.media_walks.COMBOS
-MEDIA_PREFILLS = ("prefill_audio", "prefill_image", "prefill_video", "prefill_audio_image", "prefill_audio_video")
-
-
-def _config(checkpoint: str) -> dict:
-    """The checkpoint's config.json ({} when unreadable: the loader reports a bad checkpoint)."""
-    import json
-    from pathlib import Path
-
-    try:
-        return json.loads((Path(checkpoint) / "config.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _media_tokens(checkpoint: str):
-    """The checkpoint's MediaTokens when its thinker has audio and vision towers, else None."""
-    from engine.models.qwen3_omni.media_prompt import media_tokens_from_hf
-
-    cfg = _config(checkpoint)
-    thinker = cfg.get("thinker_config") or {}
-    return media_tokens_from_hf(cfg) if "audio_token_id" in thinker and "image_token_id" in thinker else None
-
-
-def talker_feed_options(checkpoint: str) -> dict:
-    """A Qwen3-Omni checkpoint with a talker: return what the talker consumes (the input
-    embeddings, and the accept layer's hidden states) with every token."""
-    cfg = _config(checkpoint)
-    talker = cfg.get("talker_config") if cfg.get("enable_audio_output", True) else None
-    if not isinstance(talker, dict):
-        return {}
-    return {"return_embeddings": True, "capture_layer": int(talker.get("accept_hidden_layer", 0))}
+MEDIA_PREFILL = "prefill_media"
 
 
 @dataclass
@@ -67,36 +36,41 @@ class ThinkerRun:
     num_decoded: int = 0
     is_finished: bool = False     # the sequence stopped (at prefill or later)
     parts: dict = field(default_factory=lambda: {"hidden": [], "embeds": []})  # rows since the last token
-    prompt: dict = field(default_factory=dict)  # media prefills: prompt_ids and talker_grids, with the first token
+    prompt: dict = field(default_factory=dict)  # a media prefill's extra outputs (the hook's), with the first token
 
 
 class ThinkerComponent:
     name = "thinker"
-    nodes = ("prefill", *MEDIA_PREFILLS, "decode")
+    nodes = ("prefill", MEDIA_PREFILL, "decode")
 
-    def __init__(self, engine: LLMEngine, eos_token_ids: tuple[int, ...] = (), media_tokens=None) -> None:
+    def __init__(self, engine: LLMEngine, eos_token_ids: tuple[int, ...] = (),
+                 hook: ThinkerHook | None = None) -> None:
         self.engine = engine
         self.eos_token_ids = eos_token_ids
-        self.media_tokens = media_tokens  # MediaTokens of a checkpoint with audio/vision towers, else None
+        self.hook = hook  # the checkpoint's model's specifics; None: a plain text model
         self.runs: dict[str, ThinkerRun] = {}
         self._events: list = []
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str, device: str = "cpu", **engine_options) -> "ThinkerComponent":
-        """engine_options: EngineConfig fields; device "cpu", "cuda" or "cuda:N" (an
-        InvalidArgument naming engine.device where that device is not available)."""
-        engine_options = {**talker_feed_options(checkpoint), **engine_options}
+    def from_checkpoint(cls, checkpoint: str, device: str = "cpu", hooks: tuple[str, ...] = (),
+                        **engine_options) -> "ThinkerComponent":
+        """engine_options: EngineConfig fields (over the hook's); device "cpu", "cuda" or
+        "cuda:N" (an InvalidArgument naming engine.device where that device is not
+        available); hooks: the registered models' thinker hooks ("module:callable"), the
+        first that answers for the checkpoint is used."""
+        hook = thinker_hook(checkpoint, tuple(hooks))
+        engine_options = {**(hook.engine_options if hook else {}), **engine_options}
         engine = LLMEngine.from_checkpoint(EngineConfig(checkpoint=checkpoint, device=device, **engine_options))
         # eos: config + generation_config, as the loader read them
-        return cls(engine, engine.model.config.eos_token_ids, _media_tokens(checkpoint))
+        return cls(engine, engine.model.config.eos_token_ids, hook)
 
     def open(self, item: OpenNode, inputs) -> None:
-        if item.node == "prefill" or item.node in MEDIA_PREFILLS:
+        if item.node in ("prefill", MEDIA_PREFILL):
             self._open_prefill(item, inputs)
         elif item.node == "decode":
             self._open_decode(item)
         else:
-            raise InvalidArgument(f"open.node {item.node!r}: the thinker runs prefill and decode")
+            raise InvalidArgument(f"open.node {item.node!r}: the thinker runs {list(self.nodes)}")
 
     def _open_prefill(self, item: OpenNode, inputs) -> None:
         if "input_ids" not in inputs:
@@ -104,11 +78,12 @@ class ThinkerComponent:
         prompt = inputs["input_ids"].reshape(-1).tolist()
         params = TextParams.from_params(item.params).sampling(self.eos_token_ids, item.stop_rule.stop_token_ids)
         run, media = ThinkerRun(item), None
-        if item.node != "prefill":
-            if self.media_tokens is None:
-                raise InvalidArgument(f"open.node {item.node!r}: this checkpoint has no audio/vision towers")
-            prompt, media = media_prompt(prompt, inputs, self.media_tokens)
-            run.prompt = {"prompt_ids": torch.tensor(prompt, dtype=torch.int64), **talker_grids(media)}
+        if item.node == MEDIA_PREFILL:
+            if self.hook is None or self.hook.media_prompt is None:
+                raise InvalidArgument(f"open.node {item.node!r}: this checkpoint takes no media (no registered "
+                                      "model's thinker hook gives it a media prompt)")
+            built = self.hook.media_prompt(prompt, inputs)
+            prompt, media, run.prompt = list(built.prompt_ids), built.media, dict(built.outputs)
         if item.pace is not None:
             self.engine.set_pace(item.request_id, item.pace)
         self.engine.add_request(item.request_id, prompt, params, media=media)

@@ -30,7 +30,8 @@ def test_every_shipped_deployment_renders_valid_deterministic_manifests(path):
     assert {("ConfigMap", "starmesh-deployment"), ("Deployment", "conductor"), ("Service", "conductor")} <= kinds
     config = yaml.safe_load(docs[0]["data"]["deployment.yaml"])
     in_cluster = deployment_from_dict(config)  # what the conductor reads there loads
-    assert in_cluster.conductor == "0.0.0.0:50050"
+    port = deployment_from_dict(yaml.safe_load(path.read_text())).conductor.rsplit(":", 1)[1]
+    assert in_cluster.conductor == f"0.0.0.0:{port}"  # every interface, the file's own port
     for name, spec in in_cluster.services.items():
         k8s = name.replace("_", "-")
         workload = next(d for d in docs if d["metadata"]["name"] == k8s and d["kind"] in ("Deployment", "StatefulSet"))

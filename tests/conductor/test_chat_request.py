@@ -122,7 +122,7 @@ def _media_req(*parts, model="omni-media"):
 
 @pytest.fixture(scope="module")
 def media_models(models):
-    nodes = SPEECH_NODES + ["audio_encoder", "vision_encoder"]
+    nodes = SPEECH_NODES + ["media_encoder"]
     omni = build_model("qwen3-omni", "omni-media", _placement(nodes, kv_contexts={"s": ["prefill", "decode"]}), {})
     return {**models, "omni-media": omni}
 
@@ -134,16 +134,40 @@ def test_media_parts_become_placeholders_and_inputs(media_models, tokenizer):
                      pb.ContentPart(image=pb.MediaPart(data=PNG)), pb.ContentPart(text="hi"))
     parsed = _parse(media_models, tokenizer, req)
     assert parsed.inputs["input_ids"][0].tolist() == media_chat_prompt("hi", (1,), (1,))
-    assert bytes(parsed.inputs["audio"][0].numpy()) == WAV and bytes(parsed.inputs["image"][0].numpy()) == PNG
-    assert media_models["omni-media"].graph.start(parsed.inputs) == "speak_audio_image"
+    assert bytes(parsed.inputs["media"][0].numpy()) == WAV + PNG
+    assert parsed.inputs["media_parts"][0].tolist() == [[0, len(WAV)], [1, len(PNG)]]  # (kind, bytes), in order
+    assert media_models["omni-media"].graph.start(parsed.inputs) == "speak_media"
+
+
+def test_media_parts_of_any_kinds_and_order_make_one_list(media_models, tokenizer):
+    """An image, text, a clip, a second image and a video: one placeholder per part, in
+    order, and one list of parts whose kind codes the encoder service reads."""
+    from conductor.media_parts import MEDIA_KINDS
+    from engine.models.qwen3_omni.tiny import TOKENS
+    from services.encoder.media_list import MEDIA_KINDS as ENCODER_KINDS, unpack_media
+
+    assert MEDIA_KINDS == ENCODER_KINDS
+    gif = b"GIF89a" + b"\x00" * 8
+    req = _media_req(pb.ContentPart(image=pb.MediaPart(data=PNG)), pb.ContentPart(text="hi"),
+                     pb.ContentPart(audio=pb.MediaPart(data=WAV)), pb.ContentPart(image=pb.MediaPart(data=PNG)),
+                     pb.ContentPart(video=pb.MediaPart(data=gif)))
+    parsed = _parse(media_models, tokenizer, req)
+    pads = {TOKENS["<|image_pad|>"]: "image", TOKENS["<|audio_pad|>"]: "audio", TOKENS["<|video_pad|>"]: "video"}
+    assert [pads[t] for t in parsed.inputs["input_ids"][0].tolist() if t in pads] == ["image", "audio", "image",
+                                                                                      "video"]
+    parts = unpack_media({name: value[0] for name, value in parsed.inputs.items()})
+    assert [(p.kind, p.data, p.field) for p in parts] == [
+        ("image", PNG, "open.inputs[image][0]"), ("audio", WAV, "open.inputs[audio]"),
+        ("image", PNG, "open.inputs[image][1]"), ("video", gif, "open.inputs[video]")]
+    assert media_models["omni-media"].graph.start(parsed.inputs, frozenset({"text"})) == "chat_media"
 
 
 @pytest.mark.parametrize("parts, model, field", [
     ([pb.ContentPart(audio=pb.MediaPart(data=WAV, mime_type="image/png"))], "omni-media",
      "messages[0].content[0].audio.mime_type"),
     ([pb.ContentPart(image=pb.MediaPart(data=WAV))], "omni-media", "messages[0].content[0].image: unsupported"),
-    ([pb.ContentPart(audio=pb.MediaPart(data=WAV)), pb.ContentPart(audio=pb.MediaPart(data=WAV))], "omni-media",
-     "messages[0].content[1]: one audio part per request"),
+    ([pb.ContentPart(audio=pb.MediaPart(data=WAV))] * 17, "omni-media",
+     "messages[0].content[16]: over the limit of 16 media parts per request"),
     ([pb.ContentPart(audio=pb.MediaPart(data=WAV))], "omni", "messages[0].content[0]: model 'omni' takes no audio"),
 ])
 def test_bad_media_parts_name_the_part(media_models, tokenizer, parts, model, field):

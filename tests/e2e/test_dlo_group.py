@@ -14,9 +14,8 @@ import torch
 from conductor.executor_setup import inprocess_executor
 from pipelines.sd3.model import text_to_image_graph
 from protos.starmesh.v1 import conductor_pb2_grpc
-from services.dit.denoiser import DitComponent
+from cluster.registry import build_component
 from services.sd3.text import TextEncoderComponent
-from services.dit.vae import VaeComponent
 from tests.e2e.dlo_mesh import DloMesh
 from tests.e2e.image_mesh import collect, request
 from tests.fixtures import tiny_sd3
@@ -44,8 +43,8 @@ def resident():
     ckpt = tiny_sd3.checkpoint()
     with tiny_sd3.one_thread():
         comps = [TextEncoderComponent.from_checkpoint(ckpt, max_batch_size=1),
-                 DitComponent.from_checkpoint(ckpt, max_batch_size=1),
-                 VaeComponent.from_checkpoint(ckpt, max_batch_size=1)]
+                 build_component("dit", checkpoint=ckpt, max_batch_size=1),
+                 build_component("vae", checkpoint=ckpt, max_batch_size=1)]
 
     async def one(ex, steps, w, h, seed):
         params = {**tiny_sd3.BASE, "steps": steps, "width": w, "height": h, "seed": seed}

@@ -1,9 +1,10 @@
 """Qwen3-Omni hearing and seeing through real services (thinker, talker, codec and one
 encoder service, as child processes): a clip, an image, both, a video (an animated GIF)
 and a clip with a video, sent as content parts, give transformers' generate(return_audio=True)
-text ids, codec codes and waveform (fp32); asked for text alone, the same text ids with no
-talker or code2wav node opened; two models share the one encoder service; bad media is
-INVALID_ARGUMENT naming the part."""
+text ids, codec codes and waveform (fp32); so do parts in any order and number (an image,
+text, a clip and a second image; an image with a video), through the same two media walks;
+asked for text alone, the same text ids with no talker or code2wav node opened; two
+models share the one encoder service; bad media is INVALID_ARGUMENT naming the part."""
 from __future__ import annotations
 
 import asyncio
@@ -16,16 +17,21 @@ import numpy as np
 import pytest
 import torch
 
-from client.speech import speak
+from client.events import AudioChunk, RawTensor, TextDelta
+from client.generate_call import GenerateCall, Media as MediaPart, Message
+from client.session import ConductorSession
+from client.speech import SpeechSummary, speak
 from conductor.service import ConductorService
 from engine.models.qwen3_omni.tiny import media_chat_prompt
 from pipelines.qwen3_omni.model import speech_model, speech_placement
 from runtime.background import BackgroundServer
 from runtime.process import ServiceProcess
+from services.qwen3_omni.thinker_hook import thinker_hook
 from tests.e2e.speech_mesh import run, stop_procs
 from tests.engine.test_prompt_media import Media
 from tests.fixtures import registry
 from tests.fixtures.services import describe
+from tests.pipelines.omni_parts import encode_parts, reference_kwargs, template_ids
 from tests.pipelines.omni_reference import OmniReference
 from tests.pipelines.test_omni_video import gif_bytes
 
@@ -58,6 +64,10 @@ CASES = {"audio": (wav_bytes(2.0), None, None, ""), "image": (None, png_bytes(56
          "both": (wav_bytes(1.0), png_bytes(28, 28), None, "And this?"),
          "video": (None, None, gif_bytes(12), "What happens?"), "audio_video": (wav_bytes(1.0), None, gif_bytes(6), "")}
 TALKING = ("talker_media", "code2wav")
+# case -> one user turn's parts, in prompt order: text, or (kind, file bytes)
+MIXED = {"image_text_audio_image": [("image", png_bytes(56, 42)), "Compare this ", ("audio", wav_bytes(1.0)),
+                                    ("image", png_bytes(28, 28))],
+         "image_video": [("image", png_bytes(28, 28)), ("video", gif_bytes(6)), "What changed?"]}
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +111,10 @@ def expected(tiny_omni):
             kwargs.update(pixel_values_videos=pixels, video_grid_thw=torch.tensor([grid]),
                           video_second_per_grid=torch.tensor([seconds]))
         out[case] = ref.generate(media_chat_prompt(text, audio_n, image_n, video_n), 16, 40, **kwargs)
+    hook = thinker_hook(str(tiny_omni))
+    for case, content in MIXED.items():  # the prompt widened as transformers' processor widens it
+        ids = hook.media_prompt(template_ids(tiny_omni, content), encode_parts(tiny_omni, content)).prompt_ids
+        out[case] = ref.generate(list(ids), 16, 40, **reference_kwargs(media.features, content))
     return out
 
 
@@ -108,6 +122,22 @@ def _ask(conductor, model: str, case: str, text_only: bool = False):
     wav, png, gif, text = CASES[case]
     return speak(conductor.address, model, None, PARAMS, text=text, audio=wav, image=png, video=gif,
                  text_only=text_only)
+
+
+async def _ask_parts(conductor, model: str, content: list) -> SpeechSummary:
+    """One user turn of `content`'s parts in their order: its text ids, codec codes and audio."""
+    parts = tuple(p if isinstance(p, str) else MediaPart(*p) for p in content)
+    call = GenerateCall(model, messages=(Message("user", parts),), params=PARAMS)
+    summary = SpeechSummary()
+    async with ConductorSession(conductor.address) as session:
+        async for ev in session.stream(call):
+            if isinstance(ev, TextDelta):
+                summary.text_ids += list(ev.token_ids)
+            elif isinstance(ev, AudioChunk):
+                summary.chunks.append(torch.from_numpy(np.frombuffer(ev.samples, dtype="<f4").copy()))
+            elif isinstance(ev, RawTensor) and ev.name == "codes":
+                summary.codec_codes.append(ev.value.reshape(-1).tolist())
+    return summary
 
 
 def _opened_nodes(conductor, model: str) -> list[str]:
@@ -148,11 +178,20 @@ def test_text_only_media_request_runs_no_talker(mesh, expected, case):
     assert "decode" in nodes and not any(n in TALKING for n in nodes)
 
 
-def test_video_and_image_together_are_refused(mesh):
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        run(speak(mesh.address, "omni", None, PARAMS, text="hi", image=png_bytes(28, 28), video=gif_bytes(4)))
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "image and video" in err.value.details()
+@pytest.mark.parametrize("case", list(MIXED))
+def test_parts_in_any_order_through_the_mesh_equal_transformers(mesh, expected, case):
+    """Two images around a clip, an image with a video: the speak_media walk, one encoder
+    run and one media prefill, whatever the parts."""
+    nodes = _opened_nodes(mesh, "omni")
+    try:
+        summary = run(_ask_parts(mesh, "omni", MIXED[case]))
+    finally:
+        del mesh.hosted.executors["omni"]._send
+    ref = expected[case]
+    assert summary.text_ids == ref["text_ids"]
+    assert summary.codec_codes == ref["codes"].tolist()
+    torch.testing.assert_close(torch.cat(summary.chunks), ref["audio"], atol=1e-4, rtol=0)
+    assert nodes.count("media_encoder") == 1 and "prefill_media" in nodes
 
 
 def test_two_models_share_one_encoder_service(mesh, expected):

@@ -15,6 +15,7 @@ from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from engine.scheduler import SchedulerConfig
 from engine.models.qwen3_omni.talker_engine import TalkerEngine
+from engine.models.qwen3_omni import THINKER_PART
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -23,7 +24,7 @@ TEXTS = ("Hello there", "abc", "Tell me")
 
 @pytest.fixture(scope="module")
 def thinker(tiny_omni):
-    return LLMEngine.from_checkpoint(EngineConfig(checkpoint=str(tiny_omni), capture_layer=1,
+    return LLMEngine.from_checkpoint(EngineConfig(checkpoint=str(tiny_omni), text_part=THINKER_PART, capture_layer=1,
                                                   return_embeddings=True))
 
 

@@ -17,6 +17,7 @@ from engine.models.qwen3_omni.media_prompt import ImageRows, build_prompt_media,
 from engine.models.loader import _read_json
 from engine.prompt_media import PromptMedia
 from engine.sampling_params import SamplingParams
+from engine.models.qwen3_omni import THINKER_PART
 
 MAX_NEW = 12
 
@@ -70,7 +71,7 @@ def media(tiny_omni):
 
 
 def _engine(checkpoint) -> LLMEngine:
-    return LLMEngine.from_checkpoint(EngineConfig(checkpoint=str(checkpoint), num_blocks=64, block_size=16,
+    return LLMEngine.from_checkpoint(EngineConfig(checkpoint=str(checkpoint), text_part=THINKER_PART, num_blocks=64, block_size=16,
                                                   capture_layer=1))
 
 

@@ -15,7 +15,7 @@ from engine.models.qwen3_omni.code2wav import Code2Wav
 from engine.slack_policy import SlackPolicy
 from engine.stateless_engine import StatelessConfig
 from runtime.items import ChunkInfo, NodeOutput, OpenNode
-from services.codec.component import CodecComponent
+from services.qwen3_omni.code2wav import Code2WavComponent
 
 CODEBOOK, NUM_GROUPS = 64, 4
 # (frames, context frames): first windows, growing chunks with left context, a last short one
@@ -35,7 +35,7 @@ def _codes(frames: int, seed: int) -> torch.Tensor:  # [T, Q]
 
 
 def _decode_all(order: list[int], offsets: list[float], kind: str, max_batch: int) -> dict[str, torch.Tensor]:
-    codec = CodecComponent(_MODEL[0], StatelessConfig(max_batch_size=max_batch, policy=SlackPolicy(kind)))
+    codec = Code2WavComponent(_MODEL[0], StatelessConfig(max_batch_size=max_batch, policy=SlackPolicy(kind)))
     now = time.time()
     for i in order:
         frames, context = WINDOWS[i]

@@ -8,9 +8,9 @@ import torch
 
 from engine.models.qwen3_omni.code2wav import Code2Wav
 from engine.stateless_engine import StatelessConfig
-from services.codec.component import CodecComponent
+from services.qwen3_omni.code2wav import Code2WavComponent
 from runtime.items import ChunkInfo, NodeDone, NodeError, NodeOutput, OpenNode
-from cluster.registry import resolve_factory
+from cluster.registry import hooks_for, resolve_factory
 from tests.fixtures import registry
 from tests.fixtures.services import RunStream, copy_out, start_in_process
 from transport.codec import inline_ref
@@ -33,7 +33,7 @@ def model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def codec(model):
     """An in-process codec service sharing the module's model."""
-    server = start_in_process(CodecComponent(model, StatelessConfig(max_batch_size=8)))
+    server = start_in_process(Code2WavComponent(model, StatelessConfig(max_batch_size=8)))
     registry.register(server.address, server.hosted.transport.arena_name)
     yield server
     registry.unregister(server.address)
@@ -80,7 +80,7 @@ def test_registered_as_codec(tiny_omni):
     from services.codec.factory import codec_from_checkpoint
 
     assert resolve_factory("codec") == codec_from_checkpoint
-    assert isinstance(codec_from_checkpoint(str(tiny_omni)), CodecComponent)  # a Qwen3-Omni checkpoint: code2wav
+    assert isinstance(codec_from_checkpoint(str(tiny_omni), hooks=hooks_for("codec")), Code2WavComponent)  # a Qwen3-Omni checkpoint: code2wav
 
 
 def test_a_window_decodes_to_decode_window_audio(codec, model, consumer):
@@ -135,7 +135,7 @@ def test_bad_windows_are_invalid_argument_and_the_service_keeps_serving(codec, m
 
 
 def test_cancel_drops_queued_windows_and_a_failing_window_fails_alone(model, monkeypatch):
-    component = CodecComponent(model)
+    component = Code2WavComponent(model)
     for rid in ("keep", "drop", "bad"):
         component.open(open_window(rid, codes(3, seed=5)), {"codes": codes(3, seed=5)})
     component.cancel("drop")
@@ -167,7 +167,7 @@ def test_code2wav_batches_windows_up_to_max_batch_frames(tmp_path):
     from engine.models.qwen3_omni.tiny import make_tiny_omni
 
     ckpt = make_tiny_omni(str(tmp_path / "omni"))
-    codec = CodecComponent.from_checkpoint(str(ckpt), max_batch_frames=60)
+    codec = Code2WavComponent.from_checkpoint(str(ckpt), max_batch_frames=60)
     q, size = codec.model.config.num_quantizers, codec.model.config.codebook_size
     windows = {f"r{i}": torch.randint(0, size, (t, q), generator=torch.Generator().manual_seed(i))
                for i, t in enumerate([29, 29, 29, 4, 4, 4])}
@@ -183,4 +183,4 @@ def test_code2wav_batches_windows_up_to_max_batch_frames(tmp_path):
     for rid, codes in windows.items():
         assert torch.equal(audio[rid], codec.model.decode_window(codes))
     with pytest.raises(InvalidArgument, match="max_batch_frames"):
-        CodecComponent.from_checkpoint(str(ckpt), max_batch_frames=0)
+        Code2WavComponent.from_checkpoint(str(ckpt), max_batch_frames=0)

@@ -91,7 +91,7 @@ def test_denoising_runs_of_two_requests_batch_and_keep_their_results(comps):
 def test_schedule_is_the_scheduler_one(comps):
     pipe = tiny_sd3.reference_pipeline()
     pipe.scheduler.set_timesteps(5)
-    schedule = comps[1].schedule.get(5, (8, 8))
+    schedule = comps[1].model.schedule.get(5, (8, 8))
     assert torch.equal(schedule.timesteps, pipe.scheduler.timesteps)
     assert torch.equal(schedule.sigmas, pipe.scheduler.sigmas) and schedule.sigmas[-1] == 0
 

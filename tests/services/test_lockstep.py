@@ -11,7 +11,7 @@ import torch
 from engine.offload import OffloadConfig
 from engine.offload.group import DloGroupConfig, LockstepError
 from engine.stateless_engine import WorkItem
-from services.dit.denoiser import DitComponent
+from cluster.registry import build_component
 from services.dit.group_member import GroupMemberDit
 from services.dit.lockstep import Lockstep, Unit, plan_batches
 from runtime.items import LOCKSTEP_PAD, NodeDone, NodeOutput, OpenNode
@@ -72,7 +72,7 @@ def test_a_failed_forward_breaks_the_group_for_good_naming_it():
 @pytest.fixture(scope="module")
 def member():
     with tiny_sd3.one_thread():
-        comp = DitComponent.from_checkpoint(tiny_sd3.checkpoint(), offload=ALLGATHER, dlo_group=SOLO)
+        comp = build_component("dit", checkpoint=tiny_sd3.checkpoint(), offload=ALLGATHER, dlo_group=SOLO)
         yield comp
         comp.close()
 
@@ -113,12 +113,12 @@ def test_a_branch_runs_in_a_round(member):
 
 def test_membership_needs_allgather_offload():
     with pytest.raises(InvalidArgument, match="offload.use_allgather"):
-        DitComponent.from_checkpoint(tiny_sd3.checkpoint(), offload=OffloadConfig(enabled=True), dlo_group=SOLO)
+        build_component("dit", checkpoint=tiny_sd3.checkpoint(), offload=OffloadConfig(enabled=True), dlo_group=SOLO)
 
 
 def test_close_disables_offload_then_leaves_the_group():
     with tiny_sd3.one_thread():
-        comp = DitComponent.from_checkpoint(tiny_sd3.checkpoint(), offload=ALLGATHER, dlo_group=SOLO)
+        comp = build_component("dit", checkpoint=tiny_sd3.checkpoint(), offload=ALLGATHER, dlo_group=SOLO)
     backend = comp.model.transformer.offload_backend
     assert backend.enabled
     comp.close()

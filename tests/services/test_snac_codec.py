@@ -9,6 +9,7 @@ import torch
 
 from engine.models.orpheus.windows import snac_levels, window_noise_seed
 from runtime.items import ChunkInfo, NodeDone, NodeError, NodeOutput, OpenNode
+from cluster.registry import hooks_for
 from services.codec.factory import codec_from_checkpoint
 from services.orpheus.codec import SnacComponent
 from tests.fixtures import registry
@@ -21,7 +22,7 @@ SEED = 5
 
 @pytest.fixture(scope="module")
 def codec():
-    component = codec_from_checkpoint(checkpoint())  # the Orpheus checkpoint: SNAC under snac/
+    component = codec_from_checkpoint(checkpoint(), hooks=hooks_for("codec"))  # the Orpheus checkpoint: SNAC under snac/
     assert isinstance(component, SnacComponent)
     server = start_in_process(component)
     registry.register(server.address, server.hosted.transport.arena_name)

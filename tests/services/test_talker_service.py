@@ -18,6 +18,7 @@ from tests.fixtures.services import RunStream, start_in_process
 from transport.codec import inline_ref
 from transport.config import TransportConfig
 from transport.transport import Transport
+from engine.models.qwen3_omni import THINKER_PART
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -33,7 +34,7 @@ def talker(tiny_omni):
 
 @pytest.fixture(scope="module")
 def thinker(tiny_omni):
-    return LLMEngine.from_checkpoint(EngineConfig(checkpoint=str(tiny_omni), capture_layer=1,
+    return LLMEngine.from_checkpoint(EngineConfig(checkpoint=str(tiny_omni), text_part=THINKER_PART, capture_layer=1,
                                                   return_embeddings=True))
 
 

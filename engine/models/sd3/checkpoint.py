@@ -14,6 +14,7 @@ from pathlib import Path
 from core.errors import InvalidArgument
 
 DTYPES = ("float32", "bfloat16", "float16")
+SD3_TRANSFORMER = "SD3Transformer2DModel"  # the class model_index.json names for the DiT
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,19 @@ def checkpoint_dir(checkpoint: str | Path) -> Path:
     if not (path / "model_index.json").is_file():
         raise InvalidArgument(f"checkpoint {str(path)!r} is not a diffusers checkpoint (no model_index.json)")
     return path
+
+
+def is_sd3_checkpoint(checkpoint: str | Path, component: str = "transformer") -> bool:
+    """Whether `checkpoint` is an SD3 pipeline in diffusers layout with `component` (what
+    the model's hooks ask before loading anything): its model_index.json names SD3's
+    transformer class. Reads that JSON only; False for anything else."""
+    index = Path(checkpoint) / "model_index.json"
+    try:
+        layout = json.loads(index.read_text())
+    except (OSError, ValueError):
+        return False
+    return (isinstance(layout, dict) and list(layout.get("transformer") or [])[-1:] == [SD3_TRANSFORMER]
+            and any(layout.get(component) or []))
 
 
 def read_config(checkpoint: str | Path, subfolder: str) -> dict:

@@ -1,8 +1,10 @@
-"""SD3's VAE decode (diffusers' `AutoencoderKL`) and the image conversion after it.
+"""SD3's VAE (diffusers' `AutoencoderKL`): decode, encode and the image conversion.
 
-The latent is unscaled with the checkpoint's factors (latent / scaling_factor +
+Decode: the latent is unscaled with the checkpoint's factors (latent / scaling_factor +
 shift_factor), decoded, denormalised ([-1, 1] -> [0, 1], clamped) and rounded to uint8
-as StableDiffusion3Pipeline's image processor does.
+as StableDiffusion3Pipeline's image processor does. Encode is the inverse path: the image
+normalised to [-1, 1], encoded, the latent distribution's mode taken and scaled
+((z - shift_factor) * scaling_factor), as diffusers' image-to-image pipelines do.
 """
 from __future__ import annotations
 
@@ -23,11 +25,12 @@ class Sd3Vae:
             raise InvalidArgument("vae config: shift_factor is not set (SD3 decodes latent / scaling + shift)")
         self.scaling_factor, self.shift_factor = float(cfg.scaling_factor), float(cfg.shift_factor)
         self.latent_channels = int(cfg.latent_channels)
+        self.scale_factor = 2 ** (len(cfg.block_out_channels) - 1)  # pixels per latent cell
 
     @classmethod
     def load(cls, checkpoint: str | Path, dtype: str = "float32", device: str = "cpu", offload=None) -> "Sd3Vae":
-        """offload (default: the process's): the decoder's blocks stream (the encoder never
-        runs, so only the decode path is planned)."""
+        """offload (default: the process's): the decoder's blocks stream (the encoder, which
+        only image inputs run, stays resident)."""
         from diffusers import AutoencoderKL
 
         from engine.offload.loading import effective_config
@@ -43,6 +46,15 @@ class Sd3Vae:
         latents = latents.to(self.device, self.vae.dtype) / self.scaling_factor + self.shift_factor
         decoded = self.vae.decode(latents, return_dict=False)[0]                  # [B, 3, H, W] in [-1, 1]
         return (decoded * 0.5 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).float().cpu()  # [B, H, W, 3] in [0, 1]
+
+    @torch.inference_mode()
+    def encode(self, images: torch.Tensor) -> torch.Tensor:
+        """images [B, H, W, 3] in [0, 1] -> latents [B, C, H / f, W / f] float32, on CPU:
+        the mode of the latent distribution (deterministic), scaled as decode unscales."""
+        pixels = images.permute(0, 3, 1, 2).to(self.device, self.vae.dtype) * 2 - 1  # [B, 3, H, W] in [-1, 1]
+        posterior = self.vae.encode(pixels, return_dict=False)[0]
+        latents = (posterior.mode() - self.shift_factor) * self.scaling_factor        # [B, C, h, w]
+        return latents.float().cpu()
 
 
 def to_rgb8(images: torch.Tensor) -> torch.Tensor:

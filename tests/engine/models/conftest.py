@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from engine.checkpoints.tiny_text import make_tiny
-from tests.engine.models.cases import PARITY_CASES
+from tests.engine.models.cases import PARITY_CASES, TINY_MODELS
 
 
 @pytest.fixture(scope="session")
@@ -16,7 +16,7 @@ def tiny_checkpoints(tmp_path_factory):
     def get(case: str):
         if case not in built:
             family, overrides = PARITY_CASES[case]
-            built[case] = (family, make_tiny(family, root / case, **overrides))
+            built[case] = (family, make_tiny(TINY_MODELS.get(family, family), root / case, **overrides))
         return built[case]
 
     return get

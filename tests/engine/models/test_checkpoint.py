@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from engine.models.loader import load_model, read_model_config, tokenizer_path
 from engine.checkpoints.tiny_text import make_tiny
-from tests.engine.models.cases import random_prompt
+from tests.engine.models.cases import TEXT_PARTS, TINY_MODELS, random_prompt
 from tests.engine.models.paged import PagedDriver, greedy
 from core.errors import InvalidArgument
 
@@ -35,8 +35,8 @@ def test_sharded_checkpoint_loads_like_the_single_file(tmp_path, qwen3_dir):
 
 @pytest.mark.parametrize("family", ["qwen3", "qwen3_moe", "llama", "qwen3_omni_moe"])
 def test_tied_embeddings_load(tmp_path, family):
-    path = make_tiny(family, tmp_path / family, tie_word_embeddings=True, num_hidden_layers=1)
-    model = load_model(path)
+    path = make_tiny(TINY_MODELS.get(family, family), tmp_path / family, tie_word_embeddings=True, num_hidden_layers=1)
+    model = load_model(path, text_part=TEXT_PARTS.get(family, ""))
     assert model.config.tie_word_embeddings and model.lm_head is None
     logits = _logits(model, random_prompt(5))
     assert logits.shape == (256,) and torch.isfinite(logits).all()
@@ -166,11 +166,11 @@ def test_missing_or_misshaped_tensors_are_named(tmp_path, qwen3_dir):
 def test_omni_lm_head_tying_follows_thinker_config(tmp_path):
     from tests.engine.models.reference import hf_greedy
 
-    path = make_tiny("qwen3_omni_moe", tmp_path / "omni", num_hidden_layers=1)
+    path = make_tiny(TINY_MODELS["qwen3_omni_moe"], tmp_path / "omni", num_hidden_layers=1)
     cfg = json.loads((path / "config.json").read_text())
     cfg["thinker_config"]["text_config"]["tie_word_embeddings"] = True  # transformers ignores this one
     (path / "config.json").write_text(json.dumps(cfg))
-    model = load_model(path)
+    model = load_model(path, text_part=TEXT_PARTS["qwen3_omni_moe"])
     assert model.lm_head is not None
     prompt = random_prompt(6)
     _, ref = hf_greedy(path, "qwen3_omni_moe", prompt, 1)

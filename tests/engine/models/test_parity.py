@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from engine.models.loader import load_model
-from tests.engine.models.cases import PARITY_CASES, random_prompt
+from tests.engine.models.cases import PARITY_CASES, TEXT_PARTS, random_prompt
 from tests.engine.models.paged import PagedDriver, greedy
 from tests.engine.models.reference import hf_greedy, hf_hidden_states
 
@@ -19,7 +19,7 @@ def test_greedy_parity_with_transformers(case, tiny_checkpoints):
     family, path = tiny_checkpoints(case)
     prompt = random_prompt(11)
     ref_ids, ref_logits = hf_greedy(path, family, prompt, NUM_NEW)
-    model = load_model(path)
+    model = load_model(path, text_part=TEXT_PARTS.get(family, ""))
     for chunks in ([11], [4, 5, 2]):
         ids, logits = greedy(PagedDriver(model, block_size=4), prompt, NUM_NEW, chunks)
         assert ids == ref_ids, f"{case} chunks={chunks}"
@@ -31,7 +31,7 @@ def test_captured_hidden_states_follow_hf_indexing(case, tiny_checkpoints):
     family, path = tiny_checkpoints(case)
     prompt = random_prompt(9, seed=3)
     ref = hf_hidden_states(path, family, prompt)
-    model = load_model(path)
+    model = load_model(path, text_part=TEXT_PARTS.get(family, ""))
     assert len(ref) == model.config.num_layers + 1
     for layer in range(model.config.num_layers + 1):
         driver = PagedDriver(model)

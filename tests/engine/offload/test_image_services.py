@@ -12,9 +12,8 @@ from conductor.executor_setup import inprocess_executor
 from engine.offload import OffloadConfig
 from engine.offload.memory import param_bytes, weight_bytes
 from pipelines.sd3.model import text_to_image_graph
-from services.dit.denoiser import DitComponent
+from cluster.registry import build_component
 from services.sd3.text import TextEncoderComponent
-from services.dit.vae import VaeComponent
 from tests.fixtures import tiny_sd3
 
 pytestmark = pytest.mark.timeout(180)
@@ -22,8 +21,8 @@ pytestmark = pytest.mark.timeout(180)
 
 def _image(offload) -> tuple[torch.Tensor, list]:
     ckpt = tiny_sd3.checkpoint()
-    comps = [TextEncoderComponent.from_checkpoint(ckpt), DitComponent.from_checkpoint(ckpt, offload=offload),
-             VaeComponent.from_checkpoint(ckpt, offload=offload)]
+    comps = [TextEncoderComponent.from_checkpoint(ckpt), build_component("dit", checkpoint=ckpt, offload=offload),
+             build_component("vae", checkpoint=ckpt, offload=offload)]
 
     async def main():
         out = {}
@@ -60,3 +59,14 @@ def test_dit_and_vae_stream_their_blocks_bitwise(backing, resident, tmp_path):
         # weight bytes outside host backing: the two slots plus the resident (non-streamed) parameters
         bound = 2 * backend.plan.slot_bytes + param_bytes(module, backend.plan.streamed_names)
         assert weight_bytes(module, backend) <= bound
+
+
+def test_the_weights_probe_loads_a_dit_through_its_models_loader():
+    """engine.offload.probe names no model: SD3's DiT comes through --loader."""
+    from engine.offload.probe import start_probes, stop_probes
+
+    ckpt = tiny_sd3.checkpoint()
+    procs, reports = start_probes(ckpt, "mmap", count=1, loader="engine.models.sd3.offload_probe:load_dit")
+    stop_probes(procs)
+    assert reports[0]["host_kind"] == "checkpoint_mmap", reports[0]["host_note"]
+    assert any(f.startswith(f"{ckpt}/transformer/") and f.endswith(".safetensors") for f in reports[0]["files"])

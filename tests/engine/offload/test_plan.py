@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from engine.models.loader import load_model
+from engine.models.qwen3_omni import THINKER_PART
 from engine.models.qwen3_omni.code2wav import Code2Wav
 from engine.offload.plan import ALIGN, build_plan, discover_blocks
 from engine.models.qwen3_omni.talker_loader import load_talker
@@ -15,7 +16,8 @@ from core.errors import InvalidArgument
 
 
 def test_engine_models_stream_their_block_stacks(tiny_omni):
-    thinker, talker, code2wav = load_model(tiny_omni), load_talker(tiny_omni), Code2Wav.from_checkpoint(tiny_omni)
+    thinker = load_model(tiny_omni, text_part=THINKER_PART)
+    talker, code2wav = load_talker(tiny_omni), Code2Wav.from_checkpoint(tiny_omni)
     assert discover_blocks(thinker) == ["model.layers.0", "model.layers.1"]
     assert discover_blocks(talker) == ["model.layers.0", "model.layers.1"]  # not code_predictor's smaller stack
     assert discover_blocks(code2wav) == ["pre_transformer.layers.0", "pre_transformer.layers.1",

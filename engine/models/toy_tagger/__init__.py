@@ -1,0 +1,1 @@
+"""toy-tagger: a byte tagger, the worked example of adding a model (docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""toy-tagger's walk graph and how the conductor serves it."""

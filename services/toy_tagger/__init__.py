@@ -1,0 +1,1 @@
+"""toy-tagger's component: the byte tagger on a StatelessEngine."""
