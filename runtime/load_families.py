@@ -3,8 +3,9 @@
 A load dict (`{"kv_blocks_used": 3, "kv_blocks_total": 512, ...}`) is what Describe and
 `starmesh status` show, keyed as the engines name things; Prometheus wants a type per
 family and names that say it (a counter ends in `_total`, a gauge never does). This
-table is where the two meet; a key outside it (a new component's) is exported as a
-gauge `starmesh_<key>`, with `_value` appended when the key ends in a suffix Prometheus
+table is where the two meet for the runtime's and the shared engines' keys; a key outside
+it (a model's own component's, e.g. a world model's rollouts) is exported as a gauge
+`starmesh_<key>`, with `_value` appended when the key ends in a suffix Prometheus
 reserves (`_total`, `_count`, `_sum`, `_bucket`).
 """
 from __future__ import annotations
@@ -44,11 +45,6 @@ FAMILIES: dict[str, LoadFamily] = {
     "num_running": _gauge("requests_running", "requests in the running batch"),
     "num_parked": _gauge("requests_parked", "requests parked until their input arrives"),
     "queued": _gauge("work_items_queued", "work items queued for the stateless engine"),
-    "code_runs": _gauge("code_runs", "open audio-code runs"),
-    "plans": _gauge("plans", "open world-model plans"),
-    "rollouts_running": _gauge("rollouts_running", "rollouts admitted and stepping"),
-    "rollouts_waiting": _gauge("rollouts_waiting", "rollouts waiting for admission"),
-    "rollouts_parked": _gauge("rollouts_parked", "rollouts parked"),
     "lockstep_rounds": _counter("lockstep_rounds", "lockstep rounds stepped"),
     "lockstep_units": _counter("lockstep_units", "work units stepped in lockstep rounds"),
     "lockstep_padding_units": _counter("lockstep_padding_units", "padding units stepped to keep ranks in lockstep"),
