@@ -149,7 +149,7 @@ def test_chat_hears_and_sees_openai_content_parts(sdk, mesh):
 
 def test_chat_watches_a_video_url_part(sdk, mesh):
     """The video_url extension (a data:video/gif URL) reaches the vision tower; a chat answer
-    without audio is the gRPC SDK's text-only answer (the chat_video walk)."""
+    without audio is the gRPC SDK's text-only answer (the chat_media walk)."""
     import asyncio
 
     from client.connection import Connection
