@@ -8,7 +8,9 @@ Shapes (pinned): a 16 x 16 patch grid per timestep (the real model's at 256 px) 
 action and state tokens (258 tokens per timestep), a random predictor of depth 6 and
 width 256 (4 heads; encoder features 256 wide), fp32, --threads torch threads (1),
 context 2 timesteps, batch 1. Inputs are random features: the arithmetic, not the
-weights, sets the time.
+weights, sets the time. Both methods run the default loop (each prediction layer-normed
+before it is fed back); plans use the 7-wide pose layout's CEM (clipped translations,
+zero rotations, momentum, pose composition).
 
 Keys (ratios against baselines measured in the same run, same inputs):
 - recompute_ms_h{H} / cached_ms_h{H}: one rollout of horizon H = 4, 15, 30, the best of

@@ -34,8 +34,9 @@ def resolve(spec: dict, log=lambda msg: print(msg, file=sys.stderr, flush=True))
 # rebuilt (2: the Qwen3-Omni talker's experts are initialised, not left as torch.empty;
 # 3: the tokenizers carry a chat template; 4: Qwen3-Omni ships its processor configuration
 # and the audio/vision end tokens; 5: its chat template renders audio and image parts;
-# 6: its video processor configuration and video parts).
-TINY_VERSION = "6"
+# 6: its video processor configuration and video parts; 7: the world model's encoder norms
+# are random and its config names its loop).
+TINY_VERSION = "7"
 VERSION_FILE = ".starmesh-tiny-version"
 
 

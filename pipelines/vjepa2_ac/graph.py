@@ -7,8 +7,10 @@
              goal   -> encode_goal /  service) -> actions, score, iteration_scores
 
 A request with a `goal` input plans; otherwise it rolls out. Inputs: frames [F, C, H, W]
-float32, actions and states [N, A] float32 (rollout: N >= T_c + horizon - 1; plan: the
-context's actions [T_c - 1, A] and states [T_c, A]), goal [F_g, C, H, W].
+float32, giving T_c context timesteps (T_c = F with the default per-frame encoding,
+F / tubelet with clip encoding), actions and states [N, A] float32 (rollout: N >= T_c +
+horizon - 1; plan: the context's actions [T_c - 1, A] and states [T_c, A]), goal
+[F_g, C, H, W] (its last timestep is the goal).
 """
 from __future__ import annotations
 

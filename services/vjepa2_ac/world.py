@@ -1,6 +1,7 @@
 """The world model as a component (V-JEPA 2-AC on the rollout engine).
 
-    encode       frames [F, C, H, W] -> features [T * HW, D]   (T = F / tubelet)
+    encode       frames [F, C, H, W] -> features [T * HW, D]   (T = F per frame, F / tubelet
+                 as a clip; layer-normed with normalize_reps: engine.models.vjepa2_ac.loop)
     encode_goal  goal frames [F, C, H, W] -> goal_features [T * HW, D]
     prefill      features, actions [N, A], states [N, A] -> prediction [HW, D] (the
                  first predicted timestep); the rollout keeps its KV blocks, parked
@@ -15,12 +16,13 @@ per number of fed timesteps); a plan's candidates share its context's KV blocks.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from core.errors import InvalidArgument
-from engine.models.vjepa2_ac.checkpoint import load_world
+from engine.models.vjepa2_ac.checkpoint import load_loop, load_world
+from engine.models.vjepa2_ac.loop import LoopConfig, encode_frames
 from engine.models.vjepa2_ac.params import WorldParams
 from engine.models.vjepa2_ac.rollout_engine import RolloutConfig, RolloutEngine
 from engine.models.vjepa2_ac.planner import CemPlan
@@ -43,9 +45,11 @@ class WorldComponent:
     name = "world"
     nodes = ("encode", "encode_goal", "prefill", "rollout", "plan")
 
-    def __init__(self, encoder, predictor, config: RolloutConfig = RolloutConfig()) -> None:
-        self.encoder, self.predictor = encoder, predictor
-        self.engine = RolloutEngine(predictor, config)
+    def __init__(self, encoder, predictor, config: RolloutConfig = RolloutConfig(),
+                 loop: LoopConfig = LoopConfig()) -> None:
+        self.encoder, self.predictor, self.loop = encoder, predictor, loop
+        # the loop decides: predictions are normalized exactly when the encoder's features are
+        self.engine = RolloutEngine(predictor, replace(config, normalize_reps=loop.normalize_reps))
         self.runs: dict[str, RolloutRun] = {}
         self.plans: dict[str, tuple[OpenNode, CemPlan]] = {}
         self._encodes: list[tuple[OpenNode, torch.Tensor]] = []
@@ -53,15 +57,19 @@ class WorldComponent:
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str, dtype: str = "float32", device: str = "cpu", num_blocks: int = 0,
-                        kv_cache_bytes: int = 1 << 30, max_batch: int = 64) -> "WorldComponent":
-        """num_blocks: KV blocks (one timestep each); 0: as many as kv_cache_bytes hold."""
+                        kv_cache_bytes: int = 1 << 30, max_batch: int = 64, frame_encoding: str | None = None,
+                        normalize_reps: bool | None = None) -> "WorldComponent":
+        """num_blocks: KV blocks (one timestep each); 0: as many as kv_cache_bytes hold.
+        frame_encoding, normalize_reps: override the checkpoint's loop (None: keep it)."""
         encoder, predictor = load_world(checkpoint, dtype)
+        overrides = {"frame_encoding": frame_encoding, "normalize_reps": normalize_reps}
+        loop = replace(load_loop(checkpoint), **{k: v for k, v in overrides.items() if v is not None})
         num_blocks = num_blocks or RolloutEngine.blocks_fitting(predictor, kv_cache_bytes)
         target = torch.device(device)
         if target.type == "cuda" and not torch.cuda.is_available():
             raise InvalidArgument(f"engine.device {device!r}: CUDA is not available here")
-        return cls(encoder.to(target), predictor.to(target), RolloutConfig(num_blocks=num_blocks,
-                                                                           max_batch=max_batch))
+        return cls(encoder.to(target), predictor.to(target), RolloutConfig(num_blocks=num_blocks, max_batch=max_batch),
+                   loop)
 
     # ---- opening runs ------------------------------------------------------------------
 
@@ -69,7 +77,9 @@ class WorldComponent:
         if item.node in ENCODE_NODES:
             port = ENCODE_NODES[item.node][0]
             frames = tensor(inputs, port, item.node)
-            check_frames(port, frames, self.encoder.config)
+            # the context's timesteps are bounded by the predictor's positions; a goal's are not
+            limit = self.predictor.config.max_timesteps if port == "frames" else None
+            check_frames(port, frames, self.encoder.config, self.loop, limit)
             self._encodes.append((item, frames))
         elif item.node == "prefill":
             self._open_prefill(item, inputs)
@@ -138,7 +148,8 @@ class WorldComponent:
     def _run_encodes(self) -> None:
         for item, frames in self._encodes:
             weight = self.encoder.layernorm.weight
-            feats = self.encoder(frames[None].to(weight.device, weight.dtype))[0]  # [T*HW, D]
+            feats = encode_frames(self.encoder, frames.to(weight.device, weight.dtype), self.loop)  # [T, HW, D]
+            feats = feats.flatten(0, 1)
             port = ENCODE_NODES[item.node][1]
             self._events += [NodeOutput(item.request_id, item.node, {port: feats.float().cpu()}, item.iteration),
                              NodeDone(item.request_id, item.node, iteration=item.iteration)]

@@ -73,5 +73,6 @@ def plan_inputs(inputs: dict, node: str, params: WorldParams, enc: EncoderConfig
     check_horizon(horizon, t_c, pred)
     config = PlanConfig(num_candidates=params.num_candidates, num_iterations=params.num_iterations,
                         num_elites=params.num_elites, horizon=horizon, init_std=params.init_std,
-                        seed=params.seed, share_prefix=params.share_prefix)
+                        seed=params.seed, share_prefix=params.share_prefix, maxnorm=params.maxnorm,
+                        momentum_mean=params.momentum_mean, momentum_std=params.momentum_std)
     return PlanInputs(feats, actions[: t_c - 1], states[:t_c], goal, config)

@@ -12,6 +12,7 @@ import grpc
 import pytest
 import torch
 
+from engine.models.vjepa2_ac.loop import LoopConfig, encode_frames
 from engine.models.vjepa2_ac.rollout_engine import RolloutEngine
 from engine.models.vjepa2_ac.planner import CemPlan, PlanConfig, run_plan
 from engine.models.vjepa2_ac.recompute import recompute_rollout
@@ -42,16 +43,20 @@ def _idle(mesh: WorldMesh) -> None:
 
 
 def _rollout_case(num_frames: int, horizon: int, seed: int):
-    t_c = num_frames // 2
+    t_c = num_frames  # one timestep per frame
     return tv.frames(num_frames, seed), tv.actions(t_c + horizon - 1, seed + 1), tv.actions(t_c + horizon - 1,
                                                                                          seed + 2)
 
 
-def _reference(frames, actions, states, horizon) -> torch.Tensor:
-    encoder, predictor = tv.models()
+def _encode(frames) -> torch.Tensor:
+    """[T, HW, D]: the checkpoint's loop (per-frame, normalized)."""
     with torch.no_grad():
-        feats = encoder(frames[None]).view(1, -1, tv.NUM_PATCHES, 32)
-        return recompute_rollout(predictor, feats, actions[None], states[None], horizon)[0]
+        return encode_frames(tv.models()[0], frames, LoopConfig())
+
+
+def _reference(frames, actions, states, horizon) -> torch.Tensor:
+    with torch.no_grad():
+        return recompute_rollout(tv.models()[1], _encode(frames)[None], actions[None], states[None], horizon)[0]
 
 
 def _predictions(out: dict) -> torch.Tensor:
@@ -88,15 +93,12 @@ def test_concurrent_rollouts_get_their_solo_results(mesh):
 
 def test_plan_returns_the_engines_plan(mesh):
     frames, goal = tv.frames(4, seed=3), tv.frames(2, seed=4)
-    actions, states = tv.actions(1, seed=5), tv.actions(2, seed=6)
+    actions, states = tv.actions(3, seed=5), tv.actions(4, seed=6)   # 4 context timesteps: 3 actions, 4 states
     params = dict(horizon=3, num_candidates=6, num_iterations=2, num_elites=2, seed=11)
     out = mesh.generate(request("plan", frames=frames, goal=goal, actions=actions, states=states, **params))
-    encoder, predictor = tv.models()
-    with torch.no_grad():
-        feats = encoder(frames[None])[0].view(-1, tv.NUM_PATCHES, 32)
-        goal_feats = encoder(goal[None])[0].view(-1, tv.NUM_PATCHES, 32)[-1]
+    feats, goal_feats = _encode(frames), _encode(goal)[-1]
     config = PlanConfig(horizon=3, num_candidates=6, num_iterations=2, num_elites=2, seed=11)
-    ref = run_plan(CemPlan(RolloutEngine(predictor), "ref", feats, actions, states, goal_feats, config))
+    ref = run_plan(CemPlan(RolloutEngine(tv.models()[1]), "ref", feats, actions, states, goal_feats, config))
     torch.testing.assert_close(out["actions"][0], ref.actions, atol=1e-5, rtol=0)
     assert out["score"][0].item() == pytest.approx(ref.score, abs=1e-5)
     assert out["iteration_scores"][0].tolist() == pytest.approx(ref.iteration_scores, abs=1e-5)
@@ -104,7 +106,7 @@ def test_plan_returns_the_engines_plan(mesh):
 
 
 def test_cancel_mid_rollout_returns_the_pool_to_empty(mesh):
-    frames, actions, states = _rollout_case(4, 15, seed=7)
+    frames, actions, states = _rollout_case(2, 15, seed=7)
     with grpc.insecure_channel(mesh.address) as channel:
         call = conductor_pb2_grpc.ConductorStub(channel).Generate(
             request("cancel", frames=frames, actions=actions, states=states))
@@ -114,7 +116,7 @@ def test_cancel_mid_rollout_returns_the_pool_to_empty(mesh):
 
 
 def test_cancel_mid_plan_returns_the_pool_to_empty(mesh):
-    req = request("cancel-plan", frames=tv.frames(4), goal=tv.frames(2), actions=tv.actions(1), states=tv.actions(2),
+    req = request("cancel-plan", frames=tv.frames(4), goal=tv.frames(2), actions=tv.actions(3), states=tv.actions(4),
                   num_candidates=64, num_iterations=100, horizon=4)
     with grpc.insecure_channel(mesh.address) as channel:
         call = conductor_pb2_grpc.ConductorStub(channel).Generate(req)
@@ -129,7 +131,7 @@ def _bad(name: str):
     nan_actions = actions.clone()
     nan_actions[1, 2] = math.nan
     return {"frame size": ({**good, "frames": tv.frames(4)[:, :, :32]}, "inputs.frames"),
-            "frame count": ({**good, "frames": tv.frames(3)}, "inputs.frames"),
+            "frame count": ({**good, "frames": tv.frames(17)}, "inputs.frames"),   # past the 16 positions
             "action dim": ({**good, "actions": actions[:, :6]}, "inputs.actions"),
             "state dim": ({**good, "states": states[:, :5]}, "inputs.states"),
             "nan action": ({**good, "actions": nan_actions}, "inputs.actions"),
@@ -179,7 +181,7 @@ def test_starmesh_rollout_and_plan_cli(mesh, tmp_path):
     assert report["horizon"] == 3 and report["prediction_shape"] == [tv.NUM_PATCHES, 32]
     ref = _reference(frames, actions, states, 3)
     assert report["mean_abs"] == pytest.approx([float(p.abs().mean()) for p in ref], abs=1e-5)
-    plan = _cli(mesh, tmp_path, "plan", frames=frames, actions=actions[:1], states=states[:2], goal=tv.frames(2, 9))
+    plan = _cli(mesh, tmp_path, "plan", frames=frames, actions=actions[:3], states=states[:4], goal=tv.frames(2, 9))
     assert len(plan["actions"]) == 3 and len(plan["actions"][0]) == 7
     assert plan["score"] == min(plan["iteration_scores"]) and len(plan["iteration_scores"]) == 2
     _idle(mesh)

@@ -82,3 +82,19 @@ def test_bf16_runs_close_to_fp32(world):
         out = half(x.bfloat16(), a.bfloat16(), s.bfloat16()).float()
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
     assert (out - ref).abs().mean() < 0.05 * ref.abs().mean()
+
+
+def test_the_checkpoint_names_its_loop(tmp_path):
+    import json
+
+    from engine.models.vjepa2_ac.checkpoint import load_loop, write_manifest
+    from engine.models.vjepa2_ac.loop import LoopConfig
+
+    assert load_loop(tv.checkpoint()) == LoopConfig("per_frame", True)   # the upstream loop by default
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "vjepa2_ac"}))
+    assert load_loop(tmp_path) == LoopConfig()
+    write_manifest(tmp_path, LoopConfig("clip", False))
+    assert load_loop(tmp_path) == LoopConfig("clip", False)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "vjepa2_ac", "frame_encoding": "tubelets"}))
+    with pytest.raises(InvalidArgument, match="frame_encoding"):
+        load_loop(tmp_path)

@@ -1,8 +1,10 @@
 """V-JEPA 2-AC checkpoints: a directory with `config.json` (`{"model_type": "vjepa2_ac"}`,
-what deployment tools look for in a checkpoint), `encoder/` (a transformers VJEPA2Model
-saved with save_pretrained: config.json + model.safetensors, tensors `encoder.*`; its
-masked-prediction `predictor.*` is not used) and `predictor/` (config.json holding
-PredictorConfig's fields + model.safetensors in the upstream key layout).
+what deployment tools look for in a checkpoint, plus the loop's `frame_encoding` and
+`normalize_reps` (engine.models.vjepa2_ac.loop; absent: the upstream loop)), `encoder/`
+(a transformers VJEPA2Model saved with save_pretrained: config.json + model.safetensors,
+tensors `encoder.*`; its masked-prediction `predictor.*` is not used) and `predictor/`
+(config.json holding PredictorConfig's fields + model.safetensors in the upstream key
+layout).
 
 The upstream key layout is the state dict of the reference VisionTransformerPredictorAC
 (`predictor_embed.*`, `predictor_blocks.{i}.attn.qkv.*`, ...); released training
@@ -22,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from core.errors import InvalidArgument
 from engine.models.vjepa2_ac.config import EncoderConfig, PredictorConfig
 from engine.models.vjepa2_ac.encoder import VJEPA2Encoder
+from engine.models.vjepa2_ac.loop import LoopConfig
 from engine.models.vjepa2_ac.predictor import ACPredictor
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -101,11 +104,19 @@ def save_predictor(model: ACPredictor, directory: str | Path) -> Path:
     return path
 
 
-def write_manifest(directory: str | Path) -> Path:
+def write_manifest(directory: str | Path, loop: LoopConfig = LoopConfig()) -> Path:
     """The top-level config.json of a checkpoint directory."""
     path = Path(directory) / "config.json"
-    path.write_text(json.dumps({"model_type": WORLD_MODEL_TYPE, "encoder": "encoder", "predictor": "predictor"}))
+    path.write_text(json.dumps({"model_type": WORLD_MODEL_TYPE, "encoder": "encoder", "predictor": "predictor",
+                                "frame_encoding": loop.frame_encoding, "normalize_reps": loop.normalize_reps}))
     return path
+
+
+def load_loop(directory: str | Path) -> LoopConfig:
+    """The loop a checkpoint names in its config.json (the upstream loop where it names
+    none, or has no config.json)."""
+    path = Path(directory) / "config.json"
+    return LoopConfig.from_dict(_read_json(path)) if path.is_file() else LoopConfig()
 
 
 def load_world(directory: str | Path, dtype: str = "float32") -> tuple[VJEPA2Encoder, ACPredictor]:

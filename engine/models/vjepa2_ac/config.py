@@ -67,8 +67,9 @@ class EncoderConfig:
 class PredictorConfig:
     """embed_dim: the encoder's width (input and output features); predictor_embed_dim:
     the predictor's own width. grid_height x grid_width patches per timestep;
-    max_timesteps: the longest sequence (context + rollout - 1) the predictor serves,
-    upstream's num_frames // tubelet_size."""
+    max_timesteps: the longest sequence (context timesteps + horizon - 1) the predictor
+    serves, upstream's num_frames // tubelet_size; with per-frame encoding every context
+    frame is one timestep (engine.models.vjepa2_ac.loop)."""
 
     embed_dim: int
     predictor_embed_dim: int

@@ -1,13 +1,15 @@
 """Cross-entropy-method planning over the rollout engine.
 
-Each iteration samples N candidate action sequences [H, A] from a diagonal Gaussian,
-rolls every candidate out from the same context, scores it by the mean L1 distance
-between its last prediction and the goal's features, and refits the Gaussian to the
-best `num_elites`. The first planned action is the action token of the last context
-timestep; the end-effector state of a later timestep is the previous state plus the
-previous action (the actions are pose deltas). With share_prefix, the context
-timesteps before the last (identical for every candidate) are computed and stored
-once per plan and read by all candidates of all iterations.
+Each iteration samples N candidate action sequences [H, A] (engine.models.vjepa2_ac.cem:
+the upstream planner's clipping, zeroed rotation and pose composition), rolls every
+candidate out from the same context, scores it by the mean L1 distance between its last
+prediction and the goal's features (both normalized alike: the encoder and the rollout
+apply the same loop), and refits the distribution to the best `num_elites` with
+momentum. The first planned action is the action token of the last context timestep;
+the states of later timesteps follow from the context's last state and the candidate's
+actions. With share_prefix, the context timesteps before the last (identical for every
+candidate) are computed and stored once per plan and read by all candidates of all
+iterations.
 
 The plan is a state machine the caller drives: feed it the engine's outputs
 (`on_output`), and call `advance()` whenever `is_iteration_done`.
@@ -18,31 +20,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from core.errors import InvalidArgument
+from engine.models.vjepa2_ac import cem
+from engine.models.vjepa2_ac.cem import PlanConfig
 from engine.models.vjepa2_ac.rollout_engine import RolloutEngine
 from engine.models.vjepa2_ac.rollouts import Rollout, RolloutFailed, StepOutput
 
-
-@dataclass(frozen=True)
-class PlanConfig:
-    num_candidates: int = 64
-    num_iterations: int = 3
-    num_elites: int = 8
-    horizon: int = 4
-    init_std: float = 1.0
-    seed: int = 0
-    share_prefix: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("num_candidates", "num_iterations", "num_elites", "horizon"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InvalidArgument(f"params.{name} must be a positive integer, got {value!r}")
-        if self.num_elites > self.num_candidates:
-            raise InvalidArgument(f"params.num_elites {self.num_elites} exceeds num_candidates "
-                                  f"{self.num_candidates}")
-        if not self.init_std > 0:
-            raise InvalidArgument(f"params.init_std must be > 0, got {self.init_std!r}")
+__all__ = ["CemPlan", "PlanConfig", "PlanResult", "run_plan"]
 
 
 @dataclass
@@ -60,9 +43,7 @@ class CemPlan:
         self.engine, self.plan_id, self.config = engine, plan_id, config
         self.feats, self.actions, self.states, self.goal = feats, actions, states, goal
         self.generator = torch.Generator().manual_seed(config.seed)
-        a = actions.shape[1]
-        self.mean = torch.zeros(config.horizon, a)
-        self.std = torch.full((config.horizon, a), float(config.init_std))
+        self.mean, self.std = cem.initial(actions.shape[1], config)    # [H, A] each
         self.prefix = f"{plan_id}/prefix" if config.share_prefix and feats.shape[0] > 1 else None
         self.iteration = 0
         self.candidates: torch.Tensor | None = None         # [N, H, A] of this iteration
@@ -80,17 +61,17 @@ class CemPlan:
 
     def _spawn(self) -> None:
         cfg = self.config
-        noise = torch.randn(cfg.num_candidates, *self.mean.shape, generator=self.generator)
-        self.candidates = self.mean + self.std * noise
+        self.candidates = cem.sample(self.mean, self.std, cfg, self.generator)     # [N, H, A]
+        futures = cem.future_states(self.states[-1], self.candidates)              # [N, H - 1, A]
         self.finals = {}
-        for i, cand in enumerate(self.candidates):
-            actions, states = self.rollout_inputs(cand)
-            self.engine.add(Rollout(f"{self.plan_id}/{self.iteration}/{i}", self.feats, actions, states,
+        for i, (cand, future) in enumerate(zip(self.candidates, futures)):
+            self.engine.add(Rollout(f"{self.plan_id}/{self.iteration}/{i}", self.feats,
+                                    torch.cat([self.actions, cand]), torch.cat([self.states, future]),
                                     cfg.horizon, group=self.plan_id, prefix=self.prefix))
 
     def rollout_inputs(self, cand: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A candidate [H, A] -> the rollout's actions and states [T_c + H - 1, A]."""
-        future = self.states[-1] + torch.cumsum(cand[:-1], dim=0)                  # [H - 1, A]
+        future = cem.future_states(self.states[-1], cand[None])[0]                # [H - 1, A]
         return torch.cat([self.actions, cand]), torch.cat([self.states, future])
 
     def on_output(self, out: StepOutput | RolloutFailed) -> None:
@@ -112,8 +93,7 @@ class CemPlan:
         self._scores.append(float(scores[order[0]]))
         if float(scores[order[0]]) < self._best[0]:
             self._best = (float(scores[order[0]]), self.candidates[order[0]].clone())
-        elites = self.candidates[order[: cfg.num_elites]]
-        self.mean, self.std = elites.mean(0), elites.std(0, unbiased=False)
+        self.mean, self.std = cem.refit(self.mean, self.std, self.candidates[order[: cfg.num_elites]], cfg)
         self.iteration += 1
         if self.iteration < cfg.num_iterations:
             self._spawn()

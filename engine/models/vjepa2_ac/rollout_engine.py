@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from core.errors import InvalidArgument, ResourceExhausted
 from engine.kv_pool import IntegrityError, KVPool
+from engine.models.vjepa2_ac.loop import normalize
 from engine.models.vjepa2_ac.predictor import ACPredictor
 from engine.models.vjepa2_ac.paged_kv import PagedKV
 from engine.models.vjepa2_ac.prefix import PrefixTable
@@ -31,16 +32,21 @@ from engine.models.vjepa2_ac.rollouts import BlockSeq, Rollout, RolloutFailed, S
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    """num_blocks: KV blocks (timesteps) in the pool; max_batch: rollouts per step."""
+    """num_blocks: KV blocks (timesteps) in the pool; max_batch: rollouts per step;
+    normalize_reps: every prediction is layer-normed (engine.models.vjepa2_ac.loop)
+    before it is emitted and fed back."""
 
     num_blocks: int = 512
     max_batch: int = 64
+    normalize_reps: bool = True
 
     def __post_init__(self) -> None:
         for name in ("num_blocks", "max_batch"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise InvalidArgument(f"rollout.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.normalize_reps, bool):
+            raise InvalidArgument(f"rollout.normalize_reps must be true or false, got {self.normalize_reps!r}")
 
 
 @dataclass
@@ -164,6 +170,8 @@ class RolloutEngine:
                          // self.pool.block_size) for r in rows]
         out = self._forward(tracks, feats, actions, states)          # [B, n, S, D]
         preds = self.predictor.head(out[:, -1:])[:, 0]                # [B, HW, embed_dim]
+        if self.config.normalize_reps:
+            preds = normalize(preds)  # what is emitted is what the next step reads
         outputs = []
         for r, pred in zip(rows, preds):
             outputs.append(StepOutput(r.rollout_id, r.group, r.num_emitted, pred, r.num_emitted + 1 == r.horizon))

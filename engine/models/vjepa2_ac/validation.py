@@ -6,6 +6,7 @@ import torch
 
 from core.errors import InvalidArgument
 from engine.models.vjepa2_ac.config import EncoderConfig, PredictorConfig
+from engine.models.vjepa2_ac.loop import LoopConfig
 
 
 def _finite(name: str, x: torch.Tensor) -> None:
@@ -15,17 +16,27 @@ def _finite(name: str, x: torch.Tensor) -> None:
         raise InvalidArgument(f"inputs.{name} contains NaN or infinite values")
 
 
-def check_frames(name: str, frames: torch.Tensor, cfg: EncoderConfig) -> int:
-    """frames [F, C, H, W] -> the number of timesteps they encode to."""
+def check_frames(name: str, frames: torch.Tensor, cfg: EncoderConfig, loop: LoopConfig,
+                 max_timesteps: int | None = None) -> int:
+    """frames [F, C, H, W] -> the number of timesteps they encode to (F per frame; F /
+    tubelet as a clip, which takes 1 or a multiple of tubelet frames), at most
+    max_timesteps when given (context frames: the predictor's positions)."""
     size = cfg.crop_size
     if frames.ndim != 4 or frames.shape[1:] != (cfg.in_chans, size, size):
         raise InvalidArgument(f"inputs.{name} must be [frames, {cfg.in_chans}, {size}, {size}], got "
                               f"{list(frames.shape)}")
     f = frames.shape[0]
-    if f == 0 or (f > 1 and f % cfg.tubelet_size):
-        raise InvalidArgument(f"inputs.{name} has {f} frames: need 1 or a multiple of {cfg.tubelet_size}")
+    if f == 0:
+        raise InvalidArgument(f"inputs.{name} has no frames")
+    if loop.frame_encoding == "clip" and f > 1 and f % cfg.tubelet_size:
+        raise InvalidArgument(f"inputs.{name} has {f} frames: clip encoding needs 1 or a multiple of "
+                              f"{cfg.tubelet_size}")
+    steps = loop.num_timesteps(f, cfg.tubelet_size)
+    if max_timesteps is not None and steps > max_timesteps:
+        raise InvalidArgument(f"inputs.{name} has {f} frames ({steps} timesteps), the predictor serves at most "
+                              f"{max_timesteps} timesteps")
     _finite(name, frames)
-    return max(1, f // cfg.tubelet_size)
+    return steps
 
 
 def check_steps(name: str, x: torch.Tensor, cfg: PredictorConfig, min_rows: int) -> None:
