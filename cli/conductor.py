@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
@@ -28,7 +27,9 @@ def add_parser(sub) -> None:
     limits.add_argument("--max-message-mb", type=int, default=64, metavar="N",
                         help="gRPC message limit, receive and send (MiB): a larger message is refused with "
                              "RESOURCE_EXHAUSTED before it is decoded")
-    p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"))
+    p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"),
+                   help="DEBUG also shows third-party progress bars and known-harmless warnings "
+                        "(default $STARMESH_LOG_LEVEL, else INFO)")
     add_tls_args(p, "the front door and the streams to the services (default: the deployment's tls)")
     add_api_key_arg(p, "the token every Conductor call must carry as 'authorization: Bearer KEY'; "
                        "health and reflection need none")
@@ -36,7 +37,9 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from runtime.quiet_logs import configure_logging
+
+    configure_logging(args.log_level)
     from cluster.conductor_process import admission_of, serve_conductor, served_models
     from cluster.launchable import read_launchable
     from core.errors import StarmeshError

@@ -35,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
+    # Before any command imports transformers: progress bars and known-harmless warnings
+    # stay out unless debugging (--log-level where a command has it, else $STARMESH_LOG_LEVEL).
+    from runtime.quiet_logs import quiet_third_party
+
+    quiet_third_party(getattr(args, "log_level", None))
     return int(args.func(args) or 0)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
@@ -56,7 +55,9 @@ def add_parser(sub) -> None:
                    help="CPU priority increment, 0..19: on a host whose cores a pipeline's services share, "
                         "give the stages further from the client more (docs/scheduling.md)")
     p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus /metrics on this port")
-    p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"))
+    p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"),
+                   help="DEBUG also shows third-party progress bars and known-harmless warnings "
+                        "(default $STARMESH_LOG_LEVEL, else INFO)")
     add_tls_args(p, "the service's port and its peer streams (mutual TLS with --tls-ca)")
     p.set_defaults(func=run)
 
@@ -133,7 +134,9 @@ def _dlo_group_config(args: argparse.Namespace, offload):
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from runtime.quiet_logs import configure_logging
+
+    configure_logging(args.log_level)
     from core.errors import StarmeshError
     from runtime.serve_component import serve_component
     from runtime.server import ServerConfig, configure_priority, configure_torch

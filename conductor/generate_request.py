@@ -172,7 +172,7 @@ def _params(req, model: ServedModel, limits: InputLimits) -> dict[str, Any]:
     if size > limits.max_params_bytes:
         raise InvalidArgument(f"params is {size} bytes, over the limit of {limits.max_params_bytes} "
                               "(max_params_bytes)")
-    params = params_from_struct(req.params)
+    params = model.with_defaults(params_from_struct(req.params))
     model.parse_params(params)  # a bad param fails before any work, naming its key
     model.check_voice(params)
     return params

@@ -3,6 +3,7 @@ pipeline declares about requests (typed params) and outputs (kinds, audio rate).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from conductor.placement import Placement
@@ -36,7 +37,10 @@ class ServedModel:
     read_voices(checkpoint dir) -> voices, for voices only the checkpoint knows. pacing: node
     -> NodePace, how its runs' items map to media time (the deadlines engines schedule by).
     max_held_text: for a request that gets audio, how many text deltas may wait to travel
-    with its next audio chunk (conductor.text_hold; 0: each goes as it comes)."""
+    with its next audio chunk (conductor.text_hold; 0: each goes as it comes).
+    default_params: the params every request starts from (e.g. a released model's sampling
+    defaults, where they differ from the params class's); the request's own keys win, and
+    ListModels shows these as the defaults."""
 
     name: str
     graph: WalkGraph
@@ -57,6 +61,7 @@ class ServedModel:
     pacing: Mapping[str, NodePace] = field(default_factory=dict)  # node -> its items' media time (core.pace)
     ttfa_target_s: float = 0.0  # when a paced stream's first audio is due after admission (conductor.playback)
     max_held_text: int = 0  # a stream with audio: text deltas wait for its next batch, up to this many (text_hold)
+    default_params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -79,6 +84,10 @@ class ServedModel:
         if self.voice_param and self.params is not None and \
                 self.voice_param not in {s.name for s in self.params.specs()}:
             raise GraphError(f"model {self.name}: voice_param {self.voice_param!r} is not one of its params")
+        object.__setattr__(self, "default_params", MappingProxyType(dict(self.default_params)))
+        if self.default_params and self.params is None:
+            raise GraphError(f"model {self.name}: default_params need a params class to check them against")
+        self.parse_params(self.default_params)  # each key one of its params, each value in range
         self.placement.validate(self.graph)
         unknown = sorted(self.lockstep_nodes - set(self.graph.node_by_name))
         if unknown:
@@ -102,6 +111,10 @@ class ServedModel:
             raise GraphError(f"model {self.name}: sample_rate must be an integer >= 0, got {rate!r}")
         if "audio" in self.output_kinds.values() and not rate:
             raise GraphError(f"model {self.name}: sample_rate is required: it has audio outputs")
+
+    def with_defaults(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """`params` over the model's default_params."""
+        return {**self.default_params, **params}
 
     def parse_params(self, params: Mapping[str, Any]) -> Any:
         """A request's params as the pipeline's typed params, every key checked (InvalidArgument

@@ -26,7 +26,7 @@ def model_info(model: ServedModel, has_tokenizer: bool) -> pb.ModelInfo:
     for spec in model.params.specs() if model.params is not None else ():
         param = info.params.add(name=spec.name, type=TYPE_NAMES[spec.kind], exclusive_min=spec.exclusive_min,
                                 help=spec.help)
-        param.default_value.CopyFrom(_value(spec.default))
+        param.default_value.CopyFrom(_value(model.default_params.get(spec.name, spec.default)))
         if spec.min is not None:
             param.min = float(spec.min)
         if spec.max is not None:

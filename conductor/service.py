@@ -18,7 +18,8 @@ from conductor.admission import Admission
 from conductor.auth import ApiKeyInterceptor
 from conductor.client_events import RequestEvents, numel
 from conductor.client_outputs import ClientOutputs
-from conductor.executor import Executor
+from conductor.executor import Executor, RequestFailed
+from conductor.field_errors import client_failure
 from conductor.metrics import ConductorMetrics, RequestMeter
 from conductor.model import ServedModel
 from conductor.model_info import model_info
@@ -99,6 +100,8 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
                         for samples in played:  # once sent
                             self._played(model.name, executor, parsed.request_id, playback, samples)
             outcome = "ok"
+        except RequestFailed as e:  # a node's failure: the request's field first, not where it was found
+            raise client_failure(e, request) from None
         except (asyncio.CancelledError, GeneratorExit):  # the call was cancelled, or closed while it waited to write
             outcome = "cancelled"
             raise

@@ -6,8 +6,8 @@ RateLimitError, ...):
 
 A conductor failure (client.call_failed.CallFailed) maps by its gRPC status; its message
 names the bad field in the conductor's terms (`params.speaker`), which `fields` turns
-back into the name the HTTP caller used (`voice`); an extension param is its own name
-(`params.max_frames` -> `max_frames`).
+back into the name the HTTP caller used (`voice`), in `param` and at the head of the
+message; an extension param is its own name (`params.max_frames` -> `max_frames`).
 """
 from __future__ import annotations
 
@@ -66,10 +66,13 @@ def from_call_failed(e: CallFailed, fields: Mapping[str, str] = {}) -> ApiError:
     if e.retry_after_ms is not None:
         headers = {"Retry-After": str(max(1, math.ceil(e.retry_after_ms / 1000))),
                    "retry-after-ms": str(e.retry_after_ms)}  # what the openai SDK reads first
-    param = None
+    param, message = None, e.message
     if status in (400, 413):
-        found = _FIELD.match(e.message)
+        found = _FIELD.match(message)
         if found:
             name = found.group(1)
             param = fields.get(name) or fields.get(name.split("[")[0]) or name.removeprefix("params.")
-    return ApiError(status, e.message, type_, param, e.code.lower(), headers)
+            rest = message[len(name):]
+            if param != name and "[" not in name and rest[:1] in ("", " ", ":"):  # the caller's name, first
+                message = param + rest
+    return ApiError(status, message, type_, param, e.code.lower(), headers)

@@ -38,7 +38,7 @@ def speech_call(body: SpeechBody, card: ModelCard, request_id: str) -> tuple[Gen
     if body.instructions:
         raise bad_field("instructions", f"instructions are not supported by model {card.name!r}")
     params = request_params(card, body.extensions(), voice_param(card, body.voice, "voice"))
-    fields = {f"params.{card.voice_param}": "voice"} if card.voice_param else {}
+    fields = {"text": "input", **({f"params.{card.voice_param}": "voice"} if card.voice_param else {})}
     return GenerateCall(card.name, text=body.input, params=params, output_modalities=("audio",),
                         request_id=request_id), fields
 

@@ -9,6 +9,8 @@ acknowledge the leases with a Release item.
 """
 from __future__ import annotations
 
+import logging
+
 import grpc
 
 from protos.starmesh.v1 import component_pb2, component_pb2_grpc
@@ -16,6 +18,8 @@ from runtime.items import InboundItem, NodeDone, NodeError, OutboundEvent
 from runtime.item_proto import events_from_proto, items_to_proto
 from runtime.message_split import split
 from runtime.tls import TlsConfig, aio_channel
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
 
@@ -80,11 +84,15 @@ class ComponentClient:
         return events
 
     async def close(self) -> None:
+        """Half-closes the stream, cancels it and closes the channel. A stream the service
+        already ended (it stopped, or the call failed) is closed all the same: grpc raises
+        from done_writing on a call whose end it has not processed yet (InternalError,
+        "ExecuteBatchError"), and that is not a failure of this close."""
         if self.call is not None:
             try:
                 await self.call.done_writing()
-            except grpc.aio.AioRpcError:
-                pass
+            except (grpc.aio.AioRpcError, grpc.aio.InternalError) as e:
+                log.debug("Run stream to %s was already closed: %s", self.address, e)
             self.call.cancel()
             self.call = None
         await self.channel.close()

@@ -28,6 +28,7 @@ from core.priority import MAX_NICE, is_nice
 from runtime.decode_guard import DecodeGuard
 from runtime.health_list import ListingHealthServicer
 from runtime.heap import settle_heap
+from runtime.settle_calls import settle_calls
 from runtime.telemetry import Telemetry
 from runtime.tls import TlsConfig
 
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 MiB = 1 << 20
 _FINAL_GRACE_S = 0.5  # for unary calls still answering once the hosted service drained
+_SETTLE_S = 1.0  # for the tasks of the calls a stop cancelled to end
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,7 @@ class GrpcServer:
         # watches): a short grace lets in-flight unary calls answer, then they are
         # cancelled, which fails exactly the requests they still carry.
         await self._server.stop(min(_FINAL_GRACE_S, max(0.0, deadline - time.monotonic())))
+        await settle_calls(_SETTLE_S)
         try:
             self.hosted.close()
         finally:

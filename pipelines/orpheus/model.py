@@ -9,7 +9,7 @@ from engine.models.orpheus import SAMPLE_RATE, VOICES
 from engine.models.orpheus.audio_codes import CODES_PER_FRAME
 from engine.models.orpheus.windows import EMIT_END, EMIT_START, STRIDE_CODES, WINDOW_CODES
 from pipelines.orpheus.graph import INNER_LOOPS, OUTPUT_KINDS, orpheus_graph
-from pipelines.orpheus.params import OrpheusParams
+from pipelines.orpheus.params import RECOMMENDED, OrpheusParams
 from pipelines.orpheus.prompt_format import OrpheusPrompt
 
 
@@ -25,7 +25,7 @@ def orpheus_model(name: str, placement: Placement, max_new_tokens: int = 8192) -
     return ServedModel(name, orpheus_graph(max_new_tokens, name=name), placement, INNER_LOOPS, params=OrpheusParams,
                        output_kinds=OUTPUT_KINDS, sample_rate=SAMPLE_RATE, tokenizer_node="prefill",
                        decode_text=False, prompt=OrpheusPrompt(), voice_param="voice", voices=VOICES,
-                       pacing=orpheus_pacing())
+                       pacing=orpheus_pacing(), default_params=RECOMMENDED)
 
 
 def orpheus_pacing() -> dict[str, NodePace]:

@@ -1,8 +1,8 @@
 """An Orpheus request's params: the LM's (TextParams: max_new_tokens, temperature, top_p,
 repetition_penalty, seed, ...). `seed` also seeds each SNAC window's noise.
 
-RECOMMENDED holds the released model's sampling defaults and its stop id; clients send
-them (the services apply TextParams' own defaults to keys a request leaves out)."""
+RECOMMENDED holds the released model's sampling defaults and its stop id: every request
+starts from them (the served model's default_params; ListModels shows them)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -26,9 +26,21 @@ from engine.engine_load import scheduler_load
 from engine.llm_engine import EngineConfig
 from engine.models.qwen3_omni.params import TalkerParams
 from engine.models.qwen3_omni.talker_engine import TalkerEngine
+from engine.models.qwen3_omni.talker_prompt import CODEC_HEAD, user_positions
 from engine.models.qwen3_omni.talker_request import set_videos
 from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode
 from core.errors import InvalidArgument
+
+
+# the assistant head of a talker prompt: three text rows without a codec id, then one row
+# per CODEC_HEAD entry (engine/models/qwen3_omni/talker_prompt.py)
+ASSISTANT_HEAD_ROWS = 3 + len(CODEC_HEAD)
+
+
+def talker_prompt_len(prompt_ids: list[int], tokens: dict) -> int:
+    """How many rows the talker's prompt for a thinker prompt has: its user-turn positions
+    and the assistant head (talker_prompt), known before the thinker's rows arrive."""
+    return len(user_positions(prompt_ids, tokens)) + ASSISTANT_HEAD_ROWS
 
 
 @dataclass
@@ -75,11 +87,13 @@ class TalkerComponent:
         prompt = inputs["prompt_ids"]
         if prompt.dtype.is_floating_point or prompt.numel() == 0:
             raise InvalidArgument("open.inputs.prompt_ids must be non-empty integer ids")
+        prompt_ids = prompt.reshape(-1).tolist()
         params = TalkerParams.from_params(item.params)
-        sampling = self.engine.talker_params(**params.sampling_kwargs(item.max_iters))  # the loop's own bound
+        room = self.engine.max_context - talker_prompt_len(prompt_ids, self.engine.spec.tokens)
+        sampling = self.engine.talker_params(**params.sampling_kwargs(item.max_iters, room))  # the loop's own bound
         if item.pace is not None:
             self.engine.set_pace(item.request_id, item.pace)
-        self.engine.add_request(item.request_id, prompt.reshape(-1).tolist(), sampling, params.speaker,
+        self.engine.add_request(item.request_id, prompt_ids, sampling, params.speaker,
                                 image_grids=_grids(inputs.get("image_grids")))
         self.runs[item.request_id] = TalkerRun(item)
         try:

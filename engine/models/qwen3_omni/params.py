@@ -31,12 +31,28 @@ class TalkerParams(RequestParams):
             raise InvalidArgument(f"params.min_frames ({self.min_frames}) must be <= params.max_frames "
                                   f"({self.max_frames})")
 
-    def sampling_kwargs(self, max_iters: int = 0) -> dict:
+    def sampling_kwargs(self, max_iters: int = 0, room: int | None = None) -> dict:
         """TalkerEngine.talker_params kwargs. max_iters: the talker loop's own bound (0:
-        none), which also caps a larger max_frames."""
+        none), which also caps a larger max_frames. room: the frames the talker's context
+        holds after this request's prompt (None: not known). A bound the client did not
+        set is clamped to the room: a default must fit whatever context the checkpoint
+        and the KV pool give. A max_frames (or min_frames) the client set past it is
+        refused naming the field."""
         bound = self.max_frames or max_iters or DEFAULT_MAX_FRAMES
         if max_iters:
             bound = min(bound, max_iters)
-        return dict(max_new_tokens=bound, min_new_tokens=self.min_frames, temperature=self.talker_temperature,
+        min_frames = self.min_frames
+        if room is not None and room < 1:
+            # the prompt alone fills the context: one frame, so that the engine refuses it as the prompt's fault
+            bound, min_frames = 1, 0
+        elif room is not None:
+            if self.max_frames is not None and bound > room:
+                raise InvalidArgument(f"params.max_frames is {self.max_frames}, past what the talker's context "
+                                      f"holds after this prompt: at most {room} frames")
+            bound = min(bound, room)
+            if min_frames > bound:
+                raise InvalidArgument(f"params.min_frames is {min_frames}, past what the talker's context "
+                                      f"holds after this prompt: at most {bound} frames")
+        return dict(max_new_tokens=bound, min_new_tokens=min_frames, temperature=self.talker_temperature,
                     top_k=self.talker_top_k, top_p=self.talker_top_p,
                     repetition_penalty=self.talker_repetition_penalty, seed=self.seed)
