@@ -7,6 +7,8 @@ OTEL_EXPORTER_OTLP_ENDPOINT as well, when set). `starmesh trace REQUEST_ID` read
 Every process is supervised: one that dies is logged and restarted on its port with
 exponential backoff (--restart-backoff-s doubling up to --restart-backoff-max-s), a crash
 loop is logged and shown by `starmesh status`; children die with `up`, even by SIGKILL.
+`--verbose` prints where start-up time went (cluster/startup.py); `--prometheus-config
+FILE` writes a scrape config for every /metrics (cluster/prometheus_config.py).
 What runs is cluster.stack's; this module parses and prints.
 """
 from __future__ import annotations
@@ -37,26 +39,41 @@ def add_parser(sub) -> None:
                    help="first delay before restarting a process that died; doubles per consecutive death")
     p.add_argument("--restart-backoff-max-s", type=float, default=10.0, metavar="S",
                    help="longest delay between restarts")
+    p.add_argument("--prometheus-config", metavar="FILE",
+                   help="write a Prometheus scrape config for every process's /metrics to FILE once all serve "
+                        "(cluster/prometheus_config.py; docs/operations.md)")
+    p.add_argument("--verbose", action="store_true",
+                   help="print where start-up time went, phase by phase, and each process's time and CPU "
+                        "to SERVING (cluster/startup.py)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from cluster.stack import start_stack
+    from cluster.startup import StartupTimes, process_age_s
     from cluster.supervisor import SupervisorConfig
     from core.errors import GraphError, StarmeshError
 
+    times = StartupTimes()
+    times.add("interpreter and imports of `up`", process_age_s() or 0.0)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
         supervision = SupervisorConfig(backoff_base_s=args.restart_backoff_s, backoff_max_s=args.restart_backoff_max_s)
         stack = start_stack(args.deployment, trace_store=not args.no_trace_store, trace_ui=args.trace_ui,
-                            tls=tls_from_args(args), api_key=api_key_from_args(args), supervision=supervision)
+                            tls=tls_from_args(args), api_key=api_key_from_args(args), supervision=supervision,
+                            times=times)
     except (GraphError, StarmeshError, ValueError, OSError, RuntimeError, TimeoutError,
             subprocess.CalledProcessError) as e:
         print(f"starmesh up: {e}", file=sys.stderr)
         return 2
     try:
+        if args.verbose:
+            for line in times.lines(total_s=process_age_s()):
+                print(f"starmesh | {line}", flush=True)
+        if args.prometheus_config:
+            _write_prometheus_config(stack, args.prometheus_config)
         _print_endpoints(stack)
         print("serving; Ctrl-C stops everything", flush=True)
         stop.wait()
@@ -64,6 +81,18 @@ def run(args: argparse.Namespace) -> int:
         print("stopping ...", flush=True)
         stack.stop()
     return 0
+
+
+def _write_prometheus_config(stack, path: str) -> None:
+    from cluster.prometheus_config import render
+
+    try:
+        with open(path, "w") as f:
+            f.write(render(stack.cluster.deployment, stack.cluster.path))
+    except OSError as e:  # the mesh serves anyway: only the file is missing
+        print(f"starmesh up: could not write the Prometheus config: {e}", file=sys.stderr, flush=True)
+        return
+    print(f"starmesh | Prometheus scrape config: {path}", flush=True)
 
 
 def _print_endpoints(stack) -> None:

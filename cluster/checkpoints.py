@@ -20,14 +20,16 @@ from core.errors import GraphError
 __all__ = ["resolve", "tiny"]
 
 
-def resolve(spec: dict, log=lambda msg: print(msg, file=sys.stderr, flush=True)) -> Path:
-    """The checkpoint directory for one `checkpoints:` entry (building a tiny one if needed)."""
+def resolve(spec: dict, log=lambda msg: print(msg, file=sys.stderr, flush=True), build: bool = True) -> Path | None:
+    """The checkpoint directory for one `checkpoints:` entry (building a tiny one if
+    needed). build=False: None for a tiny one not built yet, after the checks that need
+    no build (a bad path or an unknown kind is still a GraphError)."""
     if "path" in spec:
         path = Path(spec["path"]).expanduser()
         if not (path / "config.json").is_file() and not (path / "model_index.json").is_file():
             raise GraphError(f"checkpoint {path} has no config.json / model_index.json")
         return path
-    return tiny(spec["tiny"], log)
+    return tiny(spec["tiny"], log, build)
 
 
 # Bumped when a builder changes what it writes, so a cache built by an older starmesh is
@@ -47,7 +49,7 @@ def _current(final: Path) -> bool:
         return False
 
 
-def tiny(kind: str, log) -> Path:
+def tiny(kind: str, log, build: bool = True) -> Path | None:
     from cluster.registry import tiny_kinds
 
     if kind not in tiny_kinds():
@@ -57,6 +59,8 @@ def tiny(kind: str, log) -> Path:
     final = root / kind
     if _current(final):
         return final
+    if not build:
+        return None
     with open(root / f".{kind}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _current(final):  # built by another process while we waited

@@ -15,13 +15,17 @@ from conductor.deployment import Deployment
 from conductor.dlo_group_spec import DloGroupSpec
 from conductor.service_spec import ServiceSpec
 from core.errors import GraphError, InvalidArgument
-from services.options import LOCKSTEP_COMPONENTS, can_step_in_lockstep, check_options
 
 
 def check_dlo_groups(deployment: Deployment) -> None:
     """The checks of the module docstring (Deployment has checked that members exist,
     have one replica each and belong to one group)."""
+    # services.options reads offload configs through engine.offload, whose package imports
+    # torch: only a file with groups or offload options pays for it (`up` and the conductor
+    # load every deployment, and need no torch of their own).
     owner: dict[str, str] = {}
+    if deployment.dlo_groups:
+        from services.options import LOCKSTEP_COMPONENTS, can_step_in_lockstep
     for group in deployment.dlo_groups.values():
         for member in group.members:
             service = deployment.services[member]
@@ -42,6 +46,10 @@ def check_dlo_groups(deployment: Deployment) -> None:
 
 def _uses_allgather(service: ServiceSpec) -> bool:
     """The service's offload option parsed as `serve` will parse it (errors name it here)."""
+    if "offload" not in service.options:
+        return False
+    from services.options import check_options
+
     try:
         config = check_options(service.options)
     except InvalidArgument as e:

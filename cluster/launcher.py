@@ -5,14 +5,21 @@
 
 Every service replica is `starmesh serve <component>` on its endpoint's port, the
 conductor `starmesh conductor --deployment FILE` and, when the file names one, the HTTP
-gateway `starmesh gateway --conductor ...` (started last, stopped first); each serving /metrics on the port its
-deployment names (or derives: conductor/metrics_address.py); each child's output is
-relayed line by line, prefixed with its name. Every port is checked first (cluster.ports: one in use is
-an error naming it). Children are tethered (they die with this process, even by
-SIGKILL) and each leads its own process group; once all serve, a supervisor
-(cluster.supervisor) restarts any that dies, on its port. Stop: supervision held, SIGTERM
-to the conductor, then every service (each drains and unlinks its arena), SIGKILL to
-the process group of any that outlives the grace period.
+gateway `starmesh gateway --conductor ...` (stopped first); each serving /metrics on the
+port its deployment names (or derives: conductor/metrics_address.py); each child's output
+is relayed line by line, prefixed with its name. Every port is checked first
+(cluster.ports: one in use is an error naming it).
+
+Order: the services, and the gateway (it connects to the conductor on its first request
+only), start together and are waited for together; the conductor starts once they all
+serve, since at its start it asks every replica for its transport host and counts it as
+serving. start() records each phase's time (cluster.startup; `up --verbose` prints it).
+
+Children are tethered (they die with this process, even by SIGKILL) and each leads its
+own process group; once all serve, a supervisor (cluster.supervisor) restarts any that
+dies, on its port. Stop: supervision held, SIGTERM to the conductor, then every service
+(each drains and unlinks its arena), SIGKILL to the process group of any that outlives
+the grace period.
 
 Start the cluster from the main thread (or one that lives until stop()): children
 started there are killed by the kernel when that thread exits.
@@ -31,6 +38,7 @@ from pathlib import Path
 from cluster.checkpoints import resolve
 from cluster.ports import WILDCARD_HOSTS, check_free
 from cluster.serve_args import serve_args
+from cluster.startup import StartupTimes, wait_all
 from cluster.supervisor import Supervisor, SupervisorConfig
 from core.bearer import API_KEY_ENV
 from conductor.deployment import Deployment
@@ -70,31 +78,28 @@ class Cluster:
         self.gateway: ServiceProcess | None = None
         self.checkpoints: dict[str, Path] = {}
         self.metrics: dict[str, str] = {}  # process name -> its Prometheus /metrics URL
+        self.times: StartupTimes | None = None  # where start() spent its time (cluster.startup)
 
     @property
     def conductor_address(self) -> str:
         return self.conductor.address
 
-    def start(self) -> "Cluster":
+    def start(self, times: StartupTimes | None = None) -> "Cluster":
+        """Every process SERVING and supervised; `times` (cluster.startup) gets each phase."""
+        self.times = times = times or StartupTimes()
         t0 = time.perf_counter()
-        check_free(self.addresses())
+        with times.phase("port check"):
+            check_free(self.addresses())
         try:
-            self.checkpoints = {n: resolve(ck, lambda m: self.log(f"starmesh | {m}"))
-                                for n, ck in self.deployment.checkpoints.items()}
-            for s in self.deployment.services.values():
-                for name, (endpoint, metrics) in _replicas(s).items():
-                    self.services.append(self._service(s, name, endpoint, metrics).launch())
-            for proc in self.services:
-                proc.wait_serving()
-            host, _, port = self.deployment.conductor.rpartition(":")
-            args = ["--deployment", self.path, "--host", host,
-                    *self._metrics_args("conductor", self.deployment.conductor_metrics), *self._tls_args()]
-            env = {**self.env, API_KEY_ENV: self.api_key} if self.api_key else self.env
-            self.conductor = ServiceProcess("", args, env, "conductor", self.start_timeout_s, int(port),
-                                            "conductor", self.log, die_with_parent=True)
-            self.conductor.launch().wait_serving()
-            if self.deployment.gateway:
-                self.gateway = self._gateway().launch().wait_serving()
+            self._launch_services(times)
+            early = [self.gateway] if self.gateway is not None else []
+            times.wait(f"{len(self.services)} services{' + gateway' if early else ''} -> SERVING (in parallel)",
+                       [*self.services, *early], self.start_timeout_s)
+            self.conductor = self._launched(self._conductor(), times)
+            times.wait("conductor -> SERVING", [self.conductor], self.start_timeout_s)
+            if self.deployment.gateway and self.gateway is None:  # the conductor's port was picked at start
+                self.gateway = self._launched(self._gateway(self.conductor.port), times)
+                times.wait("gateway -> SERVING", [self.gateway], self.start_timeout_s)
             for proc in [*([self.gateway] if self.gateway else []), self.conductor, *self.services]:
                 self.supervisor.watch(proc)
             self.supervisor.start()
@@ -104,6 +109,39 @@ class Cluster:
         self.log(f"starmesh | cluster {self.deployment.name!r} up in {time.perf_counter() - t0:.1f} s")
         return self
 
+    def _launched(self, proc: ServiceProcess, times: StartupTimes) -> ServiceProcess:
+        times.launching(proc)
+        return proc.launch()
+
+    def _launch_services(self, times: StartupTimes) -> None:
+        """Every replica launched (the gateway too, when it can be: below). Checkpoints
+        that are there are resolved first, so a bad one fails before anything starts;
+        a tiny one to build is built just before its first service launches, so the
+        services of the others load meanwhile."""
+        with times.phase("checkpoints (ready ones)"):
+            ready = {n: resolve(ck, self._log_checkpoint, build=False) for n, ck in self.deployment.checkpoints.items()}
+        self.checkpoints = {n: path for n, path in ready.items() if path is not None}
+        t0, built = time.monotonic(), 0.0
+        for s in self.deployment.services.values():
+            if s.checkpoint and s.checkpoint not in self.checkpoints:
+                t = time.monotonic()
+                self.checkpoints[s.checkpoint] = resolve(self.deployment.checkpoints[s.checkpoint],
+                                                         self._log_checkpoint)
+                built += time.monotonic() - t
+            for name, (endpoint, metrics) in replica_processes(s).items():
+                self.services.append(self._launched(self._service(s, name, endpoint, metrics), times))
+        # The gateway needs the conductor's port only, and connects on its first request:
+        # launched now, it starts up while the services load instead of after the conductor.
+        if self.deployment.gateway and _port(self.deployment.conductor):
+            self.gateway = self._launched(self._gateway(_port(self.deployment.conductor)), times)
+        if built:
+            times.add("checkpoints (built on first use)", built)
+        times.add(f"launch {len(self.services) + (self.gateway is not None)} processes",
+                  time.monotonic() - t0 - built)
+
+    def _log_checkpoint(self, message: str) -> None:
+        self.log(f"starmesh | {message}")
+
     def addresses(self) -> dict[str, str]:
         """Process name (+ " metrics") -> the address the deployment gives it: the
         conductor's and every replica's gRPC and /metrics addresses."""
@@ -111,7 +149,7 @@ class Cluster:
         if self.deployment.gateway:
             out["gateway"] = self.deployment.gateway
         for s in self.deployment.services.values():
-            for name, (endpoint, metrics) in _replicas(s).items():
+            for name, (endpoint, metrics) in replica_processes(s).items():
                 out[name] = endpoint
                 if metrics:
                     out[f"{name} metrics"] = metrics
@@ -131,14 +169,22 @@ class Cluster:
         return ServiceProcess(s.component, args, self.env, name, self.start_timeout_s, int(port), log=self.log,
                               die_with_parent=True)
 
-    def _gateway(self) -> ServiceProcess:
+    def _conductor(self) -> ServiceProcess:
+        host, _, port = self.deployment.conductor.rpartition(":")
+        args = ["--deployment", self.path, "--host", host,
+                *self._metrics_args("conductor", self.deployment.conductor_metrics), *self._tls_args()]
+        env = {**self.env, API_KEY_ENV: self.api_key} if self.api_key else self.env
+        return ServiceProcess("", args, env, "conductor", self.start_timeout_s, int(port), "conductor", self.log,
+                              die_with_parent=True)
+
+    def _gateway(self, conductor_port: int) -> ServiceProcess:
         """The HTTP gateway in front of the conductor: the conductor's clients' tokens pass
         through it, so it holds no key; with TLS it presents the mesh certificate."""
         host, _, port = self.deployment.gateway.rpartition(":")
         conductor_host = self.deployment.conductor.rpartition(":")[0]
         if conductor_host in WILDCARD_HOSTS:  # bound everywhere: reached on loopback
             conductor_host = "127.0.0.1"
-        args = ["--conductor", f"{conductor_host}:{self.conductor.port}", "--host", host, *self._tls_args()]
+        args = ["--conductor", f"{conductor_host}:{conductor_port}", "--host", host, *self._tls_args()]
         self.metrics["gateway"] = f"http://{host}:{port}/metrics"
         return ServiceProcess("", args, self.env, "gateway", self.start_timeout_s, int(port), "gateway", self.log,
                               die_with_parent=True)
@@ -181,7 +227,11 @@ class Cluster:
         self.stop()
 
 
-def _replicas(s: ServiceSpec) -> dict[str, tuple[str, str]]:
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def replica_processes(s: ServiceSpec) -> dict[str, tuple[str, str]]:
     """Process name -> (endpoint, metrics address) of each replica: the service's name,
     "-i" appended when it has several."""
     return {s.name if len(s.replicas) == 1 else f"{s.name}-{i}": (e, m)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from cluster.launchable import read_launchable
 from cluster import supervision_file
 from cluster.launcher import Cluster
+from cluster.startup import StartupTimes
 from cluster.supervisor import SupervisorConfig
 from cluster.trace_store import TraceStore
 from core.cache_root import cache_root
@@ -37,6 +38,7 @@ class Stack:
     cluster: Cluster
     store: TraceStore | None = None
     ui: "Phoenix | None" = None
+    times: StartupTimes | None = None  # where start_stack spent its time
 
     def stop(self) -> None:
         """The cluster first (no process exports after its store is gone), then the store,
@@ -51,33 +53,39 @@ class Stack:
 
 
 def start_stack(deployment: str | Path, trace_store: bool = True, trace_ui: bool = False, log=_log,
-                tls=None, api_key: str = "", supervision: SupervisorConfig = SupervisorConfig()) -> Stack:
+                tls=None, api_key: str = "", supervision: SupervisorConfig = SupervisorConfig(),
+                times: StartupTimes | None = None) -> Stack:
     """Every process of the deployment file SERVING and supervised (`supervision`), with
     the local trace store (unless `trace_store` is False) and Phoenix (if `trace_ui`). Phoenix starts first, so that
     every process inherits its endpoint. Whatever started is stopped again when a later
     part fails (the error propagates: GraphError for a bad file, RuntimeError or
     TimeoutError for a process that does not come up). `tls` (runtime.tls.TlsConfig)
-    replaces the deployment's; `api_key` goes to the conductor (cluster.launcher)."""
+    replaces the deployment's; `api_key` goes to the conductor (cluster.launcher);
+    `times` (cluster.startup) gets the time of each phase."""
+    times = times if times is not None else StartupTimes()
     ui = None
     if trace_ui:
         from cluster.phoenix import start_trace_ui
 
-        ui = start_trace_ui(log=log)
+        with times.phase("trace UI (Phoenix)"):
+            ui = start_trace_ui(log=log)
     store = None
     try:
-        spec = read_launchable(deployment)
-        store = TraceStore().start() if trace_store else None
-        if store is not None:
-            publish_trace_store(store.http_address)
+        with times.phase("deployment file"):
+            spec = read_launchable(deployment)
+        if trace_store:
+            with times.phase("trace store"):
+                store = TraceStore().start()
+                publish_trace_store(store.http_address)
         cluster = Cluster(spec, deployment, trace_store=store.otlp_address if store else "", tls=tls,
                           api_key=api_key, supervision=supervision,
-                          on_supervision=lambda status: supervision_file.publish(spec.conductor, status)).start()
+                          on_supervision=lambda status: supervision_file.publish(spec.conductor, status)).start(times)
     except BaseException:
         _stop_store(store)
         if ui is not None:
             ui.stop()
         raise
-    return Stack(cluster, store, ui)
+    return Stack(cluster, store, ui, times)
 
 
 def publish_trace_store(url: str) -> None:

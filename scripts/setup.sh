@@ -34,6 +34,24 @@ if ! command -v docker-compose >/dev/null; then
   fi
 fi
 
+# promtool: tests/cluster/test_dashboards.py parses the Grafana dashboard's PromQL and checks
+# the Prometheus configs with it (and tests/cluster/test_metrics.py lints every /metrics).
+# Only the binary is taken from Debian's prometheus package: installing the package would
+# also set up a Prometheus server (and start it where services start on install).
+if ! command -v promtool >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing promtool (from Debian's prometheus package)"
+    tmp=$(mktemp -d) && chmod a+rwx "$tmp"   # apt-get download runs as _apt where it can
+    (cd "$tmp" && apt-get update -qq && apt-get download -qq prometheus 2>/dev/null \
+      && dpkg-deb --fsys-tarfile prometheus_*.deb | tar -x ./usr/bin/promtool \
+      && install -m 0755 usr/bin/promtool /usr/local/bin/promtool) \
+      || echo "setup: could not install promtool; its checks will skip" >&2
+    rm -rf "$tmp"
+  else
+    echo "setup: promtool is missing (the binary of Debian's prometheus package); its checks will skip" >&2
+  fi
+fi
+
 # g++ and ninja build the CPU attention kernel (engine/attention/cpu_kernels.py) on first
 # use; without them decode attention runs in plain torch, about 1.3x slower a step.
 if ! command -v g++ >/dev/null || ! command -v ninja >/dev/null; then

@@ -1,5 +1,7 @@
-"""One co-located speech deployment (thinker + talker+codec + conductor) with a trace
-store, started once for the cluster tests that only need a running deployment."""
+"""Deployments started once per session: a co-located speech one (thinker + talker+codec +
+conductor) with a trace store, for the cluster tests that only need a running deployment,
+and `starmesh up` of the default deployment (every model and the gateway) for the tests
+of what users run."""
 from __future__ import annotations
 
 import pytest
@@ -31,3 +33,13 @@ def colocated(tiny_omni, tmp_path_factory, trace_store):
     for address in services:
         registry.unregister(address)
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def local_up(tiny_omni, tmp_path_factory):
+    """`starmesh up` of the default deployment, as users run it (tests/cluster/local_up.py)."""
+    from tests.cluster.local_up import start_local_up
+
+    mesh = start_local_up(tiny_omni, tmp_path_factory.mktemp("local-up"))
+    yield mesh
+    mesh.stop()

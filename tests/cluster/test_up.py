@@ -1,58 +1,52 @@
-"""`starmesh up` as users run it: the default deployment (both models), one speech and
-one image request, then SIGTERM: no child process, port or /dev/shm arena is left."""
+"""`starmesh up` as users run it: the default deployment (every model, `--verbose`), one
+speech, one image and one rollout request, then SIGTERM: no child process, port or
+/dev/shm arena is left. The mesh is the session's `local_up` (tests/cluster/local_up.py),
+which sent the speech and image requests when it started."""
 from __future__ import annotations
 
-import asyncio
+import json
 import os
-import signal
 import subprocess
 import sys
 
 import pytest
 
-from client.speech import speak
-from engine.models.qwen3_omni.tiny import chat_prompt
-from cluster.shipped_deployments import rewrite_shipped
-from tests.fixtures import tiny_orpheus, tiny_sd3, tiny_vjepa2
-from tests.fixtures.processes import children as _children, port_open as _port_open, printed_endpoints
-from tests.fixtures.processes import wait_for_line as _wait_for_line
-from tests.fixtures.services import describe
+from tests.fixtures import tiny_vjepa2
+from tests.fixtures.processes import port_open as _port_open
 
 pytestmark = pytest.mark.timeout(400)
 
+PHASES = ("interpreter and imports of `up`", "deployment file", "trace store", "port check", "checkpoints",
+          "launch", "10 services + gateway -> SERVING", "conductor -> SERVING", "children CPU", "total")
 
-def test_up_serves_speech_and_image_then_stops_clean(tiny_omni, tmp_path):
-    checkpoints = {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint(), "vjepa2": tiny_vjepa2.checkpoint(),
-                   "orpheus": tiny_orpheus.checkpoint()}
-    path = rewrite_shipped("local", checkpoints, directory=str(tmp_path))
-    env = {**os.environ, "STARMESH_CACHE": str(tmp_path / "cache")}
-    up = subprocess.Popen([sys.executable, "-m", "cli", "up", "--deployment", str(path)], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+def test_up_serves_speech_and_image_then_stops_clean(local_up, tmp_path):
+    endpoints = dict(local_up.endpoints)
+    conductor = endpoints.pop("conductor")
+    gateway = endpoints.pop("gateway")  # http://HOST:PORT: the deployment's gateway, in front of the conductor
     try:
-        lines = _wait_for_line(up, "Ctrl-C stops everything", 300)
-        endpoints = printed_endpoints(lines)
-        conductor = endpoints.pop("conductor")
-        gateway = endpoints.pop("gateway")  # http://HOST:PORT: the deployment's gateway, in front of the conductor
         assert _gateway_ready(gateway)
-        arenas = {describe(a).arena for a in endpoints.values()}
-        children = _children(up.pid)
-        summary = asyncio.run(speak(conductor, "qwen3-omni", chat_prompt("hi"), {"max_new_tokens": 8,
-                                                                                 "max_frames": 30}))
-        assert summary.num_chunks > 0
-        image = subprocess.run([sys.executable, "-m", "cli", "imagine", "--conductor", conductor, "--prompt",
-                                "a fox", "-o", str(tmp_path / "fox.png"), "--steps", "2", "--size", "64x64",
-                                "--json"], capture_output=True, text=True, timeout=120)
-        assert image.returncode == 0, image.stderr
-        assert (tmp_path / "fox.png").stat().st_size > 0
+        assert local_up.speech.num_chunks > 0
+        assert local_up.image.returncode == 0, local_up.image.stderr
+        assert (local_up.directory / "fox.png").stat().st_size > 0
         _rollout(conductor, tmp_path)
+        _printed_phases(local_up.lines, [*endpoints, "conductor", "gateway"])
     finally:
-        up.send_signal(signal.SIGTERM)
-        rest = up.communicate(timeout=120)[0]
-    assert up.returncode == 0, rest[-3000:]
-    assert len(children) == len(endpoints) + 2  # every service, the conductor and the gateway
-    assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")]
+        returncode, rest = local_up.stop()
+    assert returncode == 0, rest[-3000:]
+    assert len(local_up.children) == len(endpoints) + 2  # every service, the conductor and the gateway
+    assert not [pid for pid in local_up.children if os.path.exists(f"/proc/{pid}")]
     assert not [a for a in [conductor, gateway.removeprefix("http://"), *endpoints.values()] if _port_open(a)]
-    assert not [a for a in arenas if os.path.exists(f"/dev/shm/{a}")]
+    assert not [a for a in local_up.arenas if os.path.exists(f"/dev/shm/{a}")]
+
+
+def _printed_phases(lines: list[str], processes: list[str]) -> None:
+    """`--verbose`: every phase of start-up, and every process under the phase that waited for it."""
+    report = [line.split("|", 1)[1] for line in lines if line.startswith("starmesh |   ")]
+    for phase in PHASES:
+        assert any(line.strip().startswith(phase) for line in report), (phase, report)
+    for name in processes:
+        assert any(line.startswith(f"     {name} ") and "cpu" in line for line in report), (name, report)
 
 
 def _gateway_ready(url: str) -> bool:
@@ -65,11 +59,10 @@ def _gateway_ready(url: str) -> bool:
 
 def _rollout(conductor: str, tmp_path) -> None:
     """`starmesh rollout` against the default deployment's world model."""
-    import json
-
     import numpy as np
 
-    arrays = {"frames": tiny_vjepa2.frames(4), "actions": tiny_vjepa2.actions(3), "states": tiny_vjepa2.actions(3)}
+    # one timestep per frame: 2 frames and 3 actions leave a horizon of 2
+    arrays = {"frames": tiny_vjepa2.frames(2), "actions": tiny_vjepa2.actions(3), "states": tiny_vjepa2.actions(3)}
     args = []
     for name, value in arrays.items():
         np.save(tmp_path / f"{name}.npy", value.numpy())

@@ -1,0 +1,110 @@
+"""One `starmesh up` of the default deployment (every model, tiny checkpoints, free ports,
+`--verbose --prometheus-config`), started once per session by the `local_up` fixture
+(tests/cluster/conftest.py) for the tests that need the whole mesh as users run it:
+test_up.py (requests, then a clean stop) and test_dashboards.py (the metric families every
+process declares). At start it serves one speech and one image request through the
+CLI's paths and reads every process's /metrics, so what those tests read does not depend
+on their order; stop() is test_up's, and the fixture's teardown when nothing stopped it."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from client.speech import speak
+from cluster.shipped_deployments import rewrite_shipped
+from engine.models.qwen3_omni.tiny import chat_prompt
+from tests.fixtures import registry, tiny_orpheus, tiny_sd3, tiny_vjepa2
+from tests.fixtures.exposition_lint import scrape
+from tests.fixtures.processes import children, printed_endpoints, wait_for_line
+from tests.fixtures.services import describe
+
+
+@dataclass
+class LocalUp:
+    up: subprocess.Popen
+    directory: Path
+    lines: list[str]  # what `up` printed up to "Ctrl-C stops everything"
+    endpoints: dict[str, str]  # process -> gRPC address (the gateway: its http:// URL)
+    metrics: dict[str, str]  # process -> its /metrics URL
+    children: list[int]
+    arenas: set[str]  # the services' shared-memory arenas
+    speech: object = None  # client.speech's summary of the speech request
+    image: subprocess.CompletedProcess | None = None  # `starmesh imagine`
+    families: dict[str, dict[str, str]] = field(default_factory=dict)  # process -> {family: type}, after both
+    stopped: tuple[int, str] | None = None  # (exit code, what it printed while stopping)
+
+    @property
+    def prometheus_config(self) -> Path:
+        return self.directory / "prometheus.yml"
+
+    def stop(self) -> tuple[int, str]:
+        """SIGTERM once, then its exit code and the rest of its output (cached)."""
+        if self.stopped is None:
+            for address in self._services():
+                registry.unregister(address)
+            self.up.send_signal(signal.SIGTERM)
+            rest = self.up.communicate(timeout=120)[0]
+            self.stopped = (self.up.returncode, rest)
+        return self.stopped
+
+    def _services(self) -> list[str]:
+        return [a for name, a in self.endpoints.items() if name not in ("conductor", "gateway")]
+
+
+def start_local_up(tiny_omni, directory: Path) -> LocalUp:
+    checkpoints = {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint(), "vjepa2": tiny_vjepa2.checkpoint(),
+                   "orpheus": tiny_orpheus.checkpoint()}
+    path = rewrite_shipped("local", checkpoints, directory=str(directory))
+    env = {**os.environ, "STARMESH_CACHE": str(directory / "cache")}
+    up = subprocess.Popen([sys.executable, "-m", "cli", "up", "--deployment", str(path), "--verbose",
+                           "--prometheus-config", str(directory / "prometheus.yml")], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = wait_for_line(up, "Ctrl-C stops everything", 300)
+        mesh = LocalUp(up, directory, lines, printed_endpoints(lines), _printed_metrics(lines), children(up.pid),
+                       set())
+        mesh.arenas = {describe(a).arena for a in mesh._services()}
+        for address in mesh._services():  # the leak check expects their arenas to outlive each test
+            registry.register(address, describe(address).arena)
+        _serve_requests(mesh)
+        mesh.families = {name: declared_families(scrape(url)) for name, url in mesh.metrics.items()}
+    except BaseException:
+        up.kill()
+        up.communicate(timeout=60)
+        raise
+    return mesh
+
+
+def _serve_requests(mesh: LocalUp) -> None:
+    """One spoken answer through the SDK and one image through `starmesh imagine`."""
+    conductor = mesh.endpoints["conductor"]
+    mesh.speech = asyncio.run(speak(conductor, "qwen3-omni", chat_prompt("hi"), {"max_new_tokens": 8,
+                                                                               "max_frames": 30}))
+    mesh.image = subprocess.run([sys.executable, "-m", "cli", "imagine", "--conductor", conductor, "--prompt",
+                                 "a fox", "-o", str(mesh.directory / "fox.png"), "--steps", "2", "--size", "64x64",
+                                 "--json"], capture_output=True, text=True, timeout=120)
+
+
+def _printed_metrics(lines: list[str]) -> dict[str, str]:
+    """process -> /metrics URL from `up`'s endpoint lines ("  NAME  ADDRESS  metrics URL")."""
+    out = {}
+    for line in lines:
+        words = line.split()
+        if line.startswith("  ") and len(words) == 4 and words[2] == "metrics" and words[3].startswith("http"):
+            out[words[0]] = words[3]
+    return out
+
+
+def declared_families(text: str) -> dict[str, str]:
+    """family -> type of every `# TYPE` line: a labelled family with no samples yet counts."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            out[name] = kind.strip()
+    return out
