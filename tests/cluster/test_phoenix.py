@@ -38,7 +38,10 @@ def trace_ui(tmp_path, monkeypatch):
     monkeypatch.setenv("PHOENIX_PORT", str(free_port()))
     monkeypatch.setenv("PHOENIX_GRPC_PORT", str(free_port()))
     monkeypatch.setenv("PHOENIX_WORKING_DIR", str(tmp_path / "phoenix"))
-    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    # recorded first, so that the endpoint start_trace_ui sets in os.environ is undone after
+    # the test (children of later tests would export to this stopped Phoenix otherwise)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT")
     ui = start_trace_ui(log=lambda msg: None)
     try:
         yield ui
