@@ -121,3 +121,25 @@ def test_a_stream_closed_early_is_not_an_opentelemetry_error_but_other_detach_fa
         assert not caplog.records
         context.detach(object())  # a token that is no token
     assert [r.getMessage() for r in caplog.records] == ["Failed to detach context"]
+
+
+def test_a_status_the_peer_no_longer_awaits_is_not_an_error_but_other_failed_batches_are(quieted, caplog):
+    """grpc logs a Run stream's final status that could not be sent, because the peer had
+    already finished the call (the peer stopped first): dropped. A batch with any other
+    failed operation still shows."""
+    import logging
+
+    from grpc._cython import cygrpc
+
+    log = logging.getLogger("grpc._cython.cygrpc")
+    message = "ExecuteBatchError raised in core by servicer method [/starmesh.v1.Component/Run]"
+    status_only = 'Failed "execute_batch": (<grpc._cython.cygrpc.SendStatusFromServerOperation object at 0x1>,)'
+    with_message = ('Failed "execute_batch": (<grpc._cython.cygrpc.SendMessageOperation object at 0x2>, '
+                    '<grpc._cython.cygrpc.SendStatusFromServerOperation object at 0x1>)')
+    with caplog.at_level(logging.ERROR, logger="grpc._cython.cygrpc"):
+        for text in (status_only, with_message):
+            try:
+                raise cygrpc.ExecuteBatchError(text)
+            except cygrpc.ExecuteBatchError:
+                log.exception(message)
+    assert [str(r.exc_info[1]) for r in caplog.records] == [with_message]
