@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from core.errors import InvalidArgument
+from core.media_kinds import MEDIA_KINDS  # ContentPart's media fields
 
 MODALITIES = ("text", "audio", "image")
-MEDIA_KINDS = ("audio", "image", "video")  # ContentPart's media fields
 
 
 class BadCall(InvalidArgument, ValueError):

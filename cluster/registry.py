@@ -23,7 +23,6 @@ without importing every model):
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -148,12 +147,12 @@ def entry(name: str, field_name: str = "pipeline") -> ModelEntry:
 
 
 def load(path: str) -> Callable[..., Any]:
-    """The callable a "module:attr.attr" path names (imported now)."""
-    module_name, _, attr = path.partition(":")
-    target: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    return target
+    """The callable a "module:attr.attr" path names (imported now; InvalidArgument naming
+    the path when it names nothing): the same resolver the shared components load their
+    hooks with."""
+    from services.model_hooks import load_hook
+
+    return load_hook(path)
 
 
 def build_model(pipeline: str, name: str, placement, options: Mapping[str, Any]):
@@ -209,10 +208,7 @@ def model_folders() -> dict[str, ModelEntry]:
 def resolve_factory(spec: str) -> Callable[..., Any]:
     """The factory callable of a registered component name or "module:callable" path."""
     path, _ = component_factory(spec)
-    try:
-        factory = load(path)
-    except AttributeError:
-        raise ValueError(f"component factory {path!r}: no such attribute") from None
+    factory = load(path)
     if not callable(factory):
         raise ValueError(f"component factory {path!r} is not callable")
     return factory

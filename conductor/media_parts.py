@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from conductor.input_limits import InputLimits
 from core.errors import InvalidArgument
+from core.media_kinds import MEDIA_KINDS, media_manifest
 
 # The kind codes of media_parts: the encoder service reads the same (services/encoder/media_list.py).
-MEDIA_KINDS = ("audio", "image", "video")
 MEDIA_INPUTS = ("media", "media_parts")
 
 # format -> (magic test, mime types it answers to)
@@ -72,7 +72,7 @@ class MediaParts:
         if not self.found:
             return {}
         blob = b"".join(data for _, data, _ in self.found)
-        table = [[MEDIA_KINDS.index(kind), len(data)] for kind, data, _ in self.found]
+        table = media_manifest([(kind, data) for kind, data, _ in self.found])
         return {"media": (torch.frombuffer(bytearray(blob), dtype=torch.uint8),),
                 "media_parts": (torch.tensor(table, dtype=torch.int64),)}
 

@@ -14,16 +14,17 @@ from core.errors import InvalidArgument
 
 
 def load_hook(path: str) -> Callable[..., Any]:
-    """The callable `path` ("module:attr.attr") names."""
+    """The callable `path` ("module:attr.attr") names, imported now: a hook, or any path
+    the model registry names (pipelines, factories, tiny builders)."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
-        raise InvalidArgument(f"hooks: {path!r} is not 'module:callable'")
+        raise InvalidArgument(f"{path!r} is not 'module:callable'")
     target: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise InvalidArgument(f"hooks: {module_name} has no attribute {attr!r}") from None
+            raise InvalidArgument(f"{path!r}: {module_name} has no attribute {attr!r}") from None
     return target
 
 

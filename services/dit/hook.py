@@ -23,9 +23,10 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Protocol
 import torch
 
 from core.errors import InvalidArgument
+from engine.model_config import DTYPES as TORCH_DTYPES
 
 NODE_PREFIX = "denoise_"
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = tuple(TORCH_DTYPES)  # the engine's: "float32", "bfloat16", "float16"
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,10 @@ from typing import Mapping
 import torch
 
 from core.errors import InvalidArgument
+from core.media_kinds import MEDIA_KINDS, media_manifest
 
 # The kind codes of media_parts and parts. The conductor's front door writes the same
 # codes (conductor/media_parts.py); a test checks that both agree.
-MEDIA_KINDS = ("audio", "image", "video")
 MEDIA_INPUTS = ("media", "media_parts")
 ENCODED_PORTS = ("rows", "deepstack", "parts", "seconds")
 _KIND, _ROWS, _DEEP, _T, _H, _W = range(6)
@@ -108,7 +108,7 @@ def _manifest(inputs: Mapping[str, torch.Tensor], name: str, columns: int) -> to
 
 def pack_media(parts: list[tuple[str, bytes]]) -> dict[str, torch.Tensor]:
     """The walk inputs of parts (kind, file bytes) in prompt order."""
-    codes = [[MEDIA_KINDS.index(kind), len(data)] for kind, data in parts]
+    codes = media_manifest(parts)
     return {"media": torch.frombuffer(bytearray(b"".join(d for _, d in parts)), dtype=torch.uint8),
             "media_parts": torch.tensor(codes, dtype=torch.int64).reshape(-1, 2)}
 

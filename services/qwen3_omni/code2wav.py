@@ -108,14 +108,9 @@ def codec_hook(checkpoint: str, dtype: str | None = None, device: str = "cpu", m
                **_other_codecs_options) -> Code2WavComponent | None:
     """The codec service's hook (services/codec/factory.py): code2wav when the checkpoint's
     config.json has a code2wav_config, else None."""
-    import json
-    from pathlib import Path
+    from services.qwen3_omni.thinker_hook import read_config
 
-    try:
-        cfg = json.loads((Path(checkpoint) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(cfg, dict) or "code2wav_config" not in cfg:
+    if "code2wav_config" not in (read_config(checkpoint) or {}):
         return None
     return Code2WavComponent.from_checkpoint(checkpoint, dtype=dtype, device=device, max_batch_size=max_batch_size,
                                              max_queued=max_queued, schedule=schedule,

@@ -56,7 +56,3 @@ class Sd3Vae:
         latents = (posterior.mode() - self.shift_factor) * self.scaling_factor        # [B, C, h, w]
         return latents.float().cpu()
 
-
-def to_rgb8(images: torch.Tensor) -> torch.Tensor:
-    """images [B, H, W, 3] in [0, 1] -> uint8 [B, H, W, 3], rounded to nearest."""
-    return (images * 255).round().to(torch.uint8)

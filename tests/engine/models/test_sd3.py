@@ -9,7 +9,8 @@ import torch
 from core.errors import InvalidArgument
 from engine.models.sd3.dit import DenoiseInput, Sd3Dit
 from engine.models.sd3.text_encoders import Sd3TextEncoders, join_conditioning
-from engine.models.sd3.vae import Sd3Vae, to_rgb8
+from engine.models.sd3.vae import Sd3Vae
+from services.vae.component import to_rgb8
 from tests.fixtures import tiny_sd3
 
 pytestmark = pytest.mark.timeout(120)
