@@ -4,9 +4,9 @@
 
 A StepLoop (its engine thread, as in a service) runs bench.conductor's middle toy `mid`:
 the consumer of one routed edge (FixedChunk(1), a chunk run per item) and the producer
-of the next (its outputs exported and posted to a peer). Each batch is one message of S
-pushes, one per stream, as a producer's engine step sends them; the next batch goes once
-the peer posts of this one are out. runtime_us_per_item is this process's CPU per item:
+of the next (its outputs exported and posted to a peer). Each batch is one PushBatch of S
+entries, one per stream, as a producer's engine step sends them (runtime.push_batch);
+the next goes once the peer posts of this one are out. runtime_us_per_item is this process's CPU per item:
 claim, chunk run, resolve, the toy's open and step, route out, export, credit.
 component_us_per_item, the baseline measured in alternate rounds, is the toy alone
 (open + step of the same items, no runtime); runtime_over_component is the median of the
@@ -15,7 +15,7 @@ rounds' paired ratios.
 The gRPC edge's own conversions of the same batches, measured here too (a hop pays them
 on the event-loop threads of both ends, beside the engine thread's runtime_us_per_item):
 encode_us_per_item (items_to_proto + SerializeToString, the producer) and
-decode_us_per_item (FromString + request_from_proto, the consumer), per push, medians
+decode_us_per_item (FromString + request_from_proto, the consumer), per item, medians
 over the rounds.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ class CountingPeers:
             self.reached.set()
 
     def post(self, peer: str, items: list) -> None:
-        self.num_posted += len(items)
+        self.num_posted += sum(getattr(i, "num_entries", 1) for i in items)
         if self.num_posted >= self.wanted:
             self.reached.set()
 
@@ -64,19 +64,22 @@ def _grants(streams: int) -> list:
     return out
 
 
-def _batch(streams: int, k: int, ref) -> list:
-    from runtime.items import PushChunk
+def _batch(streams: int, k: int, value) -> list:
+    """One PushBatch of `streams` entries (one item each), its rows inline."""
+    from runtime.push_batch import BatchBuilder
+    from transport.codec import inline_ref
 
-    now = time.time() * 1e6
-    return [(f"items[{r}]", PushChunk(f"req-{r}", "mid", "x", (), {"x": ref}, False, 0, 0, f"to-b-{r}", k, (now,)))
-            for r in range(streams)]
+    now, builder = time.time() * 1e6, BatchBuilder()
+    for r in range(streams):
+        builder.add(f"to-b-{r}", f"req-{r}", k, 0, 0, False, (now,), value)
+    return [("items[0]", b) for b in builder.build(lambda rows, shares: inline_ref(rows))]
 
 
 def runtime_round(loop, peers: CountingPeers, batches: list) -> float:
     """CPU seconds of this process for `batches`, each posted on before the next goes."""
     cpu0 = time.process_time()
     for batch in batches:
-        peers.expect(peers.num_posted + len(batch))
+        peers.expect(peers.num_posted + sum(b.num_entries for _, b in batch))
         loop.submit("peer-a", batch)
         if not peers.reached.wait(60):
             raise RuntimeError("the engine thread posted nothing for a minute")
@@ -87,8 +90,9 @@ def component_round(toy, batches: list, values: dict) -> float:
     """The toy alone: open a run per push and step, as the engine thread does."""
     cpu0 = time.process_time()
     for batch in batches:
-        for _, push in batch:
-            toy.open(_run_of(push), values)
+        for _, pushes in batch:
+            for start in pushes.entries["start"].tolist():
+                toy.open(_run_of(start), values)
         toy.step()
     return time.process_time() - cpu0
 
@@ -108,10 +112,10 @@ def wire_round(batches: list) -> tuple[float, float]:
     return cpu1 - cpu0, time.process_time() - cpu1
 
 
-def _run_of(push):
+def _run_of(start: int):
     from runtime.items import OpenNode
 
-    return OpenNode(push.request_id, push.node, iteration=(push.start,))
+    return OpenNode("req", "mid", iteration=(start,))
 
 
 def measure(streams: int, rounds: int, batches_per_round: int) -> dict:
@@ -127,18 +131,18 @@ def measure(streams: int, rounds: int, batches_per_round: int) -> dict:
     peers, transport = CountingPeers(), Transport(TransportConfig(host_id="bench-host"))
     loop = StepLoop(make_b(), transport, peers=peers)
     loop.start()
-    ref, k = inline_ref(torch.tensor([5])), 0
+    value, k = torch.tensor([5]), 0
     try:
         loop.attach("conductor", lambda events: None)
         loop.submit("conductor", _grants(streams))
         loop.name_stream("peer-a", "bench-a")
         runtime, component, ratios, encode, decode = [], [], [], [], []
         for r in range(rounds + 1):  # round 0 warms both up
-            batches = [_batch(streams, k + i, ref) for i in range(batches_per_round)]
+            batches = [_batch(streams, k + i, value.reshape(1)) for i in range(batches_per_round)]
             k += batches_per_round
             items = streams * batches_per_round
             rt = runtime_round(loop, peers, batches) / items
-            ct = component_round(make_b(), batches, {"x": transport.resolve(ref).tensor}) / items
+            ct = component_round(make_b(), batches, {"x": value}) / items
             et, dt = wire_round(batches)
             if r:
                 encode.append(et / items * 1e6)

@@ -38,6 +38,8 @@ from runtime.items import (
     Alive,
     StopRule,
 )
+from runtime.push_batch import PushBatch
+from runtime.push_batch_proto import batch_from_proto, batch_to_proto
 from runtime.route_proto import MAX_WINDOW, routes_from_proto, routes_to_proto
 from core.errors import BadTensorRef, InvalidArgument, StarmeshError
 from core.pace import Pace
@@ -179,13 +181,15 @@ def item_from_proto(msg: pb.RunItem, field: str, received_us: float = 0.0) -> In
     message was read (a push keeps it: the consumer's share of the edge's latency)."""
     kind = msg.WhichOneof("kind")
     if kind is None:
-        raise InvalidArgument(f"{field}: none of open, push, cancel, release, credit, accept, repace is set")
+        raise InvalidArgument(f"{field}: none of open, push, batch, cancel, release, credit, accept, repace is set")
     sub = getattr(msg, kind)
     try:
         if kind == "open":
             return _open_from_proto(sub, f"{field}.open")
         if kind == "push":
             return _push_from_proto(sub, f"{field}.push", received_us)
+        if kind == "batch":
+            return batch_from_proto(sub, f"{field}.batch", received_us)
         if kind == "cancel":
             return Cancel(sub.request_id, sub.reason)
         if kind == "credit":
@@ -266,6 +270,8 @@ def items_to_proto(items: Iterable[InboundItem], sender: str = "") -> pb.RunRequ
             p.route, p.start = item.route, item.start
             p.produced_us.extend(item.produced_us)
             tensors_to_proto(item.tensors, p.tensors)
+        elif isinstance(item, PushBatch):
+            batch_to_proto(item, it.batch)
         elif isinstance(item, Cancel):
             it.cancel.request_id, it.cancel.reason = item.request_id, item.reason
         elif isinstance(item, Repace):

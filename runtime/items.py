@@ -8,11 +8,14 @@ NodeError, NodeDone, RouteCredit (to a producer's runtime on its peer stream) an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from core.pace import Pace
 from graph.composites import StopRule
 from transport.refs import ConsumedLease, TensorRef  # noqa: F401  (ConsumedLease re-exported)
+
+if TYPE_CHECKING:
+    from runtime.push_batch import PushBatch  # one engine step's pushes to a peer, columnar
 
 # The node of a padding unit (docs/offload.md, dlo_group): the conductor opens it on each
 # rank of a lockstep group that a step has no branch for, so every rank receives as many
@@ -174,7 +177,7 @@ class Credit:
     iteration: tuple[int, ...] = ()
 
 
-InboundItem = Union[OpenNode, PushChunk, Cancel, Release, Credit, AcceptRoute, Repace]
+InboundItem = Union[OpenNode, PushChunk, Cancel, Release, Credit, AcceptRoute, Repace, "PushBatch"]
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ outputs, errors and the route's end go there). Pushes carry the route's token; t
 stream that pushes with it becomes the route's sender, and no other stream may use it.
 A push may arrive before its grant (they travel on different connections): it waits,
 unclaimed, in a bounded holding area, and is applied once the grant arrives (a token
-nobody grants only ever costs that bounded room).
+nobody grants only ever costs that bounded room). A batch entry names its route by id
+(runtime.push_batch.route_id of the token) and carries no identity of its own: the
+route's grant gives its request, node, iteration and port.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from core.errors import InvalidArgument
 from core.evolve import evolve
 from runtime.edge_stats import EdgeRecorder, now_us, percentile
 from runtime.items import AcceptRoute, ChunkInfo, OpenNode, PushChunk, RouteCredit
+from runtime.push_batch import route_id
 
 RunKey = tuple[str, str, tuple[int, ...]]
 MAX_UNCLAIMED_TOKENS = 1024
@@ -92,26 +95,37 @@ class InRoute:
 class InboundRoutes:
     def __init__(self) -> None:
         self.routes: dict[str, InRoute] = {}
-        self.unclaimed: OrderedDict[str, list] = OrderedDict()  # token -> [(stream, name, push, tensors)]
+        self.by_id: dict[int, InRoute] = {}  # route_id(token) -> route
+        self.unclaimed: OrderedDict[int, list] = OrderedDict()  # route id -> [(stream, name, push, tensors)]
         self.chunk_runs: dict[RunKey, tuple[InRoute, int]] = {}  # chunk run -> (route, its new items)
         self.by_run: dict[RunKey, InRoute] = {}  # (request, node, base iteration) -> its route
 
     def accept(self, owner: str, item: AcceptRoute) -> list:
         """Grants the route; returns the pushes that arrived before the grant."""
         route = self.routes[item.token] = InRoute(item, owner, credits=dict(item.run.credits))
+        rid = route_id(item.token)
+        self.by_id[rid] = route
         self.by_run[(item.run.request_id, item.run.node, item.run.iteration)] = route
-        return self.unclaimed.pop(item.token, [])
+        return [(stream, name, push if push.request_id else self.identify(route, push), tensors)
+                for stream, name, push, tensors in self.unclaimed.pop(rid, [])]
 
-    def claim(self, stream_id: str, name: str, push: PushChunk, tensors) -> InRoute | None:
+    def identify(self, route: InRoute, push: PushChunk) -> PushChunk:
+        """A batch entry's push with its route's identity (request, node, iteration, port)."""
+        run = route.accept.run
+        return evolve(push, request_id=run.request_id, node=run.node, iteration=run.iteration,
+                      port=route.accept.port, route=route.accept.token)
+
+    def claim(self, stream_id: str, name: str, push: PushChunk, tensors, rid: int | None = None) -> InRoute | None:
         """The route a push belongs to, or None when it waits for its grant; raises
-        RoutePermissionDenied for a push that does not match its route."""
-        route = self.routes.get(push.route)
+        RoutePermissionDenied for a push that does not match its route. rid: a batch
+        entry's route id (its push has no identity until the route gives it one)."""
+        route = self.by_id.get(route_id(push.route) if rid is None else rid)
         if route is None:
-            self._hold(stream_id, name, push, tensors)
+            self._hold(stream_id, name, push, tensors, route_id(push.route) if rid is None else rid)
             return None
         run = route.accept.run
-        if (push.request_id, push.node, push.iteration, push.port) != (run.request_id, run.node, run.iteration,
-                                                                         route.accept.port):
+        if rid is None and (push.request_id, push.node, push.iteration, push.port) != (
+                run.request_id, run.node, run.iteration, route.accept.port):
             raise RoutePermissionDenied(f"push.route: the token is not granted for {push.node}{list(push.iteration)}"
                                         f".{push.port} of request {push.request_id!r}")
         if route.sender and route.sender != stream_id:
@@ -119,8 +133,8 @@ class InboundRoutes:
         route.sender, route.sender_name = stream_id, name
         return route
 
-    def _hold(self, stream_id: str, name: str, push: PushChunk, tensors) -> None:
-        held = self.unclaimed.setdefault(push.route, [])
+    def _hold(self, stream_id: str, name: str, push: PushChunk, tensors, rid: int) -> None:
+        held = self.unclaimed.setdefault(rid, [])
         if len(held) >= MAX_UNCLAIMED_PUSHES:
             raise RoutePermissionDenied("push.route: too many pushes for a token never granted")
         held.append((stream_id, name, push, tensors))
@@ -187,10 +201,11 @@ class InboundRoutes:
 
     def cancel(self, request_id: str) -> None:
         self.routes = {t: r for t, r in self.routes.items() if r.request_id != request_id}
+        self.by_id = {i: r for i, r in self.by_id.items() if r.request_id != request_id}
         self.by_run = {k: r for k, r in self.by_run.items() if k[0] != request_id}
         self.chunk_runs = {k: v for k, v in self.chunk_runs.items() if k[0] != request_id}
-        for token in [t for t, held in self.unclaimed.items() if held and held[0][2].request_id == request_id]:
-            del self.unclaimed[token]
+        for rid in [i for i, held in self.unclaimed.items() if held and held[0][2].request_id == request_id]:
+            del self.unclaimed[rid]
 
     def check_integrity(self) -> None:
         """Each route's running count is its open chunk runs; every index entry is live."""
@@ -198,6 +213,7 @@ class InboundRoutes:
             running = sum(1 for r, _ in self.chunk_runs.values() if r is route)
             assert route.num_running == running, (route.accept.token, route.num_running, running)
         assert all(r in self.routes.values() for r in self.by_run.values())
+        assert len(self.by_id) == len(self.routes) and all(route_id(t) in self.by_id for t in self.routes)
         assert len(self.unclaimed) <= MAX_UNCLAIMED_TOKENS
 
 

@@ -33,6 +33,7 @@ from runtime.items import (AcceptRoute, Cancel, Credit, NodeDone, NodeError, Nod
 from runtime.loop_calls import LoopCalls
 from runtime.outbox import Outbox, Sink
 from runtime.parts import resolve_inputs
+from runtime.push_batch import PushBatch
 from runtime.request_table import RequestTable
 from runtime.routed_edges import RoutedEdges
 
@@ -188,6 +189,8 @@ class StepLoop:
             self._emit(stream_id, NodeError(item.request_id, item.node, item.status, item.message))
         elif isinstance(item, OpenNode):
             self._open(stream_id, field, item)
+        elif isinstance(item, PushBatch):
+            self.routed.push_batch(stream_id, field, item)
         elif isinstance(item, PushChunk) and item.route:
             self.routed.push(stream_id, field, item)
         elif isinstance(item, PushChunk):

@@ -29,6 +29,10 @@ class Lease:
 
     Freed when pending_acks == 0 and num_pins == 0 (no zero-copy view alive in
     this process), or when its request or carrier stream ends and no view is alive.
+    A batch lease (`shares`) belongs to several requests at once: each owes the acks it
+    holds a share of, only its own acks count (a foreign one is ignored), its end drops
+    its share alone, and the lease is freed once every share is gone. pending_acks is
+    then the sum of the shares.
     """
 
     lease_id: int
@@ -38,6 +42,31 @@ class Lease:
     nbytes: int
     pending_acks: int
     num_pins: int = 0
+    shares: dict[str, int] | None = None  # request -> acks it still owes (a batch lease)
+
+    def owns(self, request_id: str) -> bool:
+        return request_id in self.shares if self.shares is not None else request_id == self.request_id
+
+    def acknowledge(self, request_id: str | None) -> None:
+        """One ack: by `request_id` (ignored unless it owns a share) or, for a
+        single-owner lease, by anyone (None)."""
+        if self.shares is None:
+            if request_id is None or request_id == self.request_id:
+                self.pending_acks -= 1
+            return
+        owed = self.shares.get(request_id, 0) if request_id is not None else 0
+        if owed:
+            self.shares[request_id] = owed - 1
+            if owed == 1:
+                del self.shares[request_id]
+            self.pending_acks -= 1
+
+    def drop(self, request_id: str | None) -> None:
+        """Its request ended (None: its carrier): the acks it owed are void."""
+        if self.shares is None or request_id is None:
+            self.pending_acks = 0
+        else:
+            self.pending_acks -= self.shares.pop(request_id, 0)
 
     @property
     def data_offset(self) -> int:
@@ -84,8 +113,10 @@ class Arena:
             self._apply_unpins()
             return len(self._leases)
 
-    def lease(self, nbytes: int, request_id: str, carrier: str, num_consumers: int = 1) -> Lease:
-        """Allocates `nbytes`, waiting up to full_wait_s for space, else ArenaFull."""
+    def lease(self, nbytes: int, request_id: str, carrier: str, num_consumers: int = 1,
+              shares: dict[str, int] | None = None) -> Lease:
+        """Allocates `nbytes`, waiting up to full_wait_s for space, else ArenaFull.
+        shares: a batch lease's requests and the acks each owes (request_id: the first)."""
         block = nbytes + HEADER_BYTES
         if block > self.allocator.total:
             raise ArenaFull(f"tensor of {nbytes} bytes exceeds arena {self.name!r} ({self.allocator.total} bytes)")
@@ -102,7 +133,8 @@ class Arena:
                 self._cond.wait(min(left, 0.05))  # short slices: unpins arrive without notify
                 self._apply_unpins()
             offset = self.allocator.allocate(block)
-            lease = Lease(self._next_id, request_id, carrier, offset, nbytes, max(1, num_consumers))
+            acks = sum(shares.values()) if shares else max(1, num_consumers)
+            lease = Lease(self._next_id, request_id, carrier, offset, nbytes, acks, shares=dict(shares) if shares else None)
             self._next_id += 1
             self._leases[lease.lease_id] = lease
             HEADER.pack_into(self.segment.mm, offset, MAGIC, lease.lease_id, nbytes, 0)
@@ -128,8 +160,8 @@ class Arena:
         with self._cond:
             for lease_id in lease_ids:
                 lease = self._leases.get(lease_id)
-                if lease is not None and (request_id is None or lease.request_id == request_id):
-                    lease.pending_acks -= 1
+                if lease is not None:
+                    lease.acknowledge(request_id)
                     self._maybe_free(lease)
 
     def release_where(self, request_id: str | None = None, carrier: str | None = None) -> int:
@@ -138,11 +170,11 @@ class Arena:
             hits = [
                 lease
                 for lease in self._leases.values()
-                if (request_id is not None and lease.request_id == request_id)
+                if (request_id is not None and lease.owns(request_id))
                 or (carrier is not None and lease.carrier == carrier)
             ]
             for lease in hits:
-                lease.pending_acks = 0
+                lease.drop(request_id if carrier is None or lease.carrier != carrier else None)
                 self._maybe_free(lease)
             return len(hits)
 

@@ -98,14 +98,17 @@ class Transport:
             )
         return "mooncake"
 
-    def export(self, tensor, *, request_id: str, carrier: str, consumer_host_ids=()) -> TensorRef:
-        """Makes a reference to `tensor`; a leased copy lives until its consumers acknowledge."""
+    def export(self, tensor, *, request_id: str, carrier: str, consumer_host_ids=(),
+               shares: dict[str, int] | None = None) -> TensorRef:
+        """Makes a reference to `tensor`; a leased copy lives until its consumers acknowledge.
+        shares: the tensor is a batch of several requests' items: each request owes the
+        acks given (transport.arena.Lease.shares), request_id is the first of them."""
         dtype, shape = from_torch(tensor.dtype), tuple(tensor.shape)
         nbytes = tensor.numel() * element_size(dtype)
         kind = self.select(nbytes, consumer_host_ids)
         if kind == "inline":
             return TensorRef.of_tensor(dtype, shape, InlineLocation(to_bytes(tensor)))
-        lease = self.arena.lease(nbytes, request_id, carrier, num_consumers=len(consumer_host_ids))
+        lease = self.arena.lease(nbytes, request_id, carrier, num_consumers=len(consumer_host_ids), shares=shares)
         copy_into(self.arena.buffer(lease), tensor)
         if kind == "shm":
             loc = ShmLocation(self.arena.name, lease.data_offset, nbytes, lease.lease_id, self.host_id)

@@ -169,6 +169,16 @@ class PushChunk(_message.Message):
     produced_us: _containers.RepeatedScalarFieldContainer[float]
     def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., port: _Optional[str] = ..., tensors: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., end_of_stream: _Optional[bool] = ..., num_context: _Optional[int] = ..., num_pad: _Optional[int] = ..., route: _Optional[str] = ..., start: _Optional[int] = ..., produced_us: _Optional[_Iterable[float]] = ...) -> None: ...
 
+class PushBatch(_message.Message):
+    __slots__ = ("entries", "produced_us", "rows")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    PRODUCED_US_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    entries: bytes
+    produced_us: bytes
+    rows: _tensor_pb2.TensorRef
+    def __init__(self, entries: _Optional[bytes] = ..., produced_us: _Optional[bytes] = ..., rows: _Optional[_Union[_tensor_pb2.TensorRef, _Mapping]] = ...) -> None: ...
+
 class AcceptRoute(_message.Message):
     __slots__ = ("token", "run", "port", "push", "edge", "window", "per_item")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -218,7 +228,7 @@ class Credit(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., port: _Optional[str] = ..., amount: _Optional[int] = ...) -> None: ...
 
 class RunItem(_message.Message):
-    __slots__ = ("open", "push", "cancel", "release", "credit", "accept", "repace")
+    __slots__ = ("open", "push", "cancel", "release", "credit", "accept", "repace", "batch")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
@@ -226,6 +236,7 @@ class RunItem(_message.Message):
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     ACCEPT_FIELD_NUMBER: _ClassVar[int]
     REPACE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     open: OpenNode
     push: PushChunk
     cancel: Cancel
@@ -233,7 +244,8 @@ class RunItem(_message.Message):
     credit: Credit
     accept: AcceptRoute
     repace: Repace
-    def __init__(self, open: _Optional[_Union[OpenNode, _Mapping]] = ..., push: _Optional[_Union[PushChunk, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., accept: _Optional[_Union[AcceptRoute, _Mapping]] = ..., repace: _Optional[_Union[Repace, _Mapping]] = ...) -> None: ...
+    batch: PushBatch
+    def __init__(self, open: _Optional[_Union[OpenNode, _Mapping]] = ..., push: _Optional[_Union[PushChunk, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., accept: _Optional[_Union[AcceptRoute, _Mapping]] = ..., repace: _Optional[_Union[Repace, _Mapping]] = ..., batch: _Optional[_Union[PushBatch, _Mapping]] = ...) -> None: ...
 
 class RunRequest(_message.Message):
     __slots__ = ("items", "sender")

@@ -1,0 +1,107 @@
+"""Consumer side of a PushBatch: the rows resolved once, each entry's slice of them.
+
+A batch's rows arrive as one reference. It is resolved once (one Mooncake read, one
+shared-memory view); every entry gets a view of its own rows. When the rows sit in the
+producer's arena, each entry with rows holds one share of that lease (the producer
+made it with one share per such entry: transport.arena.Lease.shares): the share goes
+into its node run's handles like a resolved input, so the run's end acknowledges it
+for its own request, and the resolved batch is closed once every share is.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from core.errors import FieldError, StarmeshError
+from runtime.items import PushChunk
+from runtime.push_batch import END_OF_STREAM, PushBatch, check
+
+
+class BatchRows:
+    """One entry's rows (a view of the batch's), how they travelled, and its share of
+    the batch's lease (None: inline rows, nothing to acknowledge)."""
+
+    __slots__ = ("rows", "kind", "share")
+
+    def __init__(self, rows: Any, kind: str, share: "_Share | None") -> None:
+        self.rows, self.kind, self.share = rows, kind, share
+
+    @property
+    def nbytes(self) -> int:  # the edge's statistics count the bytes of its items
+        return self.rows.nbytes
+
+    def values(self, port: str, handles: list, arenas: set) -> dict:
+        """{port: rows}; the share joins the run's handles, its arena the route's."""
+        if self.share is not None:
+            handles.append(self.share)
+            arenas.add(self.share.consumed.arena)
+        return {port: self.rows}
+
+
+class _Shared:
+    """The resolved rows, closed once the last entry's share is."""
+
+    def __init__(self, resolved: Any, num_shares: int) -> None:
+        self.resolved, self.num_open = resolved, num_shares
+
+    def closed_one(self) -> None:
+        self.num_open -= 1
+        if self.num_open == 0:
+            self.resolved.close()
+
+
+class _Share:
+    __slots__ = ("shared", "consumed")
+
+    def __init__(self, shared: _Shared) -> None:
+        self.shared, self.consumed = shared, shared.resolved.consumed
+
+    def close(self) -> None:
+        if self.shared is not None:
+            shared, self.shared = self.shared, None
+            shared.closed_one()
+
+
+def resolve_rows(transport: Any, batch: PushBatch, field: str) -> tuple[Any, _Shared | None]:
+    """(rows tensor or None, the shared handle when the rows are leased). Raises a
+    StarmeshError naming the field: a bad reference, or columns that disagree."""
+    ref = batch.rows
+    if ref is None:
+        check(batch, 0, field)
+        return None, None
+    if not ref.shape:
+        raise FieldError(None, f"{field}.rows must have a leading dimension (one row per item)")
+    check(batch, ref.shape[0], field)
+    try:
+        resolved = transport.resolve(ref, request_id="")
+    except StarmeshError as e:
+        raise FieldError(e, f"{field}.rows: {e}") from None
+    num_shares = int((batch.entries["rows"] > 0).sum())
+    if resolved.consumed is None:  # inline: the rows live as long as their views
+        return resolved.tensor, None
+    return resolved.tensor, _Shared(resolved, num_shares)
+
+
+def entries(batch: PushBatch, rows: Any, shared: _Shared | None, sender: str) -> Iterator[tuple[int, PushChunk, Any]]:
+    """(route id, push without identity, values or None) per entry, in order. The push's
+    request, node, iteration and port come from its route (InboundRoutes.identify)."""
+    e = batch.entries
+    row_off = batch.row_offsets().tolist()
+    new_off = batch.new_offsets().tolist()
+    produced = batch.produced_us.tolist()
+    columns = zip(e["route"].tolist(), e["start"].tolist(), e["rows"].tolist(), e["num_context"].tolist(),
+                  e["num_pad"].tolist(), e["flags"].tolist())
+    kind = batch.rows.kind if batch.rows is not None else "inline"
+    for i, (rid, start, num_rows, num_context, num_pad, flags) in enumerate(columns):
+        push = PushChunk("", "", "", (), {}, bool(flags & END_OF_STREAM), num_context, num_pad, "", start,
+                         tuple(produced[new_off[i]:new_off[i + 1]]), batch.received_us)
+        values = None
+        if num_rows:
+            values = BatchRows(rows[row_off[i]:row_off[i + 1]], kind, _Share(shared) if shared else None)
+        yield rid, push, values
+
+
+def close_unused(values: Any) -> None:
+    """An entry that is dropped (its route refused it) gives its share back at once."""
+    share = getattr(values, "share", None)
+    if share is not None:
+        share.close()

@@ -1,0 +1,192 @@
+"""One engine step's pushes to a peer travel as ONE columnar PushBatch: entries as numpy
+columns, every entry's rows stacked in one tensor. Any interleaving of routes, stream
+positions, contexts and ends round-trips the wire exactly; an entry the consumer refuses
+fails its own request alone; a shared-memory batch is one lease that each request holds
+a share of."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench.conductor_toys import make_b
+from core.errors import InvalidArgument
+from protos.starmesh.v1 import component_pb2 as pb
+from runtime.batch_in import entries, resolve_rows
+from runtime.item_proto import items_to_proto, request_from_proto
+from runtime.items import Cancel, NodeDone, NodeError, NodeOutput, RouteCredit
+from runtime.push_batch import END_OF_STREAM, BatchBuilder, PushBatch, check, route_id
+from tests.fixtures.routes import grant
+from tests.fixtures.services import RunStream, describe, start_in_process, wait_until
+from transport.codec import inline_ref, view
+from transport.config import TransportConfig
+from transport.transport import Transport
+
+pytestmark = pytest.mark.timeout(60)
+
+DTYPES = (torch.float32, torch.int64, torch.bfloat16, torch.uint8)
+
+
+@st.composite
+def step_pushes(draw):
+    """A producer step's chunks: (token, request, start, context, pad, end, rows or None)."""
+    dtype = draw(st.sampled_from(DTYPES))
+    trailing = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+    out = []
+    for i in range(draw(st.integers(1, 12))):
+        token = f"t{draw(st.integers(0, 5))}"  # several chunks of one route in a step may interleave
+        n = draw(st.integers(0, 4))
+        context = draw(st.integers(0, n))
+        rows = None if n == 0 else (torch.arange(n * max(1, int(np.prod(trailing))), dtype=torch.float64) + i * 100
+                                    ).to(dtype).reshape(n, *trailing)
+        out.append((token, f"req-{token}", draw(st.integers(0, 1 << 40)), context, draw(st.integers(0, 3)),
+                    draw(st.booleans()), rows))
+    return out
+
+
+def _wire(batches: list) -> list:
+    msg = pb.RunRequest.FromString(items_to_proto(batches, "p").SerializeToString())
+    return [item for _, item in request_from_proto(msg, 7.0)]
+
+
+@pytest.fixture(scope="module")
+def inline_transport():
+    t = Transport(TransportConfig(mode="inline"))
+    yield t
+    t.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(pushes=step_pushes())
+def test_any_interleaving_round_trips_the_wire_exactly(inline_transport, pushes):
+    builder = BatchBuilder()
+    for token, rid, start, context, pad, end, rows in pushes:
+        produced = tuple(float(start + j) for j in range((0 if rows is None else rows.shape[0]) - context))
+        builder.add(token, rid, start, context if rows is not None else 0, pad, end, produced, rows)
+    [batch] = _wire(builder.build(lambda rows, shares: inline_ref(rows)))
+    assert isinstance(batch, PushBatch) and batch.received_us == 7.0
+    rows, shared = resolve_rows(inline_transport, batch, "items[0].batch")
+    assert shared is None
+    got = list(entries(batch, rows, shared, "p"))
+    want = [p for p in pushes if p[6] is not None] + [p for p in pushes if p[6] is None]  # rowless entries last
+    assert len(got) == len(want)
+    for (rid, push, values), (token, _, start, context, pad, end, t) in zip(got, want):
+        assert rid == route_id(token) and push.start == start and push.num_pad == pad and push.end_of_stream == end
+        if t is None:
+            assert values is None and push.produced_us == ()
+        else:
+            assert push.num_context == context and torch.equal(values.rows, t)
+            assert push.produced_us == tuple(float(start + j) for j in range(t.shape[0] - context))
+
+
+def test_columns_that_disagree_are_refused_naming_the_field():
+    builder = BatchBuilder()
+    builder.add("a", "r", 0, 0, 0, False, (1.0, 2.0), torch.ones(2, 3))
+    [batch] = builder.build(lambda rows, shares: rows)
+    with pytest.raises(InvalidArgument, match=r"f: the entries take 2 rows, rows holds 3"):
+        check(batch, 3, "f")
+    bad = batch.entries.copy()
+    bad["num_context"][0] = 5
+    with pytest.raises(InvalidArgument, match=r"f.entries\[0\]: num_context 5 > rows 2"):
+        check(PushBatch(bad, batch.produced_us), 2, "f")
+    bad = batch.entries.copy()
+    bad["flags"][0] = END_OF_STREAM | 4
+    with pytest.raises(InvalidArgument, match=r"f.entries\[0\].flags 5"):
+        check(PushBatch(bad, batch.produced_us), 2, "f")
+    with pytest.raises(InvalidArgument, match="produced_us has 1 times for 2 new items"):
+        check(PushBatch(batch.entries, batch.produced_us[:1]), 2, "f")
+
+
+def test_a_shared_memory_batch_is_one_lease_each_request_holds_a_share_of():
+    producer = Transport(TransportConfig(mode="shm", host_id="h"))
+    consumer = Transport(TransportConfig(mode="shm", host_id="h"))
+    try:
+        builder = BatchBuilder()
+        for rid in ("a", "b", "a"):
+            builder.add(f"tok-{rid}", rid, 0, 0, 0, False, (1.0,), torch.full((1, 4), float(ord(rid))))
+        [batch] = builder.build(lambda rows, shares: producer.export(rows, request_id="a", carrier="peer:x",
+                                                                     consumer_host_ids=("h",), shares=shares))
+        rows, shared = resolve_rows(consumer, batch, "b")
+        shares = [values.share for _, _, values in entries(batch, rows, shared, "p")]
+        assert {s.consumed.lease_id for s in shares} == {batch.rows.lease_id} and producer.stats()["num_leases"] == 1
+        producer.release([batch.rows.lease_id], request_id="stranger")  # a foreign release is refused
+        producer.release([batch.rows.lease_id], request_id="b")
+        producer.release([batch.rows.lease_id], request_id="a")
+        assert producer.stats()["num_leases"] == 1  # "a" holds two shares
+        producer.release_request("a")  # its end drops what it still owed
+        assert producer.stats()["num_leases"] == 0
+        for share in shares:
+            share.close()
+        producer.arena.check_integrity()
+    finally:
+        producer.close()
+        consumer.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    toy = make_b()
+    toy.fail_on = "r-bad"
+    s = start_in_process(toy)
+    yield s
+    s.stop()
+
+
+def _batch(rids: list[str], start: int = 0, last: bool = False) -> PushBatch:
+    builder = BatchBuilder()
+    for i, rid in enumerate(rids):
+        builder.add(f"tok-{rid}", rid, start, 0, 0, last, (1.0,), torch.tensor([float(i + 10)]))
+    [batch] = builder.build(lambda rows, shares: inline_ref(rows))
+    return batch
+
+
+def test_an_entry_the_consumer_refuses_fails_its_own_request_alone(server):
+    rids = ["r-ok1", "r-bad", "r-ok2"]
+    with RunStream(server.address) as conductor, RunStream(server.address) as producer:
+        conductor.send(*[grant(rid, token=f"tok-{rid}") for rid in rids])
+        producer.send(_batch(rids, last=True))
+        outputs, errors, done = {}, {}, set()
+        while len(outputs) + len(errors) < 3 or len(done) < 2:
+            for ev in conductor.events():
+                if isinstance(ev, NodeOutput):
+                    y = ev.tensors["y"]
+                    outputs[ev.request_id] = float(view(y.location.data, y.dtype, y.shape)[0])
+                elif isinstance(ev, NodeError):
+                    errors[ev.request_id] = ev.message
+                elif isinstance(ev, NodeDone):
+                    done.add(ev.request_id)
+        assert outputs == {"r-ok1": 10.0, "r-ok2": 12.0} and list(errors) == ["r-bad"]
+        assert "fails request r-bad on purpose" in errors["r-bad"] and done == {"r-ok1", "r-ok2"}
+        assert any(isinstance(e, RouteCredit) for e in producer.events())
+        conductor.send(*[Cancel(rid) for rid in rids])
+        assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
+
+
+def test_an_entry_on_another_streams_route_is_refused_and_the_rest_go_on(server):
+    with RunStream(server.address) as conductor, RunStream(server.address) as producer, \
+            RunStream(server.address) as stranger:
+        conductor.send(grant("r-mine", token="tok-r-mine"), grant("r-theirs", token="tok-r-theirs"))
+        producer.send(_batch(["r-mine"]))
+        assert isinstance(conductor.events()[0], NodeOutput)
+        stranger.send(_batch(["r-mine", "r-theirs"], start=1))  # r-mine's route is the producer's
+        [refused] = stranger.events()
+        assert isinstance(refused, NodeError) and refused.status == "PERMISSION_DENIED"
+        assert refused.request_id == "r-mine" and "another stream" in refused.message
+        [out] = conductor.events()
+        assert isinstance(out, NodeOutput) and out.request_id == "r-theirs"
+        conductor.send(Cancel("r-mine"), Cancel("r-theirs"))
+        assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
+    server.hosted.step_loop.routed.inb.check_integrity()
+
+
+def test_a_batch_entry_before_its_grant_waits_for_it(server):
+    with RunStream(server.address) as conductor, RunStream(server.address) as producer:
+        producer.send(_batch(["r-early"], last=True))
+        conductor.send(grant("r-early", token="tok-r-early"))
+        got = []
+        while not any(isinstance(e, NodeDone) for e in got):
+            got += conductor.events()
+        [out] = [e for e in got if isinstance(e, NodeOutput)]
+        assert out.request_id == "r-early" and out.iteration == (0,)
+        conductor.send(Cancel("r-early"))
+        assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
