@@ -26,12 +26,24 @@ Keys per concurrency (c1, c4, c16; c1 alone with --quick), ratios from this run:
   delivered before them has finished playing (VoxServe; bench.speech_mesh.viability).
 - ttfa_ms_inprocess_p50, ttfa_ms_inprocess_max: first audio of the in-process waves (ms
   from the wave's start): the compute a wave's first windows need, with no mesh, on one
-  thread. `inprocess_ttfa_max_c16_over_p50_c1` is the policy target's ratio (burst c16
+  thread; cpu_s_per_audio_s_inprocess: that process's CPU seconds per audio second.
+  `inprocess_ttfa_max_c16_over_p50_c1` is the policy target's ratio (burst c16
   p99 over c1 p50) for that compute alone, a reference for the mesh's: the mesh may do
   better by running the components side by side on more cores, and its c1 also holds
   the mesh's fixed costs per request.
+Flat keys of a burst at c16 (bench.speech_cpu; with --quick at c1, and `burst_note` says so):
+- burst_p99_over_inprocess_max_c16: the deadline-aware split mesh's first-audio p99 in a
+  burst of 16 (`burst_ttfa_ms_p99`: the policy comparison's `deadline` c16 figure when it
+  ran, else a burst of bench.speech_cpu's traced mesh; `burst_ttfa_ms_p99_from` names
+  which) over c16's ttfa_ms_inprocess_max, the in-process wave's last first audio.
+- cpu_s_per_audio_s_mesh_over_inprocess: CPU seconds per audio second of the processes on
+  the request path (conductor, thinker, talker, codec; not the clients or the trace store),
+  tracing on as `starmesh up` runs it, over c16's cpu_s_per_audio_s_inprocess (same
+  prompts, text tokens, frames, concurrency). Per process under `cpu_burst`.
 Targets: ttfa_ratio >= 12 at c1; audio_s_per_s >= 4 x hf at the highest concurrency;
-mesh >= 0.9 x in-process. Speed is reported, never asserted in tests.
+mesh >= 0.9 x in-process; upper bounds: burst_p99_over_inprocess_max_c16 <= 1.15,
+cpu_s_per_audio_s_mesh_over_inprocess <= 1.5 (`op` in each target). Speed is reported,
+never asserted in tests.
 
 Then the scheduling-policy comparison (bench.speech_policies: FCFS vs deadline-aware, same
 requests, burst and Poisson arrivals at --policy-concurrency) under the keys `fcfs`,
@@ -44,6 +56,7 @@ import argparse
 import asyncio
 import math
 import os
+import re
 import tempfile
 
 from bench.output import write_json
@@ -64,6 +77,16 @@ def checkpoint(args, name: str = "starmesh-bench-omni", marker: str = "config.js
     return path
 
 
+def request_params(args) -> dict:
+    """Every measured request's: --text-tokens at most, exactly --frames frames (codec EOS suppressed)."""
+    return {"max_new_tokens": args.text_tokens, "max_frames": args.frames + 1, "min_frames": args.frames + 1}
+
+
+def points(results: dict) -> list[str]:
+    """The per-concurrency keys (c1, c4, ...) of `results`, among its flat ones."""
+    return [k for k in results if re.fullmatch(r"c\d+", k)]
+
+
 def rounds(concurrency: int, args) -> int:
     """Waves per concurrency: at least --min-requests requests (medians of a few at c=1)."""
     return max(1, math.ceil(args.min_requests / concurrency))
@@ -72,7 +95,7 @@ def rounds(concurrency: int, args) -> int:
 def measure_mesh(ckpt: str, prompts: list, args) -> dict:
     from bench.speech_mesh import SpeechMesh, run_phase
 
-    params = {"max_new_tokens": args.text_tokens, "max_frames": args.frames + 1, "min_frames": args.frames + 1}
+    params = request_params(args)
     out = {}
     with SpeechMesh(ckpt, threads=1, first_chunk=args.first_chunk) as mesh:
         warm = {**params, "max_frames": 9, "min_frames": 9}
@@ -96,9 +119,11 @@ def measure_mesh(ckpt: str, prompts: list, args) -> dict:
     return out
 
 
-def measure(args) -> dict:
+def measure(args) -> tuple[dict, dict]:
+    """The c<N> points, and bench.speech_cpu's burst (at c16, or the highest concurrency run)."""
     import torch
 
+    from bench import speech_cpu
     from bench.speech_baselines import hf_audio_s_per_s, inprocess_speech
     from engine.models.qwen3_omni.tiny import chat_prompt
 
@@ -112,49 +137,80 @@ def measure(args) -> dict:
     print("in-process: " + ", ".join(f"c={c} {v['audio_s_per_s']:.2f} audio s/s, first audio {v['ttfa_ms_p50']:.1f}"
                                      f" ms (max {v['ttfa_ms_max']:.1f})" for c, v in inproc.items()), flush=True)
     mesh = measure_mesh(ckpt, prompts, args)
+    top = 16 if 16 in args.concurrency else max(args.concurrency)  # --quick: c1
+    burst = speech_cpu.measure(ckpt, prompts, request_params(args), top, args.burst_rounds)
     results = {}
     for c in args.concurrency:
         r = {**mesh[c], "audio_s_per_s_inprocess": inproc[c]["audio_s_per_s"], "hf_audio_s_per_s": hf,
-             "ttfa_ms_inprocess_p50": inproc[c]["ttfa_ms_p50"], "ttfa_ms_inprocess_max": inproc[c]["ttfa_ms_max"]}
+             "ttfa_ms_inprocess_p50": inproc[c]["ttfa_ms_p50"], "ttfa_ms_inprocess_max": inproc[c]["ttfa_ms_max"],
+             "cpu_s_per_audio_s_inprocess": inproc[c]["cpu_s_per_audio_s"]}
         r["ttfa_ratio"] = r["ttfa_ms_stage_pipeline_p50"] / r["ttfa_ms_p50"]
         r["mesh_over_inprocess"] = r["audio_s_per_s"] / r["audio_s_per_s_inprocess"]
         r["colocated_over_inprocess"] = r["audio_s_per_s_colocated"] / r["audio_s_per_s_inprocess"]
         r["audio_over_hf"] = r["audio_s_per_s"] / hf
         results[f"c{c}"] = r
-    return results
+    return results, burst
+
+
+# flat keys whose target is an upper bound
+UPPER_BOUNDS = {"burst_p99_over_inprocess_max_c16": 1.15, "cpu_s_per_audio_s_mesh_over_inprocess": 1.5}
 
 
 def targets(results: dict, concurrency: list[int]) -> dict:
-    """{name: {value, target, met}} for the issue's three targets."""
+    """{name: {value, op, target, met}}: op ">=" a lower bound, "<=" an upper one."""
     top = f"c{max(concurrency)}"
     out = {}
     if "c1" in results:
-        out["ttfa_ratio_c1"] = (results["c1"]["ttfa_ratio"], 12.0)
-    out[f"audio_over_hf_{top}"] = (results[top]["audio_over_hf"], 4.0)
-    for key in results:
-        out[f"mesh_over_inprocess_{key}"] = (results[key]["mesh_over_inprocess"], 0.9)
-    return {k: {"value": v, "target": t, "met": v >= t} for k, (v, t) in out.items()}
+        out["ttfa_ratio_c1"] = (results["c1"]["ttfa_ratio"], ">=", 12.0)
+    out[f"audio_over_hf_{top}"] = (results[top]["audio_over_hf"], ">=", 4.0)
+    for key in points(results):
+        out[f"mesh_over_inprocess_{key}"] = (results[key]["mesh_over_inprocess"], ">=", 0.9)
+    for key, goal in UPPER_BOUNDS.items():
+        if key in results:
+            out[key] = (results[key], "<=", goal)
+    return {k: {"value": v, "op": op, "target": t, "met": v >= t if op == ">=" else v <= t}
+            for k, (v, op, t) in out.items()}
 
 
 ROWS = (("ttfa_ms_p50", "ms"), ("ttfa_ms_stage_pipeline_p50", "ms"), ("ttfa_ratio", "x"),
         ("ttfa_ms_inprocess_p50", "ms"), ("ttfa_ms_inprocess_max", "ms"), ("rtf_p50", ""),
         ("audio_s_per_s", "audio s/s"), ("audio_s_per_s_colocated", "audio s/s"),
         ("audio_s_per_s_inprocess", "audio s/s"), ("hf_audio_s_per_s", "audio s/s"),
+        ("cpu_s_per_audio_s_inprocess", "CPU s/audio s"),
         ("mesh_over_inprocess", "x"), ("audio_over_hf", "x"), ("viability", "share"), ("min_audio_s", "s"))
 
 
 def report(results: dict, goals: dict) -> None:
-    cols = [k for k in results if k.startswith("c")]
+    from bench import speech_cpu, speech_policies
+
+    cols = points(results)
     print("\n" + f"{'':30s}" + "".join(f"{c:>12s}" for c in cols))
     for key, unit in ROWS:
         print(f"{key:30s}" + "".join(f"{results[c][key]:12.3f}" for c in cols) + f"  {unit}")
+    if "inprocess_ttfa_max_c16_over_p50_c1" in results:
+        print(f"in-process first audio: c16 max / c1 p50 = {results['inprocess_ttfa_max_c16_over_p50_c1']:.2f} "
+              "(compute alone, no mesh)")
+    speech_cpu.report(results)
     print()
     for name, g in goals.items():
-        print(f"target {name:28s} {g['value']:8.2f} >= {g['target']:<5} {'met' if g['met'] else 'NOT met'}")
+        print(f"target {name:38s} {g['value']:8.2f} {g['op']} {g['target']:<5} {'met' if g['met'] else 'NOT met'}")
+    if "policy_targets" in results:
+        speech_policies.report(results["policy_targets"])
+
+
+def policies(args, results: dict) -> None:
+    """The FCFS vs deadline-aware comparison (bench.speech_policies) on the same requests, into `results`."""
+    from bench import speech_policies
+    from engine.models.qwen3_omni.tiny import chat_prompt
+
+    prompts = [chat_prompt(x) for x in PROMPTS]
+    results.update(speech_policies.measure(checkpoint(args), prompts, request_params(args), args.policy_concurrency,
+                                           args.policy_rounds, args.frames / 12.5))
+    results["policy_targets"] = speech_policies.targets(results)
 
 
 def main(argv=None) -> None:
-    from engine.models.qwen3_omni.tiny import chat_prompt
+    from bench import speech_cpu
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--json", metavar="PATH")
@@ -168,31 +224,24 @@ def main(argv=None) -> None:
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--min-requests", type=int, default=4, help="requests per point at least (waves of c)")
     p.add_argument("--hf-requests", type=int, default=3)
+    p.add_argument("--burst-rounds", type=int, default=2, help="bursts of the traced CPU mesh (bench.speech_cpu)")
     p.add_argument("--no-policies", action="store_true", help="skip the FCFS vs deadline-aware comparison")
     p.add_argument("--policy-concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
     p.add_argument("--policy-rounds", type=int, default=2)
     args = p.parse_args(argv)
     if args.quick:
         args.frames, args.text_tokens, args.concurrency, args.min_requests, args.hf_requests = 8, 4, [1], 1, 1
-        args.policy_concurrency, args.policy_rounds = [1], 1
+        args.policy_concurrency, args.policy_rounds, args.burst_rounds = [1], 1, 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    results = measure(args)
-    goals = targets(results, args.concurrency)
-    report(results, goals)
+    results, burst = measure(args)
     if "c1" in results and "c16" in results:
-        ref = results["c16"]["ttfa_ms_inprocess_max"] / results["c1"]["ttfa_ms_inprocess_p50"]
-        results["inprocess_ttfa_max_c16_over_p50_c1"] = ref
-        print(f"in-process first audio: c16 max / c1 p50 = {ref:.2f} (compute alone, no mesh)")
-    results["targets"] = goals
+        results["inprocess_ttfa_max_c16_over_p50_c1"] = (results["c16"]["ttfa_ms_inprocess_max"]
+                                                         / results["c1"]["ttfa_ms_inprocess_p50"])
     if not args.no_policies:
-        from bench import speech_policies
-
-        params = {"max_new_tokens": args.text_tokens, "max_frames": args.frames + 1, "min_frames": args.frames + 1}
-        prompts = [chat_prompt(x) for x in PROMPTS]
-        results.update(speech_policies.measure(checkpoint(args), prompts, params, args.policy_concurrency,
-                                               args.policy_rounds, args.frames / 12.5))
-        results["policy_targets"] = speech_policies.targets(results)
-        speech_policies.report(results["policy_targets"])
+        policies(args, results)
+    results.update(speech_cpu.headline(results, burst))  # after the policies: their deadline burst when they ran
+    results["targets"] = targets(results, args.concurrency)
+    report(results, results["targets"])
     results["config"] = {k: v for k, v in vars(args).items() if k != "json"}
     results["config"].update(chunk_size=CHUNK, left_context=LEFT, torch_threads=1)
     write_json(args.json, results)

@@ -23,9 +23,11 @@ SAMPLES_PER_FRAME = 1920  # 24 kHz / 12.5 frames per second
 def inprocess_speech(checkpoint: str, prompts: list[list[int]], text_tokens: int, frames: int,
                      concurrency: int, rounds: int, first_chunk: int = FIRST) -> dict:
     """`rounds` waves of `concurrency` requests through SpeechRunner: audio seconds per
-    wall second, and each request's first audio (ms from its wave's start to the end of
-    the step that decoded its first window). This is the compute a wave needs with no
-    mesh around it: one process, one thread, the three components stepped in turn."""
+    wall second, each request's first audio (ms from its wave's start to the end of
+    the step that decoded its first window), and CPU seconds per audio second (this
+    process's CPU over the waves: nothing else runs in it meanwhile). This is the compute
+    a wave needs with no mesh around it: one process, one thread, the three components
+    stepped in turn."""
     from pipelines.qwen3_omni.requests import SpeechRequest
     from pipelines.qwen3_omni.runner import SpeechRunner
 
@@ -38,17 +40,18 @@ def inprocess_speech(checkpoint: str, prompts: list[list[int]], text_tokens: int
         return timed_generate(runner, reqs)
 
     wave("warm", 1, 0, 8)
-    audio_s, wall, ttfa = 0.0, 0.0, []
+    audio_s, wall, cpu, ttfa = 0.0, 0.0, 0.0, []
     for r in range(rounds):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         results, first_ms = wave(f"r{r}-", concurrency, r * concurrency, frames)
-        wall += time.perf_counter() - t0
+        wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
         if any(len(res.frames) != frames for res in results):
             raise RuntimeError(f"in-process: expected {frames} frames per request")
         audio_s += sum(res.audio.numel() for res in results) / 24000
         ttfa += first_ms
     ttfa.sort()
-    return {"audio_s_per_s": audio_s / wall, "ttfa_ms_p50": statistics.median(ttfa), "ttfa_ms_max": ttfa[-1]}
+    return {"audio_s_per_s": audio_s / wall, "ttfa_ms_p50": statistics.median(ttfa), "ttfa_ms_max": ttfa[-1],
+            "cpu_s_per_audio_s": cpu / audio_s}
 
 
 def timed_generate(runner, requests: list) -> tuple[list, list[float]]:

@@ -51,13 +51,15 @@ class SpeechMesh:
 
     def __init__(self, checkpoint: str, threads: int = 1, first_chunk: int = FIRST, admission=None,
                  split_only: bool = False, options: tuple[str, ...] = (), ttfa_target_s: float | None = None,
-                 telemetry=None, nice: dict[str, int] | None = None) -> None:
+                 telemetry=None, nice: dict[str, int] | None = None, env: dict[str, str] | None = None) -> None:
         """admission: the conductor's request limits (conductor.admission.Admission; default limits if None);
         split_only: only the thinker, talker and codec services and model `omni`; options: KEY=VALUE
         engine options of every service (e.g. schedule=fcfs); ttfa_target_s: the models' (None: their
         default; ServedModel.ttfa_target_s); telemetry: the conductor's (runtime.telemetry.Telemetry;
-        None: the conductor's default); nice: service -> CPU priority increment (None: as the
-        shipped local deployment sets them, local_nice(); {}: all equal)."""
+        None: the conductor's default), which also traces its gRPC server as a deployed conductor's
+        does; nice: service -> CPU priority increment (None: as the shipped local deployment sets
+        them, local_nice(); {}: all equal); env: extra environment of the service processes
+        (e.g. STARMESH_TRACE_STORE, as `starmesh up` gives them)."""
         self.checkpoint, self.threads, self.first_chunk = checkpoint, threads, first_chunk
         self.admission = admission
         self.services = SERVICES[:3] if split_only else SERVICES
@@ -65,6 +67,7 @@ class SpeechMesh:
         self.ttfa_target_s = ttfa_target_s
         self.telemetry = telemetry
         self.nice = local_nice() if nice is None else nice
+        self.env = dict(env or {})
         self.procs: dict = {}
         self.arenas: list[str] = []  # the services' /dev/shm segments, gone once they stop
         self.conductor = None
@@ -88,8 +91,8 @@ class SpeechMesh:
 
         args = ["--checkpoint", self.checkpoint, "--torch-threads", str(self.threads), "--log-level", "WARNING"]
         args += [a for option in self.options for a in ("--option", option)]
-        self.procs = {name: ServiceProcess(name, [*args, "--nice", str(self.nice.get(name, 0))], name=f"bench-{name}",
-                                           start_timeout_s=180) for name in self.services}
+        self.procs = {name: ServiceProcess(name, [*args, "--nice", str(self.nice.get(name, 0))], self.env,
+                                           name=f"bench-{name}", start_timeout_s=180) for name in self.services}
         with ThreadPoolExecutor(len(self.services)) as pool:  # imports overlap: a quicker start
             list(pool.map(lambda p: p.start(), self.procs.values()))
         addr = {name: proc.address for name, proc in self.procs.items()}
@@ -102,7 +105,8 @@ class SpeechMesh:
             models += [speech_model("omni-colo", colo, CHUNK, LEFT, first), stage_model("omni-stage", split)]
         if self.ttfa_target_s is not None:
             models = [dataclasses.replace(m, ttfa_target_s=self.ttfa_target_s) for m in models]
-        self.conductor = BackgroundServer(ConductorService(models, self.telemetry, admission=self.admission))
+        self.conductor = BackgroundServer(ConductorService(models, self.telemetry, admission=self.admission),
+                                          telemetry=self.telemetry)
         self.conductor.start()
 
     def __exit__(self, *exc) -> None:

@@ -10,6 +10,7 @@ every code path, so its figures mean nothing, and speed is never a test's busine
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -42,7 +43,8 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "rollout": ("speedup_h2", "flop_ratio_h2", "rollouts_per_s_b1", "rollouts_per_s_b8", "plan_sharing_speedup"),
     "routed_item": ("runtime_us_per_item", "component_us_per_item", "runtime_over_component"),
     "speech": ("c1.ttfa_ms_p50", "c1.ttfa_ratio", "c1.audio_s_per_s", "c1.mesh_over_inprocess", "targets",
-               "deadline.c1.ttfa_ms_p50", "fcfs_poisson.c1.viability", "policy_targets"),
+               "deadline.c1.ttfa_ms_p50", "fcfs_poisson.c1.viability", "policy_targets",
+               "burst_p99_over_inprocess_max_c16", "cpu_s_per_audio_s_mesh_over_inprocess"),
     "speech_policies": ("fcfs.c1.ttfa_ms_p99", "deadline.c1.ttfa_ms_p99", "deadline_poisson.c1.viability",
                         "deadline.c1.cpu_s_per_audio_s", "targets"),
     "speech_stalls": ("rounds", "concurrency", "schedule"),
@@ -58,6 +60,13 @@ HEADLINES: dict[str, tuple[str, ...]] = {
 }
 
 
+# module -> headline ratios that must be positive finite numbers (a zero or NaN is a broken
+# measurement, e.g. a CPU window that missed its processes); their size is not tested
+POSITIVE: dict[str, tuple[str, ...]] = {
+    "speech": ("burst_p99_over_inprocess_max_c16", "cpu_s_per_audio_s_mesh_over_inprocess"),
+}
+
+
 def benchmark_modules() -> set[str]:
     return {p.stem for p in (REPO / "bench").glob("*.py")
             if "__main__" in (text := p.read_text()) and '"--json"' in text}
@@ -69,6 +78,11 @@ def lookup(figures: dict, key: str):
             return None
         figures = figures[part]
     return figures
+
+
+def is_positive(value) -> bool:
+    """A positive finite number (json reads a written NaN or Infinity back as a float: not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def run_quick(name: str, out: Path, log: Path) -> int:
@@ -107,3 +121,5 @@ def test_quick_mode_runs_and_writes_its_headline_keys(name, tmp_path):
     figures = json.loads(out.read_text())
     missing = [key for key in HEADLINES[name] if lookup(figures, key) is None]
     assert not missing, f"bench.{name} --quick wrote no {missing}; its keys: {sorted(figures)}"
+    bad = {key: lookup(figures, key) for key in POSITIVE.get(name, ()) if not is_positive(lookup(figures, key))}
+    assert not bad, f"bench.{name} --quick: not positive finite numbers: {bad}"
