@@ -8,12 +8,10 @@ conductor (`ConductorService`) runs in this process; the client that drives
 trace store every process exports its spans to (bench.trace_store_proc), so this
 process's CPU time (time.process_time) is the conductor's.
 
-Two paths, measured in alternating rounds over the same processes: the model `pipe`
-(streaming edges routed: each producer's runtime pushes to its consumer replica, the
-conductor hears lifecycle events and the client's items) gives the plain keys; `pipe-base`
-(direct_edges=False: every item through the conductor, as before routing) gives the
-same keys prefixed `baseline_`. Each figure is the median over rounds; each
-`*_vs_baseline` is the median of the rounds' paired ratios.
+Streaming edges are routed (each producer's runtime pushes to its consumer replica, the
+conductor hears lifecycle events and the client's items); each figure is the median over
+--rounds. To compare with another commit, run both alternately: `python -m bench.ab
+--base REV -- bench.conductor` (medians of the paired ratios).
 
 Pipeline: `src` (a loop inside service A, one item per engine step) ~FixedChunk(1)~>
 `mid` (B, per item) ~FixedChunk(1)~> `sink` (C, per item) -> the client. An *item* is
@@ -21,13 +19,13 @@ one src emission carried end to end: two streaming hops and one client event.
 - hop_us_c1 / hop_us_c16: the median, over requests and both streaming edges, of the
   p50 of each aggregated `edge` span (production of an item -> dispatch of its
   consumer; emitted by the consumer's runtime on a routed edge, by the conductor on
-  the baseline), at concurrency 1 and 16, with src paced (`--interval-ms` per engine
+  the conductor on edges it carries itself), at concurrency 1 and 16, with src paced (`--interval-ms` per engine
   step) so that a hop is measured, not the queue behind a burst: the default 30 ms
   offers 16 / 0.03 = 533 items/s at c=16, below the conductor's saturation here
   (~750 items/s); at 2 ms the c=16 figure is queueing (~40 ms), not a hop.
 - consumer_wait_us_c1 / consumer_wait_us_c16: of those hops, the part in the consumer's
   runtime (the span's starmesh.consumer_wait_us.p50: its message read -> dispatch), same
-  medians; 0 on the baseline, whose edge spans the conductor emits.
+  medians.
 - grpc_echo_paced_us: a bare unary health Check to service B, one per `--interval-ms`
   (the pacing of hop_us_c1: between items every process goes idle, and on a small VM an
   idle process wakes slower than a busy one); hop_over_echo = hop_us_c1 / it.
@@ -78,7 +76,7 @@ FACTORIES = {"a": "bench.conductor_toys:make_a", "b": "bench.conductor_toys:make
              "k": "bench.conductor_toys:make_c"}  # k: the sink killed for time_to_unavailable_ms
 
 
-MODELS = {"": "pipe", "baseline_": "pipe-base"}  # key prefix -> model: routed edges, conductor-routed
+MODELS = {"": "pipe"}  # key prefix -> model
 
 
 def start_conductor(services: dict, items: int, trace_store: str):
@@ -93,8 +91,7 @@ def start_conductor(services: dict, items: int, trace_store: str):
     telemetry = Telemetry("conductor", environ={TRACE_STORE_ENV: trace_store})
     placement = Placement.from_dict({"services": {k: {"replicas": [s.address]} for k, s in services.items()},
                                      "placement": {"src": "a", "mid": "b", "sink": "c"}})
-    models = [ServedModel(name, pipeline_graph(items), placement, PIPELINE_INNER_LOOPS, direct_edges=not prefix)
-              for prefix, name in MODELS.items()]
+    models = [ServedModel(name, pipeline_graph(items), placement, PIPELINE_INNER_LOOPS) for name in MODELS.values()]
     kill = Placement.from_dict({"services": {k: {"replicas": [s.address]} for k, s in services.items()},
                                 "placement": {"src": "a", "mid": "b", "sink": "k"}})
     models.append(ServedModel("pipe-kill", pipeline_graph(100000), kill, PIPELINE_INNER_LOOPS))
@@ -182,13 +179,11 @@ async def inprocess_items_per_s(items: int, concurrency: int, rounds: int) -> fl
 
 
 def rounds_of(client: Client, store, args) -> dict:
-    """Both paths per round, their order alternating; every figure is the median over
-    rounds, and each `*_vs_baseline` ratio the median of the rounds' paired ratios."""
+    """Every figure is the median over rounds."""
     per_round = []
     for r in range(args.rounds):
-        order = list(MODELS.items()) if r % 2 == 0 else list(MODELS.items())[::-1]
         got = {}
-        for prefix, model in order:
+        for prefix, model in MODELS.items():
             tag = f"-{model}-r{r}"
             got[prefix] = {**hop_phases(client, store, args, model, tag), **saturation_phases(client, args, model, tag)}
             print(f"round {r} {model}: hop c1 {got[prefix]['hop_us_c1']:.0f} us, c16 {got[prefix]['hop_us_c16']:.0f}"
@@ -202,8 +197,6 @@ def rounds_of(client: Client, store, args) -> dict:
                 results[prefix + key] = statistics.median(g[prefix][key] for g in per_round)
             else:
                 results[prefix + key] = value
-    for key in ("hop_us_c1", "hop_us_c16", "conductor_cpu_us_per_item", "mesh_items_per_s"):
-        results[f"{key}_vs_baseline"] = statistics.median(g[""][key] / g["baseline_"][key] for g in per_round)
     return results
 
 
@@ -289,9 +282,9 @@ def report(results: dict) -> None:
         ("hop / echo", "hop_over_echo", "x (target <= 1.2)"),
         ("bare unary echo, back to back", "grpc_echo_us", "us"),
         ("hop / back-to-back echo", "hop_over_echo_hot", "x"),
-        ("hop c16 / c1", "hop_c16_over_c1", "x (target <= 1.5)"),
+        ("hop c16 / c1", "hop_c16_over_c1", "x (target <= 1.3)"),
         ("conductor CPU per item", "conductor_cpu_us_per_item", f"us (at c={results['saturation_concurrency']}, "
-                                                                "target <= 60)"),
+                                                                "target <= 30)"),
         ("conductor CPU there", "conductor_cpu_util", "cores"),
         ("conductor saturation", "conductor_saturation_items_per_s", "items/s"),
         ("one busy core would route", "conductor_items_per_core_s", "items/s (1e6 / CPU us per item)"),
@@ -299,13 +292,7 @@ def report(results: dict) -> None:
         ("conductor CPU per item / that", "conductor_cpu_over_floor", "x"),
         ("mesh", "mesh_items_per_s", "items/s"),
         ("in-process", "inprocess_items_per_s", "items/s"),
-        ("mesh / in-process", "mesh_over_inprocess", "x (target >= 0.8)"),
-        ("conductor-routed: hop c1", "baseline_hop_us_c1", "us"),
-        ("conductor-routed: hop c16", "baseline_hop_us_c16", "us"),
-        ("conductor-routed: CPU per item", "baseline_conductor_cpu_us_per_item", "us"),
-        ("conductor-routed: saturation", "baseline_conductor_saturation_items_per_s", "items/s"),
-        ("conductor-routed: mesh / in-process", "baseline_mesh_over_inprocess", "x"),
-        ("CPU per item vs conductor-routed", "conductor_cpu_us_per_item_vs_baseline", "x (median of paired)"),
+        ("mesh / in-process", "mesh_over_inprocess", "x (target >= 0.9)"),
         ("killed consumer -> UNAVAILABLE", "time_to_unavailable_ms", "ms"),
         ("loop, speculation off", "spec_off_ms", f"ms (formula 9: {results['spec_predicted_serial_ms']:.1f})"),
         ("loop, speculation on", "spec_on_ms", f"ms (formula 9: {results['spec_predicted_pipe_ms']:.1f})"),
@@ -327,7 +314,6 @@ def parse_args(argv):
     p.add_argument("--sweep", type=lambda s: [int(x) for x in s.split(",")], default=[4, 16, 64],
                    help="concurrency levels searched for the conductor's saturation")
     p.add_argument("--sweep-rounds", type=int, default=3, help="requests per slot at each sweep level")
-    p.add_argument("--rounds", type=int, default=2, help="rounds of both paths (routed, conductor-routed)")
     p.add_argument("--loop-iters", type=int, default=20, help="iterations per speculation-loop request")
     p.add_argument("--step-ms", type=float, default=4.0, help="step compute (sleep) per iteration")
     p.add_argument("--check-ms", type=float, default=3.0, help="check host work (CPU spin) per iteration")
@@ -385,3 +371,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+

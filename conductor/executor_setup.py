@@ -40,16 +40,21 @@ def _materialize(value):
 @contextlib.asynccontextmanager
 async def inprocess_executor(graph: WalkGraph, components, inner_loops=frozenset(),
                              speculate: bool = True, max_backlog: int = 256) -> AsyncIterator[Executor]:
-    """Every node runs on a component of this process (one engine thread each)."""
+    """Every node runs on a component of this process (one engine thread each). Streaming
+    edges between them are routed as between replicas, over local peer links."""
+    from runtime.local_peers import LocalPeers
+
     loop = asyncio.get_running_loop()
     hosts = {node: i for i, c in enumerate(components) for node in c.nodes}
     targets: list[InProcessTarget] = []
+    peers = LocalPeers()
 
     def connect(sink: Sink) -> ExecutorHooks:
-        targets.extend(InProcessTarget(component, loop, sink) for component in components)
+        targets.extend(InProcessTarget(component, loop, sink, peers) for component in components)
         by_node = {node: target for target, c in zip(targets, components) for node in c.nodes}
         return ExecutorHooks(route=lambda node, walk, rid: by_node[node], materialize=_materialize,
-                             colocated=lambda src, dst, walk: src in hosts and hosts.get(dst) == hosts[src])
+                             colocated=lambda src, dst, walk: src in hosts and hosts.get(dst) == hosts[src],
+                             peer_routes=True)
 
     try:
         executor = Executor(graph, connect, inner_loops, speculate=speculate, max_backlog=max_backlog)
@@ -67,7 +72,7 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
                           tracer=None, speculate: bool = True,
                           lockstep_nodes=frozenset(),
                           on_edge: Callable[[str, float], None] | None = None,
-                          direct_edges: bool = True, tls=None, run_timeout_s: float = 10.0,
+                          tls=None, run_timeout_s: float = 10.0,
                           selector: ReplicaSelector | None = None,
                           max_message_bytes: int = 64 << 20,
                           targets: ReplicaTargets | None = None,
@@ -75,8 +80,6 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
     """Nodes run on the replicas the placement names; one Run stream per replica.
     lockstep_nodes: runs padded across the placement's lockstep groups (conductor.lockstep);
     on_edge(edge, seconds): every hop's and chunk's latency (the metrics histogram);
-    direct_edges: streaming edges go producer -> consumer replica (False: through the
-    conductor, item by item, except co-located ones; a baseline for benchmarks);
     tls: the runtime.tls.TlsConfig of the Run streams (None: plaintext);
     run_timeout_s: a request a replica's heartbeats stop listing fails after this long;
     selector: the replica choice (shared with a health watcher that marks replicas down);
@@ -97,7 +100,7 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
     def connect(sink: Sink) -> ExecutorHooks:  # the streams open below, once the executor exists
         targets.bind(sink, (endpoint for spec in placement.services.values() for endpoint in spec.replicas))
         return ExecutorHooks(route, placement.is_colocated, hosts, _materialize, on_edge or ignore_edge,
-                             _lockstep(placement, targets, lockstep_nodes), peer_routes=direct_edges)
+                             _lockstep(placement, targets, lockstep_nodes), peer_routes=True)
 
     liveness = executor = None
     try:

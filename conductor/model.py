@@ -50,7 +50,6 @@ class ServedModel:
     params: type | None = None
     output_kinds: Mapping[str, str] = field(default_factory=dict)
     sample_rate: int = 0
-    direct_edges: bool = True  # streaming edges go producer -> consumer replica (False: via the conductor)
     tokenizer_node: str = ""
     tokenizer_dir: str = ""
     decode_text: bool = True

@@ -247,7 +247,7 @@ class ConductorService:
             executor = await self._stack.enter_async_context(
                 remote_executor(model.graph, model.placement, model.inner_loops, tracer,
                                 lockstep_nodes=model.lockstep_nodes, on_edge=on_edge,
-                                direct_edges=model.direct_edges, tls=self.tls, run_timeout_s=self.run_timeout_s,
+                                tls=self.tls, run_timeout_s=self.run_timeout_s,
                                 selector=self.selectors[model.name], max_message_bytes=self.max_message_bytes,
                                 targets=self.targets[model.name], pacing=model.pacing))
             self.executors[model.name] = executor

@@ -66,12 +66,16 @@ class LocalTransport:
 class InProcessTarget:
     """A component hosted in this process on its own engine thread (runtime.step_loop)."""
 
-    def __init__(self, component, loop: asyncio.AbstractEventLoop, sink) -> None:
+    def __init__(self, component, loop: asyncio.AbstractEventLoop, sink, peers=None) -> None:
+        """peers: the runtime.local_peers.LocalPeers of the process's engine threads (its
+        routed edges go to the other targets' through it); None: no routes leave it."""
         from runtime.step_loop import StepLoop
 
         self.name = f"inproc:{component.name}"
         self.heartbeats = False  # an engine thread of this process: nothing to lose it
-        self.step_loop = StepLoop(component, LocalTransport())
+        self.step_loop = StepLoop(component, LocalTransport(), peers=peers.link(self.name) if peers else None)
+        if peers is not None:
+            peers.add(self.name, self.step_loop)
         self.stream_id = f"inproc-{next(_stream_ids)}"
 
         calls = self.step_loop.loop_calls

@@ -90,7 +90,7 @@ def entries(batch: PushBatch, rows: Any, shared: _Shared | None, sender: str) ->
     produced = batch.produced_us.tolist()
     columns = zip(e["route"].tolist(), e["start"].tolist(), e["rows"].tolist(), e["num_context"].tolist(),
                   e["num_pad"].tolist(), e["flags"].tolist())
-    kind = batch.rows.kind if batch.rows is not None else "inline"
+    kind = getattr(batch.rows, "kind", "inproc")  # a local peer's rows are a tensor
     for i, (rid, start, num_rows, num_context, num_pad, flags) in enumerate(columns):
         push = PushChunk("", "", "", (), {}, bool(flags & END_OF_STREAM), num_context, num_pad, "", start,
                          tuple(produced[new_off[i]:new_off[i + 1]]), batch.received_us)

@@ -170,6 +170,8 @@ class _Group:
         entries = np.array(self.records, dtype=ENTRY)
         rows = None
         if self.tensors:
-            stacked = self.tensors[0] if len(self.tensors) == 1 else torch.cat(self.tensors)  # [sum rows, ...]
+            # [sum rows, ...]; a copy even of one tensor: a consumer in this process (a local
+            # peer) gets rows of its own, never a view of the producer's output
+            stacked = torch.cat(self.tensors)
             rows = export(stacked, self.shares)
         return PushBatch(entries, np.array(self.produced, dtype="<f8"), rows, tuple(self.request_ids))

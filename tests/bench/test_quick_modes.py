@@ -24,11 +24,12 @@ RUN_TIMEOUT_S = 150  # a quick run takes seconds to a minute on a loaded 2-core 
 
 # module -> headline keys of its JSON ("a.b": key b of the object under key a)
 HEADLINES: dict[str, tuple[str, ...]] = {
+    "ab": ("figures.runtime_us_per_item.head_over_base",),
     "chaos": ("requests_failed_unrelated", "leaked_blocks", "leaked_segments", "fuzz_bad_statuses",
               "overload_refused", "tls_hop_over_plain"),
     "codec_batch": ("T4_B2.per_window_over_alone", "T50_B16.per_window_over_alone"),
     "conductor": ("hop_us_c1", "hop_us_c16", "conductor_cpu_us_per_item", "mesh_over_inprocess",
-                  "baseline_hop_us_c1", "time_to_unavailable_ms", "spec_speedup", "grpc_stream_floor_us_per_msg"),
+                  "time_to_unavailable_ms", "spec_speedup", "grpc_stream_floor_us_per_msg"),
     "encoders": ("batched_over_single", "ttfa_ms", "hf_ttfa_ms", "ttfa_ratio"),
     "fuzz": ("fuzz_messages", "fuzz_bad_statuses", "rss_growth_mb", "fuzz_processes_alive"),
     "gateway": ("added_ttfa_ms_p50", "gateway_cpu_us_per_chunk", "gateway_over_grpc_c16", "cancel_free_ms"),
