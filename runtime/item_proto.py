@@ -38,6 +38,7 @@ from runtime.items import (
     Alive,
     StopRule,
 )
+from runtime.output_batch import OutputGroup, group, group_to_proto, outputs_from_proto
 from runtime.push_batch import PushBatch
 from runtime.push_batch_proto import batch_from_proto, batch_to_proto
 from runtime.route_proto import MAX_WINDOW, routes_from_proto, routes_to_proto
@@ -292,11 +293,19 @@ def items_to_proto(items: Iterable[InboundItem], sender: str = "") -> pb.RunRequ
 
 
 def events_to_proto(events: Iterable[OutboundEvent]) -> pb.RunResponse:
-    """Service side: NodeOutput tensors must already be exported TensorRefs."""
+    """Service side: NodeOutput tensors must already be exported TensorRefs. Consecutive
+    outputs that can share one OutputBatch do (runtime.output_batch)."""
+    return units_to_proto(group(list(events)))
+
+
+def units_to_proto(units: Iterable) -> pb.RunResponse:
+    """One RunEvent per unit of runtime.output_batch.group: an event, or an OutputGroup."""
     msg = pb.RunResponse()
-    for ev in events:
+    for ev in units:
         e = msg.events.add()
-        if isinstance(ev, NodeOutput):
+        if isinstance(ev, OutputGroup):
+            group_to_proto(ev, e.outputs)
+        elif isinstance(ev, NodeOutput):
             o = e.output
             o.request_id, o.node = ev.request_id, ev.node
             o.iteration.extend(ev.iteration)
@@ -333,6 +342,9 @@ def events_from_proto(msg: pb.RunResponse) -> list[OutboundEvent]:
     never the stream that carries the others."""
     out: list[OutboundEvent] = []
     for i, e in enumerate(msg.events):
+        if e.HasField("outputs"):  # a batch of outputs: each one its own event again
+            out += outputs_from_proto(e.outputs, f"events[{i}].outputs")
+            continue
         try:
             out.append(_event_from_proto(e, f"events[{i}]"))
         except StarmeshError as err:
@@ -363,4 +375,4 @@ def _event_from_proto(e: pb.RunEvent, where: str) -> OutboundEvent:
         return RouteCredit(c.request_id, c.token, c.amount, tuple(c.lease_ids[:]))
     if kind == "alive":
         return Alive(tuple(e.alive.request_ids[:]))
-    raise InvalidArgument(f"{where}: none of output, error, done, credit, alive is set")
+    raise InvalidArgument(f"{where}: none of output, outputs, error, done, credit, alive is set")

@@ -24,6 +24,7 @@ from runtime.edge_stats import now_us
 from runtime.grpc_status import map_errors
 from runtime.heartbeat import DEFAULT_INTERVAL_S, beat
 from runtime.message_split import oversized_error, split
+from runtime.output_batch import OutputGroup, group
 from runtime.items import NodeError, NodeOutput, OutboundEvent
 from runtime.step_loop import StepLoop
 from core.errors import StarmeshError
@@ -37,23 +38,24 @@ MAX_QUEUED = 1024
 _QUEUE_POLL_S = 0.002
 
 
-def _events_to_proto(events: list[OutboundEvent]) -> component_pb2.RunResponse:
-    """Converts one step's events; an event that cannot be converted (metadata that
-    is not a Struct) becomes a NodeError instead of losing the whole batch."""
+def _events_to_proto(units: list) -> component_pb2.RunResponse:
+    """Converts one step's wire units (runtime.output_batch.group); an event that cannot
+    be converted (metadata that is not a Struct) becomes a NodeError instead of losing
+    the whole batch."""
     try:
-        return wire.events_to_proto(events)
+        return wire.units_to_proto(units)
     except Exception:
         safe = []
-        for ev in events:
+        for ev in units:
             try:
-                wire.events_to_proto([ev])
+                wire.units_to_proto([ev])
                 safe.append(ev)
             except Exception as e:
                 log.exception("cannot convert %s of request %s", type(ev).__name__, ev.request_id)
                 node = getattr(ev, "node", "")
                 where = "output.metadata" if isinstance(ev, NodeOutput) else type(ev).__name__
                 safe.append(NodeError(ev.request_id, node, "INTERNAL", f"{where}: {e}"))
-        return wire.events_to_proto(safe)
+        return wire.units_to_proto(safe)  # unit for unit: split's indices still name them
 
 
 class ComponentServicer(component_pb2_grpc.ComponentServicer):
@@ -125,9 +127,11 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
     def _frames(self, events: list[OutboundEvent]) -> list[component_pb2.RunResponse]:
         """One step's events as RunResponses within the message limit; an event too
         large alone (an inline output) fails its request instead."""
-        parts, oversized = split(_events_to_proto(events), "events", self._max_message_bytes)
+        units = group(events)
+        parts, oversized = split(_events_to_proto(units), "events", self._max_message_bytes)
         if oversized:
-            errors = [oversized_error(events[i], self._max_message_bytes) for i in oversized]
+            errors = [oversized_error(ev, self._max_message_bytes) for i in oversized
+                      for ev in (units[i].outputs if isinstance(units[i], OutputGroup) else [units[i]])]
             parts.append(wire.events_to_proto(errors))
         return parts
 

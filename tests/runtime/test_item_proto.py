@@ -82,3 +82,23 @@ def test_a_bad_pace_names_its_field():
     out = wire.request_from_proto(req)
     assert isinstance(out[0][1], wire.Rejected) and "items[0].open.pace.item_s must be > 0" in out[0][1].message
     assert isinstance(out[1][1], wire.Rejected) and "request_id is required" in out[1][1].message
+
+
+def test_consecutive_outputs_travel_as_one_batch_and_come_back_equal():
+    events = [NodeOutput(f"r{i}", "n", {"y": inline_ref(torch.arange(i, dtype=torch.int64)),
+                                        "z": inline_ref(torch.full((1, 2), float(i)))}, (7, i), {}, 1e15 + i)
+              for i in range(5)]
+    events.insert(3, NodeDone("r9", "n"))  # closes the first batch: the order of events is kept
+    events.append(NodeOutput("r5", "n", {"y": inline_ref(torch.zeros(2, dtype=torch.int32))}, (7, 5)))  # other dtype
+    msg = wire.events_to_proto(events)
+    assert [e.WhichOneof("kind") for e in msg.events] == ["outputs", "done", "outputs", "output"]
+    assert wire.events_from_proto(component_pb2.RunResponse.FromString(msg.SerializeToString())) == events
+
+
+def test_an_output_batch_that_does_not_hold_together_fails_each_of_its_requests():
+    events = [NodeOutput(f"r{i}", "n", {"y": inline_ref(torch.arange(3))}, (i,)) for i in range(3)]
+    msg = wire.events_to_proto(events)
+    msg.events[0].outputs.columns[0].rows = msg.events[0].outputs.columns[0].rows[:-4]  # one entry's count gone
+    back = wire.events_from_proto(msg)
+    assert [(e.request_id, e.status) for e in back] == [(f"r{i}", "INVALID_ARGUMENT") for i in range(3)]
+    assert "events[0].outputs.columns[0].rows: 2 values for 3" in back[0].message

@@ -279,6 +279,32 @@ class NodeOutput(_message.Message):
     produced_us: float
     def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., outputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., produced_us: _Optional[float] = ...) -> None: ...
 
+class OutputBatch(_message.Message):
+    __slots__ = ("node", "request_ids", "depth", "iterations", "produced_us", "columns")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCED_US_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    request_ids: _containers.RepeatedScalarFieldContainer[str]
+    depth: int
+    iterations: bytes
+    produced_us: bytes
+    columns: _containers.RepeatedCompositeFieldContainer[OutputColumn]
+    def __init__(self, node: _Optional[str] = ..., request_ids: _Optional[_Iterable[str]] = ..., depth: _Optional[int] = ..., iterations: _Optional[bytes] = ..., produced_us: _Optional[bytes] = ..., columns: _Optional[_Iterable[_Union[OutputColumn, _Mapping]]] = ...) -> None: ...
+
+class OutputColumn(_message.Message):
+    __slots__ = ("port", "rows", "values")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    port: str
+    rows: bytes
+    values: _tensor_pb2.TensorRef
+    def __init__(self, port: _Optional[str] = ..., rows: _Optional[bytes] = ..., values: _Optional[_Union[_tensor_pb2.TensorRef, _Mapping]] = ...) -> None: ...
+
 class NodeError(_message.Message):
     __slots__ = ("request_id", "node", "code", "message", "iteration")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -320,18 +346,20 @@ class RouteCredit(_message.Message):
     def __init__(self, token: _Optional[str] = ..., amount: _Optional[int] = ..., lease_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("output", "error", "done", "credit", "alive")
+    __slots__ = ("output", "error", "done", "credit", "alive", "outputs")
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     output: NodeOutput
     error: NodeError
     done: NodeDone
     credit: RouteCredit
     alive: Alive
-    def __init__(self, output: _Optional[_Union[NodeOutput, _Mapping]] = ..., error: _Optional[_Union[NodeError, _Mapping]] = ..., done: _Optional[_Union[NodeDone, _Mapping]] = ..., credit: _Optional[_Union[RouteCredit, _Mapping]] = ..., alive: _Optional[_Union[Alive, _Mapping]] = ...) -> None: ...
+    outputs: OutputBatch
+    def __init__(self, output: _Optional[_Union[NodeOutput, _Mapping]] = ..., error: _Optional[_Union[NodeError, _Mapping]] = ..., done: _Optional[_Union[NodeDone, _Mapping]] = ..., credit: _Optional[_Union[RouteCredit, _Mapping]] = ..., alive: _Optional[_Union[Alive, _Mapping]] = ..., outputs: _Optional[_Union[OutputBatch, _Mapping]] = ...) -> None: ...
 
 class Alive(_message.Message):
     __slots__ = ("request_ids",)
