@@ -77,6 +77,20 @@ class Toy:
             run.queue += list(tensors[item.port][item.num_context:].split(1))
         run.is_eos = item.end_of_stream
 
+    def push_rows(self, batch) -> dict:
+        """A step's pushes in one call (runtime.row_batch); an entry for a run that is not
+        open fails alone, as its push would."""
+        failures = {}
+        for i, key in enumerate(zip(batch.request_ids, batch.nodes, batch.iterations)):
+            run = self._loops.get(key)
+            if run is None:
+                failures[i] = KeyError(key)
+                continue
+            if batch.stops[i] > batch.starts[i]:
+                run.queue += list(batch.values(i)[batch.num_context[i]:].split(1))
+            run.is_eos = batch.ends[i]
+        return failures
+
     def cancel(self, request_id: str) -> None:
         self._events = [e for e in self._events if e.request_id != request_id]
         self._loops = {k: v for k, v in self._loops.items() if k[0] != request_id}

@@ -17,24 +17,34 @@ from runtime.push_batch import END_OF_STREAM, PushBatch, check
 
 
 class BatchRows:
-    """One entry's rows (a view of the batch's), how they travelled, and its share of
-    the batch's lease (None: inline rows, nothing to acknowledge)."""
+    """One entry's rows (batch[start:stop] of the batch's stacked rows), how they
+    travelled, and its share of the batch's lease (None: inline rows, nothing to
+    acknowledge). No view is made unless asked for (`rows`): a component with
+    push_rows takes the whole batch and the bounds."""
 
-    __slots__ = ("rows", "kind", "share")
+    __slots__ = ("batch", "start", "stop", "kind", "share")
 
-    def __init__(self, rows: Any, kind: str, share: "_Share | None") -> None:
-        self.rows, self.kind, self.share = rows, kind, share
+    def __init__(self, batch: Any, start: int, stop: int, kind: str, share: "_Share | None") -> None:
+        self.batch, self.start, self.stop, self.kind, self.share = batch, start, stop, kind, share
+
+    @property
+    def rows(self):
+        return self.batch[self.start:self.stop]
 
     @property
     def nbytes(self) -> int:  # the edge's statistics count the bytes of its items
-        return self.rows.nbytes
+        return (self.stop - self.start) * (self.batch.nbytes // max(1, self.batch.shape[0]))
 
     def values(self, port: str, handles: list, arenas: set) -> dict:
         """{port: rows}; the share joins the run's handles, its arena the route's."""
+        self.hold(handles, arenas)
+        return {port: self.rows}
+
+    def hold(self, handles: list, arenas: set) -> None:
+        """The share joins the run's handles (its end acknowledges it), its arena the route's."""
         if self.share is not None:
             handles.append(self.share)
             arenas.add(self.share.consumed.arena)
-        return {port: self.rows}
 
 
 class _Shared:
@@ -96,7 +106,7 @@ def entries(batch: PushBatch, rows: Any, shared: _Shared | None, sender: str) ->
                          tuple(produced[new_off[i]:new_off[i + 1]]), batch.received_us)
         values = None
         if num_rows:
-            values = BatchRows(rows[row_off[i]:row_off[i + 1]], kind, _Share(shared) if shared else None)
+            values = BatchRows(rows, row_off[i], row_off[i + 1], kind, _Share(shared) if shared else None)
         yield rid, push, values
 
 
@@ -105,3 +115,8 @@ def close_unused(values: Any) -> None:
     share = getattr(values, "share", None)
     if share is not None:
         share.close()
+
+
+def value_of(push: PushChunk, values: Any):
+    """What the edge's statistics count of a push: its rows, or its first reference."""
+    return values if isinstance(values, BatchRows) else next(iter(push.tensors.values()), None)

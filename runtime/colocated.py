@@ -43,6 +43,23 @@ class Colocated:
     def push(self, item, tensors) -> None:
         self._owner(item.node, "push").push(item, tensors)
 
+    def push_rows(self, batch) -> dict[int, Exception]:
+        """Each member gets its own entries of the batch, in one call where it can."""
+        from runtime.row_batch import push_each
+
+        by_owner: dict[int, list[int]] = {}
+        failures: dict[int, Exception] = {}
+        for i, node in enumerate(batch.nodes):
+            try:
+                by_owner.setdefault(id(self._owner(node, "push")), []).append(i)
+            except Exception as e:  # noqa: BLE001 - a node nobody here runs: that entry fails
+                failures[i] = e
+        for indices in by_owner.values():
+            owner, part = self.by_node[batch.nodes[indices[0]]], batch.subset(indices)
+            got = owner.push_rows(part) if hasattr(owner, "push_rows") else push_each(owner, part)
+            failures.update({indices[j]: e for j, e in (got or {}).items()})
+        return failures
+
     def cancel(self, request_id: str) -> None:
         for component in self.components:
             component.cancel(request_id)

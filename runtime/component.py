@@ -21,6 +21,11 @@ run once it no longer uses its inputs; after NodeDone or NodeError they are rele
 A port value sent in parts (a chunk of streamed items, an accumulated loop output)
 arrives concatenated along dim 0 (runtime.parts).
 
+Batched pushes (optional): a component with `push_rows(batch) -> {entry: error}` gets
+every entry of a peer's engine step that feeds one of its open loop runs in one call,
+the rows stacked as they arrived (runtime.row_batch); one without it gets a `push` per
+entry. An entry it refuses fails its own request alone.
+
 Load (optional): a component with `load() -> dict[str, number]` reports its engine's
 state in Describe (KV blocks used/total, requests waiting/running/parked, queue depth).
 

@@ -2,13 +2,15 @@
 
 Producer half (runtime.route_out): outputs of a run with routes are cut into chunks and
 pushed to the consumer: handed over in this process when the route's peer is "" (a
-co-located consumer: tensors stay tensors), else exported and sent on the peer's Run
-stream (runtime.peer_links), one message per peer per engine iteration. Credits and
-lease acknowledgements come back on that stream; a run whose route window is full is
-parked.
+co-located consumer: tensors stay tensors), else sent as one columnar PushBatch per peer
+per engine iteration (runtime.route_sender, runtime.push_batch) on the peer's link
+(runtime.peer_links; runtime.local_peers between engine threads of one process).
+Credits and lease acknowledgements come back on that link; a run whose route window is
+full is parked.
 
 Consumer half (runtime.route_in): a granted route's pushes feed the open loop run, or
-open one run per chunk. Those chunk runs answer nobody per run: when the stream has
+open one run per chunk. A batch's entries for open loop runs reach a component with
+`push_rows` in one call (runtime.row_batch). Those chunk runs answer nobody per run: when the stream has
 ended and every chunk run is done, one NodeDone for the node at the route's base
 iteration (with the edge's statistics) goes to the conductor that granted the route,
 and the edge's span is emitted here, in the request's trace.
@@ -21,11 +23,13 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from core.errors import StarmeshError
-from runtime.batch_in import BatchRows, close_unused, entries, resolve_rows
+from runtime.batch_in import BatchRows, close_unused, entries, resolve_rows, value_of
 from runtime.grpc_status import failure
 from runtime.items import AcceptRoute, Credit, NodeDone, NodeError, OpenNode, PushChunk, RouteCredit
 from runtime.parts import resolve_inputs
-from runtime.push_batch import BatchBuilder, PushBatch
+from runtime.push_batch import PushBatch
+from runtime.route_sender import PeerSender
+from runtime.row_batch import RowCollector
 from runtime.route_in import InboundRoutes, InRoute, RoutePermissionDenied, summary
 from runtime.route_out import OutboundRoutes, Send
 from runtime.telemetry import extract_context
@@ -45,7 +49,8 @@ class RoutedEdges:
         self.out = OutboundRoutes()
         self.inb = InboundRoutes()
         self.names: dict[str, str] = {}  # peer stream -> the producer's own name
-        self._pending: dict[str, tuple[BatchBuilder, str]] = {}  # peer -> (this iteration's pushes, its host)
+        self.sender = PeerSender(self.out, transport, peers, gate, fail, drop, self._credit_now)
+        self._rows_in: RowCollector | None = None  # while a PushBatch is applied to a push_rows component
 
     # ---- consumer half ----------------------------------------------------------
 
@@ -72,8 +77,16 @@ class RoutedEdges:
                     self.emit(stream_id, NodeError(run.request_id, run.node, e.status, str(e), run.iteration))
                     self.fail(run.request_id, run.node, e.status, str(e), run.iteration)
             return
-        for rid, push, values in entries(batch, rows, shared, stream_id):
-            self._apply(stream_id, name, push, values, f"{field}.batch", rid)
+        rows_in = RowCollector(rows) if hasattr(self.component, "push_rows") else None
+        self._rows_in = rows_in
+        try:
+            for rid, push, values in entries(batch, rows, shared, stream_id):
+                self._apply(stream_id, name, push, values, f"{field}.batch", rid)
+        finally:
+            self._rows_in = None
+        for i, got, e in rows_in.flush(self.component) if rows_in is not None else ():
+            node = got.nodes[i]
+            self.fail(got.request_ids[i], node, *failure(e, f"{field} (node {node})"), got.iterations[i])
 
     def _apply(self, sender: str, name: str, push: PushChunk, tensors, field: str = "push",
                rid: int | None = None) -> None:
@@ -115,9 +128,15 @@ class RoutedEdges:
                 route.waiting.append((push, tensors))
             return
         try:
-            values = self._values(route, push, tensors, run.handles, field)
-            self.inb.record(route, push, _value(push, tensors))
-            self.component.push(push, values)
+            if self._rows_in is not None:  # a batch's entry: one push_rows call for the batch
+                if tensors is not None:
+                    tensors.hold(run.handles, route.arenas)
+                self.inb.record(route, push, tensors)
+                self._rows_in.add(push, tensors)
+            else:
+                values = self._values(route, push, tensors, run.handles, field)
+                self.inb.record(route, push, value_of(push, tensors))
+                self.component.push(push, values)
         except Exception as e:
             self.fail(push.request_id, push.node, *failure(e, f"{field} (node {push.node})"), push.iteration)
             return
@@ -148,7 +167,7 @@ class RoutedEdges:
         run.quiet_ports = item.quiet_ports
         try:
             values = self._values(route, push, tensors, run.handles, field)
-            self.inb.record(route, push, _value(push, tensors))
+            self.inb.record(route, push, value_of(push, tensors))
             if route.span_context is not None:  # the shared span: its context made once (~1 us, not ~3.5)
                 token = otel_context.attach(route.span_context)
                 try:
@@ -209,7 +228,7 @@ class RoutedEdges:
 
     def _credit_now(self, route: InRoute, ev: RouteCredit) -> None:
         if route.sender == LOCAL:  # a call, not a message: nothing to save by holding it
-            self.on_peer_events("", [ev])
+            self.sender.on_events("", [ev])
         elif route.sender:
             ev = route.coalesce(ev)
             if ev is not None:
@@ -265,61 +284,10 @@ class RoutedEdges:
 
     def _send(self, sends: list[Send]) -> None:
         for s in sends:
-            route = s.route.route
-            if not route.peer:
+            if s.route.route.peer:
+                self.sender.add(s.route.route, s.push, next(iter(s.tensors.values()), None))
+            else:
                 self._apply(LOCAL, "this process", s.push, s.tensors)
-                continue
-            pending = self._pending.get(route.peer)
-            if pending is None:
-                pending = self._pending[route.peer] = (BatchBuilder(), route.peer_host_id)
-            p = s.push
-            pending[0].add(p.route, p.request_id, p.start, p.num_context, p.num_pad, p.end_of_stream, p.produced_us,
-                           next(iter(s.tensors.values()), None))
-
-    def flush(self) -> None:
-        """One message per peer for this engine iteration's pushes: its PushBatches
-        (one per tensor signature), each with one reference for all of its rows."""
-        pending, self._pending = self._pending, {}
-        for peer, (builder, host) in pending.items():
-            if self.peers is None:
-                self.on_peer_broken(peer, "this process has no peer links")
-                continue
-            carrier, hosts = f"peer:{peer}", (host,) if host else ()
-
-            def export(rows, shares, carrier=carrier, hosts=hosts):
-                return self.transport.export(rows, request_id=next(iter(shares)), carrier=carrier,
-                                             consumer_host_ids=hosts, shares=shares)
-
-            try:
-                batches = builder.build(export)
-            except StarmeshError as e:  # no room to export the step's rows: its requests fail
-                for request_id in sorted(builder.request_ids):
-                    self._fail_via(request_id, peer, f"{e.status}: {e}")
-                continue
-            self.peers.post(peer, batches)
-
-    def on_peer_events(self, peer: str, events: list) -> None:
-        for ev in events:
-            if isinstance(ev, RouteCredit):
-                out = self.out.credit(ev.token, ev.amount)
-                if ev.lease_ids:
-                    self.transport.release(list(ev.lease_ids), request_id=ev.request_id or None)
-                for key in self.out.keys_of(out) if out is not None else ():
-                    if self.out.has_room(*key):
-                        self.gate.unblock(key)
-                    for route, credit in self.out.released(key):
-                        self._credit_now(route, credit)
-            elif isinstance(ev, NodeError) and ev.request_id:  # the consumer refused a push
-                self._fail_via(ev.request_id, peer, f"{ev.status}: {ev.message}")
-
-    def on_peer_broken(self, peer: str, message: str) -> None:
-        for request_id in sorted(self.out.requests_via(peer)):
-            self._fail_via(request_id, peer, message)
-
-    def _fail_via(self, request_id: str, peer: str, message: str) -> None:
-        for rid, node, base in [k for k in self.out.streams if k[0] == request_id]:
-            self.fail(rid, node, "UNAVAILABLE", f"peer {peer} is unavailable: {message}", base)
-        self.drop(request_id)
 
     def stream_gone(self, stream_id: str) -> None:
         """A peer stream ended: routes it fed mid-stream fail their requests."""
@@ -342,7 +310,3 @@ class RoutedEdges:
                 route.end_span("cancelled")
         self.inb.cancel(request_id)
 
-
-def _value(push: PushChunk, tensors):
-    """What the edge's statistics count of a push: its rows, or its first reference."""
-    return tensors if isinstance(tensors, BatchRows) else next(iter(push.tensors.values()), None)

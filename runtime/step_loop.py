@@ -148,7 +148,7 @@ class StepLoop:
                 msg = self._inbox.next_nowait()
             if self._has_work():
                 self._step()
-            self.routed.flush()
+            self.routed.sender.flush()  # one message per peer for this iteration's pushes
             self._outbox.flush(self._table.has_runs)
             self.loop_calls.flush()  # one wake-up of the event loop for all of the above
             self._inbox.update_idle(bool(self._table.runs))
@@ -166,9 +166,9 @@ class StepLoop:
             elif kind == "sender":
                 self.routed.names[stream_id] = payload
             elif kind == "peer_events":
-                self.routed.on_peer_events(stream_id, payload)
+                self.routed.sender.on_events(stream_id, payload)
             elif kind == "peer_broken":
-                self.routed.on_peer_broken(stream_id, payload)
+                self.routed.sender.on_broken(stream_id, payload)
             else:
                 try:
                     for field, item in payload:

@@ -61,6 +61,26 @@ class AudioCodesComponent:
         if item.end_of_stream and item.request_id in self.runs:
             self._finish(run)
 
+    def push_rows(self, batch) -> dict:
+        """A step's tokens for every open run in one call (runtime.row_batch): one check
+        of the dtype, one list of ids; an entry fails alone."""
+        if batch.rows is not None and batch.rows.dtype.is_floating_point:
+            error = InvalidArgument(f"push.tensors[{batch.ports[0]}]: token ids must be integers, got {batch.rows.dtype}")
+            return dict.fromkeys(range(len(batch)), error)
+        ids = batch.rows.reshape(batch.rows.shape[0], -1).tolist() if batch.rows is not None else []
+        failures = {}
+        for i, request_id in enumerate(batch.request_ids):
+            run = self.runs.get(request_id)
+            if run is None:
+                continue  # already finished (its max_iters codes): later tokens are not needed
+            try:
+                self._accept(run, [t for row in ids[batch.starts[i]:batch.stops[i]] for t in row])
+                if batch.ends[i] and request_id in self.runs:
+                    self._finish(run)
+            except Exception as e:  # noqa: BLE001 - this request's tokens alone
+                failures[i] = e
+        return failures
+
     def _accept(self, run: CodesRun, tokens: list[int]) -> None:
         item = run.item
         for token in tokens:

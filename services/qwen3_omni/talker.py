@@ -117,6 +117,29 @@ class TalkerComponent:
         if item.end_of_stream and item.request_id in self.engine.requests:
             self.engine.end_thinker(item.request_id)
 
+    def push_rows(self, batch) -> dict:
+        """A step's thinker rows for every open talker run in one call (runtime.row_batch):
+        one check and one float32 conversion of the stacked rows [R, ..., thinker_hidden];
+        each run copies its own rows. An entry fails alone."""
+        rows = batch.rows
+        if rows is not None and (rows.dim() == 0 or rows.dtype not in (torch.float32, torch.bfloat16, torch.float16)):
+            error = InvalidArgument(f"thinker rows must be floating [n, thinker_hidden], got {rows.dtype}")
+            return dict.fromkeys(range(len(batch)), error)
+        per_row = rows[0].numel() // rows.shape[-1] if rows is not None and rows.shape[0] else 1
+        flat = rows.reshape(-1, rows.shape[-1]).to(torch.float32) if rows is not None else None  # [R * per_row, H]
+        failures = {}
+        for i, request_id in enumerate(batch.request_ids):
+            if request_id not in self.runs:
+                continue  # the talker already stopped (codec EOS before the thinker's end)
+            try:
+                if batch.stops[i] > batch.starts[i] and request_id in self.engine.requests:
+                    self.engine.push_thinker(request_id, flat[batch.starts[i] * per_row:batch.stops[i] * per_row], None)
+                if batch.ends[i] and request_id in self.engine.requests:
+                    self.engine.end_thinker(request_id)
+            except Exception as e:  # noqa: BLE001 - this request's rows alone
+                failures[i] = e
+        return failures
+
     def _rows(self, request_id: str, embeds, hidden) -> None:
         if embeds is None:
             raise InvalidArgument("thinker rows need embeddings [n, thinker_hidden]")
