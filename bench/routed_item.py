@@ -91,7 +91,7 @@ def component_round(toy, batches: list, values: dict) -> float:
     cpu0 = time.process_time()
     for batch in batches:
         for _, pushes in batch:
-            for start in pushes.entries["start"].tolist():
+            for start in pushes.columns()["start"].tolist():
                 toy.open(_run_of(start), values)
         toy.step()
     return time.process_time() - cpu0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graph.chunking import Chunk, ChunkPolicy
+from graph.chunking import Chunk, ChunkPolicy, FixedChunk
 from core.errors import GraphError
 
 
@@ -26,6 +26,8 @@ class StreamBuffer:
         self.delivered = 0     # stream items delivered as new items
         self.is_done = False   # producer finished
         self.is_closed = False  # final chunk handed out
+        # the policy cuts every item alone (FixedChunk(1)): `pass_one` may skip the window arithmetic
+        self._is_single = isinstance(policy, FixedChunk) and policy.size == 1
 
     @property
     def available(self) -> int:
@@ -49,6 +51,16 @@ class StreamBuffer:
         if not self.can_push(len(items)):
             raise GraphError(f"{self.name}: buffer full: {len(self.items)} + {len(items)} > {self.max_buffered}")
         self.items.extend(items)
+
+    def pass_one(self, item) -> Chunk | None:
+        """The chunk of one item pushed while nothing waits and every item is a chunk of
+        its own (FixedChunk(1), the per-item stream): what push + pop_ready would give,
+        without their window arithmetic. None: take the general path."""
+        if not self._is_single or self.items or self.is_done:
+            return None
+        start = self.base
+        self.base = self.delivered = start + 1
+        return Chunk((item,), start, 0, False, 0)
 
     def finish(self) -> None:
         self.is_done = True

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 from core.errors import FieldError, StarmeshError
 from runtime.items import PushChunk
-from runtime.push_batch import END_OF_STREAM, PushBatch, check
+from runtime.push_batch import END_OF_STREAM, Layout, PushBatch, layout
 
 
 class BatchRows:
@@ -29,6 +29,8 @@ class BatchRows:
 
     @property
     def rows(self):
+        if self.start == 0 and self.stop == self.batch.shape[0]:
+            return self.batch  # the batch's only entry with rows: no view to make
         return self.batch[self.start:self.stop]
 
     @property
@@ -71,39 +73,34 @@ class _Share:
             shared.closed_one()
 
 
-def resolve_rows(transport: Any, batch: PushBatch, field: str) -> tuple[Any, _Shared | None]:
-    """(rows tensor or None, the shared handle when the rows are leased). Raises a
-    StarmeshError naming the field: a bad reference, or columns that disagree."""
+def resolve_rows(transport: Any, batch: PushBatch, field: str) -> tuple[Any, _Shared | None, Layout]:
+    """(rows tensor or None, the shared handle when the rows are leased, the checked
+    layout). Raises a StarmeshError naming the field: a bad reference, or columns that
+    disagree."""
     ref = batch.rows
     if ref is None:
-        check(batch, 0, field)
-        return None, None
+        return None, None, layout(batch, 0, field)
     if not ref.shape:
         raise FieldError(None, f"{field}.rows must have a leading dimension (one row per item)")
-    check(batch, ref.shape[0], field)
+    checked = layout(batch, ref.shape[0], field)
     try:
         resolved = transport.resolve(ref, request_id="")
     except StarmeshError as e:
         raise FieldError(e, f"{field}.rows: {e}") from None
-    num_shares = int((batch.entries["rows"] > 0).sum())
     if resolved.consumed is None:  # inline: the rows live as long as their views
-        return resolved.tensor, None
-    return resolved.tensor, _Shared(resolved, num_shares)
+        return resolved.tensor, None, checked
+    return resolved.tensor, _Shared(resolved, sum(1 for r in checked.records if r[2])), checked
 
 
-def entries(batch: PushBatch, rows: Any, shared: _Shared | None, sender: str) -> Iterator[tuple[int, PushChunk, Any]]:
-    """(route id, push without identity, values or None) per entry, in order. The push's
-    request, node, iteration and port come from its route (InboundRoutes.identify)."""
-    e = batch.entries
-    row_off = batch.row_offsets().tolist()
-    new_off = batch.new_offsets().tolist()
-    produced = batch.produced_us.tolist()
-    columns = zip(e["route"].tolist(), e["start"].tolist(), e["rows"].tolist(), e["num_context"].tolist(),
-                  e["num_pad"].tolist(), e["flags"].tolist())
+def entries(batch: PushBatch, rows: Any, shared: _Shared | None, checked: Layout
+            ) -> Iterator[tuple[int, PushChunk, Any]]:
+    """(route id, push without identity, BatchRows or None) per entry, in order. The
+    push's request, node, iteration and port come from its route (InboundRoutes.identify)."""
     kind = getattr(batch.rows, "kind", "inproc")  # a local peer's rows are a tensor
-    for i, (rid, start, num_rows, num_context, num_pad, flags) in enumerate(columns):
+    row_off, new_off, produced = checked.row_off, checked.new_off, checked.produced
+    for i, (rid, start, num_rows, num_context, num_pad, flags) in enumerate(checked.records):
         push = PushChunk("", "", "", (), {}, bool(flags & END_OF_STREAM), num_context, num_pad, "", start,
-                         tuple(produced[new_off[i]:new_off[i + 1]]), batch.received_us)
+                         produced[new_off[i]:new_off[i + 1]], batch.received_us)
         values = None
         if num_rows:
             values = BatchRows(rows, row_off[i], row_off[i + 1], kind, _Share(shared) if shared else None)

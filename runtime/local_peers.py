@@ -49,6 +49,8 @@ class LocalPeers:
 class LocalLink:
     """What a producer's routed edges post on (the interface of runtime.peer_links)."""
 
+    carries_tensors = True  # batches arrive as they were posted: their rows must be their own
+
     def __init__(self, peers: LocalPeers, name: str) -> None:
         self.peers, self.name = peers, name
 

@@ -1,20 +1,20 @@
 """One engine step's pushes to one peer, columnar: the wire's PushBatch, as the core sees it.
 
-Entry i is one route's chunk. Its fields are parallel numpy columns (`ENTRY` records):
-the route's id, the chunk's stream position, its row count, left context, padding and
-end of stream. The rows of every entry travel stacked in ONE tensor `[sum rows, ...]`
+Entry i is one route's chunk. Its fields are packed records (`RECORD`; as numpy columns,
+`ENTRY`): the route's id, the chunk's stream position, its row count, left context,
+padding and end of stream. The rows of every entry travel stacked in ONE tensor `[sum rows, ...]`
 and the production times of their new items in one float64 array, so a step's pushes
 cost one message, one reference and one export whatever the number of requests in it.
 
 A producer's runtime builds the batches of one step for one peer with `BatchBuilder`
 (one batch per tensor signature: entries of different dtypes or trailing shapes cannot
-share a stacked tensor). A consumer reads them with numpy views (`row_offsets`,
-`new_offsets`); `check` validates the columns against each other before anything is
-sliced, since one wrong count would shift every later entry's rows.
+share a stacked tensor). A consumer reads the columns in one pass (`layout`), which
+checks them against each other before anything is sliced.
 """
 from __future__ import annotations
 
 import hashlib
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -22,9 +22,12 @@ import numpy as np
 
 from core.errors import InvalidArgument
 
-# One entry's record; little-endian on the wire whatever the host.
-ENTRY = np.dtype([("route", "<u8"), ("start", "<u8"), ("rows", "<u4"), ("num_context", "<u4"),
-                  ("num_pad", "<u4"), ("flags", "<u4")])
+# One entry's record, little-endian on the wire whatever the host: one layout, read as
+# numpy columns (ENTRY) or as Python tuples (RECORD, the consumer's hot path: for the few
+# entries of one step, a numpy call costs more than the whole entry).
+FIELDS = (("route", "Q"), ("start", "Q"), ("rows", "I"), ("num_context", "I"), ("num_pad", "I"), ("flags", "I"))
+ENTRY = np.dtype([(name, "<" + code.replace("Q", "u8").replace("I", "u4")) for name, code in FIELDS])
+RECORD = struct.Struct("<" + "".join(code for _, code in FIELDS))
 END_OF_STREAM = 1  # flags bit 0
 KNOWN_FLAGS = END_OF_STREAM
 _ids: dict[str, int] = {}  # token -> route id, memoized: a route's entries name it every step
@@ -45,65 +48,67 @@ def route_id(token: str) -> int:
 
 @dataclass(frozen=True)
 class PushBatch:
-    """entries: [N] ENTRY records; produced_us: [sum(rows - num_context)] float64;
-    rows: [sum rows, ...] (a TensorRef on the wire, a tensor once resolved; None when no
-    entry has rows). request_ids: each entry's request, producer side only (a batch that
-    cannot be sent fails exactly these); received_us: when the consumer read it."""
+    """entries: N packed RECORDs; produced_us: float64 [sum(rows - num_context)];
+    rows: [sum rows, ...] (a TensorRef on the wire, a tensor once resolved or between
+    engine threads of one process; None when no entry has rows). request_ids: each
+    entry's request, producer side only (a batch that cannot be sent fails exactly
+    these); received_us: when the consumer read it."""
 
-    entries: np.ndarray
-    produced_us: np.ndarray
+    entries: bytes
+    produced_us: bytes
     rows: Any = None
     request_ids: tuple[str, ...] = field(default=(), compare=False)
     received_us: float = field(default=0.0, compare=False)
 
     @property
     def num_entries(self) -> int:
-        return len(self.entries)
+        return len(self.entries) // RECORD.size
 
-    def row_offsets(self) -> np.ndarray:
-        """[N + 1] int64: entry i's rows are rows[off[i]:off[i + 1]] (its context first)."""
-        off = np.zeros(len(self.entries) + 1, dtype=np.int64)
-        np.cumsum(self.entries["rows"], out=off[1:])
-        return off
+    def columns(self) -> np.ndarray:
+        """The entries as numpy columns ([N] ENTRY records, a read-only view)."""
+        return np.frombuffer(self.entries, dtype=ENTRY)
 
-    def new_offsets(self) -> np.ndarray:
-        """[N + 1] int64: entry i's new items were produced at produced_us[off[i]:off[i + 1]]."""
-        off = np.zeros(len(self.entries) + 1, dtype=np.int64)
-        np.cumsum(self.entries["rows"].astype(np.int64) - self.entries["num_context"], out=off[1:])
-        return off
+    def route_ids(self) -> list[int]:
+        """The routes its whole records name (a batch refused as a whole fails them)."""
+        return [r[0] for r in RECORD.iter_unpack(self.entries[:len(self.entries) // RECORD.size * RECORD.size])]
 
 
-def entries_from_bytes(data: bytes, field_name: str) -> np.ndarray:
-    """The entry records of a wire batch (a read-only view of `data`)."""
-    if len(data) % ENTRY.itemsize:
-        raise InvalidArgument(f"{field_name}.entries: {len(data)} bytes is not a whole number of "
-                              f"{ENTRY.itemsize}-byte entries")
-    return np.frombuffer(data, dtype=ENTRY)
+@dataclass(frozen=True)
+class Layout:
+    """A checked batch, ready to slice: entry i is records[i], its rows
+    rows[row_off[i]:row_off[i + 1]], its new items' times produced[new_off[i]:new_off[i + 1]]."""
+
+    records: list[tuple]
+    row_off: list[int]
+    new_off: list[int]
+    produced: tuple[float, ...]
 
 
-def produced_from_bytes(data: bytes, field_name: str) -> np.ndarray:
-    if len(data) % 8:
-        raise InvalidArgument(f"{field_name}.produced_us: {len(data)} bytes is not a whole number of float64")
-    return np.frombuffer(data, dtype="<f8")
-
-
-def check(batch: PushBatch, num_rows: int, field_name: str) -> None:
-    """The columns agree with each other and with the stacked rows (num_rows: its dim 0,
-    0 when it has none). Raises InvalidArgument naming the field."""
-    e = batch.entries
-    rows = e["rows"].astype(np.int64)
-    if np.any(e["num_context"] > e["rows"]):
-        i = int(np.argmax(e["num_context"] > e["rows"]))
-        raise InvalidArgument(f"{field_name}.entries[{i}]: num_context {int(e['num_context'][i])} > rows {int(rows[i])}")
-    if np.any(e["flags"] & ~np.uint32(KNOWN_FLAGS)):
-        i = int(np.argmax(e["flags"] & ~np.uint32(KNOWN_FLAGS)))
-        raise InvalidArgument(f"{field_name}.entries[{i}].flags {int(e['flags'][i])}: only bit 0 (end_of_stream) "
-                              "is defined")
-    if int(rows.sum()) != num_rows:
-        raise InvalidArgument(f"{field_name}: the entries take {int(rows.sum())} rows, rows holds {num_rows}")
-    num_new = int((rows - e["num_context"]).sum())
-    if len(batch.produced_us) != num_new:
-        raise InvalidArgument(f"{field_name}.produced_us has {len(batch.produced_us)} times for {num_new} new items")
+def layout(batch: PushBatch, num_rows: int, field_name: str) -> Layout:
+    """Checks the columns against each other and the stacked rows (num_rows: its dim 0,
+    0 when it has none), in one pass; raises InvalidArgument naming the field. One wrong
+    count would shift every later entry's rows, so nothing is sliced before this."""
+    if len(batch.entries) % RECORD.size:
+        raise InvalidArgument(f"{field_name}.entries: {len(batch.entries)} bytes is not a whole number of "
+                              f"{RECORD.size}-byte entries")
+    if len(batch.produced_us) % 8:
+        raise InvalidArgument(f"{field_name}.produced_us: {len(batch.produced_us)} bytes is not a whole number "
+                              "of float64")
+    records = list(RECORD.iter_unpack(batch.entries))
+    row_off, new_off = [0], [0]
+    for i, (_, _, rows, context, _, flags) in enumerate(records):
+        if context > rows:
+            raise InvalidArgument(f"{field_name}.entries[{i}]: num_context {context} > rows {rows}")
+        if flags & ~KNOWN_FLAGS:
+            raise InvalidArgument(f"{field_name}.entries[{i}].flags {flags}: only bit 0 (end_of_stream) is defined")
+        row_off.append(row_off[-1] + rows)
+        new_off.append(new_off[-1] + rows - context)
+    if row_off[-1] != num_rows:
+        raise InvalidArgument(f"{field_name}: the entries take {row_off[-1]} rows, rows holds {num_rows}")
+    num_times = len(batch.produced_us) // 8
+    if num_times != new_off[-1]:
+        raise InvalidArgument(f"{field_name}.produced_us has {num_times} times for {new_off[-1]} new items")
+    return Layout(records, row_off, new_off, struct.unpack(f"<{num_times}d", batch.produced_us))
 
 
 class BatchBuilder:
@@ -137,13 +142,15 @@ class BatchBuilder:
             out.update(group.request_ids)
         return out
 
-    def build(self, export: Callable[[Any, dict[str, int]], Any]) -> list[PushBatch]:
+    def build(self, export: Callable[[Any, dict[str, int]], Any], own_rows: bool = True) -> list[PushBatch]:
         """The batches, in signature order; export(stacked rows, {request: shares}) makes
-        each one's reference. Entries keep their order within a batch."""
+        each one's reference. Entries keep their order within a batch. own_rows: the
+        stacked rows never view a producer's output, even for one chunk (a consumer in
+        this process keeps them as they are); False when export copies them anyway."""
         groups = list(self._groups.values()) or [_Group()]
         for record, request_id, produced in self._rowless:
             groups[0].add(record, request_id, produced, None)
-        out = [g.build(export) for g in groups if g.records]
+        out = [g.build(export, own_rows) for g in groups if g.records]
         self._groups, self._rowless = {}, []
         return out
 
@@ -164,14 +171,13 @@ class _Group:
             self.tensors.append(tensor)
             self.shares[request_id] = self.shares.get(request_id, 0) + 1
 
-    def build(self, export: Callable) -> PushBatch:
+    def build(self, export: Callable, own_rows: bool) -> PushBatch:
         import torch
 
-        entries = np.array(self.records, dtype=ENTRY)
+        entries = b"".join(RECORD.pack(*r) for r in self.records)
         rows = None
         if self.tensors:
-            # [sum rows, ...]; a copy even of one tensor: a consumer in this process (a local
-            # peer) gets rows of its own, never a view of the producer's output
-            stacked = torch.cat(self.tensors)
+            one = len(self.tensors) == 1 and not own_rows
+            stacked = self.tensors[0] if one else torch.cat(self.tensors)  # [sum rows, ...]
             rows = export(stacked, self.shares)
-        return PushBatch(entries, np.array(self.produced, dtype="<f8"), rows, tuple(self.request_ids))
+        return PushBatch(entries, struct.pack(f"<{len(self.produced)}d", *self.produced), rows, tuple(self.request_ids))

@@ -119,9 +119,10 @@ class RequestTable:
         with the run); `span`: one the caller owns and ends instead (the one span of all
         the chunk runs of a per-item route)."""
         known = self.requests.get(item.request_id)
-        self.requests[item.request_id] = RequestState(stream_id, item.consumer_host_ids,
-                                                      known.ended if known is not None else set())
-        self.streams.setdefault(stream_id, set()).add(item.request_id)
+        if known is None or known.stream_id != stream_id or known.consumer_host_ids != item.consumer_host_ids:
+            self.requests[item.request_id] = RequestState(stream_id, item.consumer_host_ids,
+                                                          known.ended if known is not None else set())
+            self.streams.setdefault(stream_id, set()).add(item.request_id)
         run = self.runs.setdefault((item.request_id, item.node, item.iteration), NodeRun())
         run.credits.update(item.credits)
         run.consumer_host_ids = item.consumer_host_ids

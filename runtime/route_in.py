@@ -73,12 +73,19 @@ class InRoute:
         room for half a window and never waits for them, while one credit message per engine
         step would wake the producer's process on every item it sent. A credit that frees
         leases, or comes once the stream has ended, goes at once with everything owed."""
-        self.owed += credit.amount
-        if (self.accept.per_item and not credit.lease_ids and not (self.is_ended or self.is_finished)
-                and self.owed < self.accept.window // 2):
+        if self.hold(credit.amount, bool(credit.lease_ids)):
             return None
-        amount, self.owed = self.owed, 0
+        amount, self.owed = self.owed + credit.amount, 0
         return RouteCredit(credit.request_id, credit.token, amount, credit.lease_ids)
+
+    def hold(self, amount: int, frees_leases: bool) -> bool:
+        """True, and `amount` owed, when `coalesce` would hold such a credit (the per-item
+        path asks before it builds one)."""
+        if (self.accept.per_item and not frees_leases and not (self.is_ended or self.is_finished)
+                and self.owed + amount < self.accept.window // 2):
+            self.owed += amount
+            return True
+        return False
 
     def end_span(self, error: str | None = None) -> None:
         """Ends the shared span of a per-item route's chunk runs (once), with how many ran."""

@@ -91,8 +91,13 @@ class OutboundRoutes:
             stream.next_k += 1
             for out in stream.routes:
                 if outputs is not None and out.route.src_port in outputs:
-                    out.buffer.push([(outputs[out.route.src_port], now_us())])
-                    sends += self._chunks(out)
+                    item = (outputs[out.route.src_port], now_us())
+                    chunk = out.buffer.pass_one(item)
+                    if chunk is not None:
+                        sends.append(self._send(out, chunk))
+                    else:
+                        out.buffer.push([item])
+                        sends += self._chunks(out)
                     key = (out.route.edge, out.route.window)
                     self.peak_fill[key] = max(self.peak_fill.get(key, 0), out.buffer.num_buffered + out.in_flight)
         return sends
@@ -117,16 +122,16 @@ class OutboundRoutes:
         return sends
 
     def _chunks(self, out: OutRoute) -> list[Send]:
-        sends = []
-        for chunk in out.buffer.pop_ready():
-            r = out.route
-            new = chunk.new_items
-            tensors = {r.dst_port: _joined([t for t, _ in chunk.items], copy=not r.peer)} if chunk.items else {}
-            out.in_flight += len(new)
-            push = PushChunk(out.request_id, r.dst_node, r.dst_port, r.dst_iteration, {}, chunk.is_last,
-                             chunk.num_context, chunk.num_pad, r.token, chunk.start, tuple(t for _, t in new))
-            sends.append(Send(out, push, tensors))
-        return sends
+        return [self._send(out, chunk) for chunk in out.buffer.pop_ready()]
+
+    def _send(self, out: OutRoute, chunk) -> Send:
+        r = out.route
+        new = chunk.new_items
+        tensors = {r.dst_port: _joined([t for t, _ in chunk.items], copy=not r.peer)} if chunk.items else {}
+        out.in_flight += len(new)
+        push = PushChunk(out.request_id, r.dst_node, r.dst_port, r.dst_iteration, {}, chunk.is_last,
+                         chunk.num_context, chunk.num_pad, r.token, chunk.start, tuple(t for _, t in new))
+        return Send(out, push, tensors)
 
     def credit(self, token: str, amount: int) -> OutRoute | None:
         out = self.by_token.get(token)

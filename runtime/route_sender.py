@@ -51,7 +51,7 @@ class PeerSender:
                                              consumer_host_ids=hosts, shares=shares)
 
             try:
-                batches = builder.build(export)
+                batches = builder.build(export, own_rows=getattr(self.peers, "carries_tensors", False))
             except StarmeshError as e:  # no room to export the step's rows: its requests fail
                 for request_id in sorted(builder.request_ids):
                     self.fail_via(request_id, peer, f"{e.status}: {e}")

@@ -69,9 +69,9 @@ class RoutedEdges:
         """A peer's engine step: each entry goes its route's way, as a push would."""
         name = self.names.get(stream_id, stream_id)
         try:
-            rows, shared = resolve_rows(self.transport, batch, f"{field}.batch")
+            rows, shared, checked = resolve_rows(self.transport, batch, f"{field}.batch")
         except StarmeshError as e:  # nothing in it can be trusted: every request it names fails
-            for route in {self.inb.by_id.get(r) for r in batch.entries["route"].tolist()} - {None}:
+            for route in {self.inb.by_id.get(r) for r in batch.route_ids()} - {None}:
                 if route.sender in ("", stream_id) and self.table.owner(route.request_id) == route.owner:
                     run = route.accept.run
                     self.emit(stream_id, NodeError(run.request_id, run.node, e.status, str(e), run.iteration))
@@ -80,7 +80,7 @@ class RoutedEdges:
         rows_in = RowCollector(rows) if hasattr(self.component, "push_rows") else None
         self._rows_in = rows_in
         try:
-            for rid, push, values in entries(batch, rows, shared, stream_id):
+            for rid, push, values in entries(batch, rows, shared, checked):
                 self._apply(stream_id, name, push, values, f"{field}.batch", rid)
         finally:
             self._rows_in = None
@@ -146,6 +146,9 @@ class RoutedEdges:
     def _open_chunk(self, route: InRoute, push: PushChunk, tensors, field: str) -> None:
         """One run per chunk, in stream order; chunks wait while the client is behind
         (their producer is not credited meanwhile, so it parks at its window)."""
+        if not route.waiting and not route.is_blocked:  # the usual case: nothing queued before it
+            self._open_chunk_now(route, push, tensors, field)
+            return
         route.waiting.append((push, tensors))
         self._drain(route, field)
 
@@ -221,10 +224,12 @@ class RoutedEdges:
     def _credit(self, route: InRoute, amount: int, consumed) -> None:
         # only the producer's own leases: ids are per arena
         leases = tuple(c.lease_id for c in consumed if c.arena in route.arenas)
-        ev = RouteCredit(route.request_id, route.accept.token, amount, leases)
         run = route.accept.run  # a chain's node slows its input while its own routes are full
-        if route.accept.push or not self.out.defer((run.request_id, run.node, run.iteration), (route, ev)):
-            self._credit_now(route, ev)
+        key = (run.request_id, run.node, run.iteration)
+        if not route.accept.push and not self.out.has_room(*key):
+            self.out.defer(key, (route, RouteCredit(route.request_id, route.accept.token, amount, leases)))
+        elif route.sender == LOCAL or not route.hold(amount, bool(leases)):  # held: nothing to build
+            self._credit_now(route, RouteCredit(route.request_id, route.accept.token, amount, leases))
 
     def _credit_now(self, route: InRoute, ev: RouteCredit) -> None:
         if route.sender == LOCAL:  # a call, not a message: nothing to save by holding it

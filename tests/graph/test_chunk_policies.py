@@ -253,3 +253,32 @@ def test_left_context_residual_and_empty_final_chunk():
         ((0, 1, 2), 0, 0), ((1, 2, 3, 4, 5), 2, 0), ((4, 5, 6), 2, 2)]
     on_boundary = run_all(LeftContext(3, 2), 6, 5)
     assert on_boundary[-1].items == () and on_boundary[-1].is_last and on_boundary[-1].start == 6
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["one", "one", "pop", "push2"]), max_size=30), st.booleans())
+def test_passing_one_item_through_equals_push_and_pop(ops, finish):
+    """StreamBuffer.pass_one (the per-item stream's shortcut) gives exactly the chunks
+    push + pop_ready would, in any mix with the general path."""
+    fast, slow = StreamBuffer(FixedChunk(1), 64), StreamBuffer(FixedChunk(1), 64)
+    got, want, k = [], [], 0
+    for op in ops:
+        items = [k] if op == "one" else [k, k + 1] if op == "push2" else []
+        k += len(items)
+        chunk = fast.pass_one(items[0]) if op == "one" else None
+        if chunk is not None:
+            got.append(chunk)
+        elif items:
+            fast.push(items)
+        if op != "push2" and chunk is None:  # as routed edges do: the general path pops at once
+            got += fast.pop_ready()
+        if items:
+            slow.push(items)
+        want += slow.pop_ready() if op != "push2" else []
+    if finish:
+        fast.finish()
+        slow.finish()
+    got += fast.pop_ready()
+    want += slow.pop_ready()
+    assert got == want
+    assert StreamBuffer(LeftContext(2, 1), 8).pass_one(0) is None  # only a policy that cuts every item alone

@@ -15,7 +15,7 @@ from protos.starmesh.v1 import component_pb2 as pb
 from runtime.batch_in import entries, resolve_rows
 from runtime.item_proto import items_to_proto, request_from_proto
 from runtime.items import Cancel, NodeDone, NodeError, NodeOutput, RouteCredit
-from runtime.push_batch import END_OF_STREAM, BatchBuilder, PushBatch, check, route_id
+from runtime.push_batch import END_OF_STREAM, RECORD, BatchBuilder, PushBatch, layout, route_id
 from tests.fixtures.routes import grant
 from tests.fixtures.services import RunStream, describe, start_in_process, wait_until
 from transport.codec import inline_ref, view
@@ -65,9 +65,9 @@ def test_any_interleaving_round_trips_the_wire_exactly(inline_transport, pushes)
         builder.add(token, rid, start, context if rows is not None else 0, pad, end, produced, rows)
     [batch] = _wire(builder.build(lambda rows, shares: inline_ref(rows)))
     assert isinstance(batch, PushBatch) and batch.received_us == 7.0
-    rows, shared = resolve_rows(inline_transport, batch, "items[0].batch")
+    rows, shared, checked = resolve_rows(inline_transport, batch, "items[0].batch")
     assert shared is None
-    got = list(entries(batch, rows, shared, "p"))
+    got = list(entries(batch, rows, shared, checked))
     want = [p for p in pushes if p[6] is not None] + [p for p in pushes if p[6] is None]  # rowless entries last
     assert len(got) == len(want)
     for (rid, push, values), (token, _, start, context, pad, end, t) in zip(got, want):
@@ -84,17 +84,17 @@ def test_columns_that_disagree_are_refused_naming_the_field():
     builder.add("a", "r", 0, 0, 0, False, (1.0, 2.0), torch.ones(2, 3))
     [batch] = builder.build(lambda rows, shares: rows)
     with pytest.raises(InvalidArgument, match=r"f: the entries take 2 rows, rows holds 3"):
-        check(batch, 3, "f")
-    bad = batch.entries.copy()
-    bad["num_context"][0] = 5
+        layout(batch, 3, "f")
+    record = RECORD.unpack(batch.entries)
     with pytest.raises(InvalidArgument, match=r"f.entries\[0\]: num_context 5 > rows 2"):
-        check(PushBatch(bad, batch.produced_us), 2, "f")
-    bad = batch.entries.copy()
-    bad["flags"][0] = END_OF_STREAM | 4
+        layout(PushBatch(RECORD.pack(*record[:3], 5, *record[4:]), batch.produced_us), 2, "f")
     with pytest.raises(InvalidArgument, match=r"f.entries\[0\].flags 5"):
-        check(PushBatch(bad, batch.produced_us), 2, "f")
+        layout(PushBatch(RECORD.pack(*record[:5], END_OF_STREAM | 4), batch.produced_us), 2, "f")
     with pytest.raises(InvalidArgument, match="produced_us has 1 times for 2 new items"):
-        check(PushBatch(batch.entries, batch.produced_us[:1]), 2, "f")
+        layout(PushBatch(batch.entries, batch.produced_us[:8]), 2, "f")
+    with pytest.raises(InvalidArgument, match="f.entries: 31 bytes is not a whole number"):
+        layout(PushBatch(batch.entries[:-1], batch.produced_us), 2, "f")
+    assert batch.columns()["rows"].tolist() == [2]  # the same records as numpy columns
 
 
 def test_a_shared_memory_batch_is_one_lease_each_request_holds_a_share_of():
@@ -106,8 +106,8 @@ def test_a_shared_memory_batch_is_one_lease_each_request_holds_a_share_of():
             builder.add(f"tok-{rid}", rid, 0, 0, 0, False, (1.0,), torch.full((1, 4), float(ord(rid))))
         [batch] = builder.build(lambda rows, shares: producer.export(rows, request_id="a", carrier="peer:x",
                                                                      consumer_host_ids=("h",), shares=shares))
-        rows, shared = resolve_rows(consumer, batch, "b")
-        shares = [values.share for _, _, values in entries(batch, rows, shared, "p")]
+        rows, shared, checked = resolve_rows(consumer, batch, "b")
+        shares = [values.share for _, _, values in entries(batch, rows, shared, checked)]
         assert {s.consumed.lease_id for s in shares} == {batch.rows.lease_id} and producer.stats()["num_leases"] == 1
         producer.release([batch.rows.lease_id], request_id="stranger")  # a foreign release is refused
         producer.release([batch.rows.lease_id], request_id="b")
