@@ -9,6 +9,10 @@ wait dominates has a busy consumer; one whose rest dominates, a busy producer or
 Tracing must stay cheap: an edge that fires per item (plain edges,
 FixedChunk(1) streams) gets ONE span per (request, edge) carrying the count, bytes
 and latency percentiles; an edge with larger chunks gets one span per chunk.
+A per-item edge keeps its exact count, bytes and maximum, and a sample of its latencies
+for the percentiles: every item while there are few, then an evenly spaced sample of at
+most SAMPLE_CAP (past it, every other sample is dropped and the stride doubles), so a
+long stream's statistics cost bounded memory and no list grows per item.
 Timestamps are wall-clock microseconds (producers on the same host share the clock;
 across hosts the figures include clock offset).
 """
@@ -38,12 +42,19 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
+SAMPLE_CAP = 512  # latencies kept per (request, edge)
+
+
 @dataclass
 class EdgeStats:
-    """Aggregated hops of one (request, edge)."""
+    """Aggregated hops of one (request, edge): exact count, bytes and maximum; sampled
+    latencies (every `stride`-th item) for the percentiles."""
 
-    latencies_us: list[float] = field(default_factory=list)
-    waits_us: list[float] = field(default_factory=list)  # arrival -> dispatch, items that crossed processes
+    latencies_us: list[float] = field(default_factory=list)  # the sample
+    waits_us: list[float] = field(default_factory=list)  # arrival -> dispatch, sampled items that crossed processes
+    num_items: int = 0
+    max_latency_us: float = 0.0
+    stride: int = 1
     num_bytes: int = 0
     transport: str = ""
     first_us: float = 0.0
@@ -51,11 +62,18 @@ class EdgeStats:
 
     def add(self, produced_us: float, dispatched_us: float, value, received_us: float = 0.0) -> None:
         """received_us: when the item reached the consumer's runtime (0: handed over in-process)."""
-        if not self.latencies_us:
+        if not self.num_items:
             self.first_us = produced_us
-        self.latencies_us.append(max(0.0, dispatched_us - produced_us))
-        if received_us:
-            self.waits_us.append(max(0.0, dispatched_us - received_us))
+        latency = max(0.0, dispatched_us - produced_us)
+        self.max_latency_us = max(self.max_latency_us, latency)
+        if self.num_items % self.stride == 0:
+            self.latencies_us.append(latency)
+            if received_us:
+                self.waits_us.append(max(0.0, dispatched_us - received_us))
+            if len(self.latencies_us) > SAMPLE_CAP:  # thin evenly: every other sample, half as often from now
+                del self.latencies_us[1::2], self.waits_us[1::2]
+                self.stride *= 2
+        self.num_items += 1
         self.last_us = dispatched_us
         self.num_bytes += nbytes_of(value)
         self.transport = transport_of(value)
@@ -63,13 +81,13 @@ class EdgeStats:
     def attributes(self) -> dict:
         lat = sorted(self.latencies_us)
         out = {
-            "starmesh.items": len(lat),
+            "starmesh.items": self.num_items,
             "starmesh.bytes": self.num_bytes,
             "starmesh.transport": self.transport,
             "starmesh.latency_us.p50": percentile(lat, 0.5),
             "starmesh.latency_us.p90": percentile(lat, 0.9),
             "starmesh.latency_us.p99": percentile(lat, 0.99),
-            "starmesh.latency_us.max": lat[-1] if lat else 0.0,
+            "starmesh.latency_us.max": self.max_latency_us,
         }
         if self.waits_us:
             waits = sorted(self.waits_us)
@@ -117,7 +135,7 @@ class EdgeRecorder:
                                     transport_of(stamped_items[0][0]) if stamped_items else "", received_us))
 
     def latencies_s(self):
-        """(edge, seconds) of every hop and chunk recorded so far (metrics)."""
+        """(edge, seconds) of every chunk and every sampled hop recorded so far (metrics)."""
         for name, stats in self.edges.items():
             for us in stats.latencies_us:
                 yield name, us / 1e6

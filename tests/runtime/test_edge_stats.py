@@ -51,3 +51,15 @@ def test_the_trace_table_shows_the_consumer_wait_of_both_span_kinds():
     rows = {r["edge"]: r for r in edge_table(spans)}
     assert rows["a.x -> b.x"]["wait_p50_us"] == 120.0 and rows["a.x -> b.x"]["p50_us"] == 500.0
     assert rows["b.y -> c.y"]["wait_p50_us"] == 40.0 and rows["b.y -> c.y"]["items"] == 4
+
+
+def test_a_long_stream_keeps_its_exact_count_and_maximum_and_a_bounded_even_sample():
+    from runtime.edge_stats import SAMPLE_CAP
+
+    stats, n = EdgeStats(), 20 * SAMPLE_CAP + 7
+    for i in range(n):
+        stats.add(0.0, float(i % 1000) + (5000.0 if i == n - 3 else 0.0), None)
+    a = stats.attributes()
+    assert a["starmesh.items"] == n and a["starmesh.latency_us.max"] == 5000.0 + (n - 3) % 1000
+    assert SAMPLE_CAP // 2 <= len(stats.latencies_us) <= SAMPLE_CAP
+    assert abs(a["starmesh.latency_us.p50"] - 500.0) < 50.0  # latencies 0..999 in turn: the sample keeps the spread
