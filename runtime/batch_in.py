@@ -92,15 +92,20 @@ def resolve_rows(transport: Any, batch: PushBatch, field: str) -> tuple[Any, _Sh
     return resolved.tensor, _Shared(resolved, sum(1 for r in checked.records if r[2])), checked
 
 
-def entries(batch: PushBatch, rows: Any, shared: _Shared | None, checked: Layout
+def entries(batch: PushBatch, rows: Any, shared: _Shared | None, checked: Layout, routes: dict
             ) -> Iterator[tuple[int, PushChunk, Any]]:
-    """(route id, push without identity, BatchRows or None) per entry, in order. The
-    push's request, node, iteration and port come from its route (InboundRoutes.identify)."""
+    """(route id, push, BatchRows or None) per entry, in order. The push's request, node,
+    iteration and port are its route's (routes: id -> runtime.route_in.InRoute); one whose
+    route is not granted yet has none until it is (InboundRoutes.identify)."""
     kind = getattr(batch.rows, "kind", "inproc")  # a local peer's rows are a tensor
     row_off, new_off, produced = checked.row_off, checked.new_off, checked.produced
     for i, (rid, start, num_rows, num_context, num_pad, flags) in enumerate(checked.records):
-        push = PushChunk("", "", "", (), {}, bool(flags & END_OF_STREAM), num_context, num_pad, "", start,
-                         produced[new_off[i]:new_off[i + 1]], batch.received_us)
+        route = routes.get(rid)
+        run = route.accept.run if route is not None else None
+        push = PushChunk(run.request_id if run else "", run.node if run else "", route.accept.port if run else "",
+                         run.iteration if run else (), {}, bool(flags & END_OF_STREAM), num_context, num_pad,
+                         route.accept.token if run else "", start, produced[new_off[i]:new_off[i + 1]],
+                         batch.received_us)
         values = None
         if num_rows:
             values = BatchRows(rows, row_off[i], row_off[i + 1], kind, _Share(shared) if shared else None)

@@ -50,13 +50,26 @@ class _Stream:
     is_ended: bool = False
 
 
-@dataclass(frozen=True)
 class Send:
-    """One push for a route's consumer: tensors are still tensors (the sender exports)."""
+    """One chunk for a route's consumer: its tensor is still a tensor (the sender exports
+    it); its PushChunk is made only where one is wanted (a consumer in this process)."""
 
-    route: OutRoute
-    push: PushChunk
-    tensors: dict[str, Any]
+    __slots__ = ("route", "tensor", "start", "num_context", "num_pad", "is_last", "produced_us")
+
+    def __init__(self, route: OutRoute, tensor, start: int, num_context: int, num_pad: int, is_last: bool,
+                 produced_us: tuple[float, ...]) -> None:
+        self.route, self.tensor, self.start, self.num_context = route, tensor, start, num_context
+        self.num_pad, self.is_last, self.produced_us = num_pad, is_last, produced_us
+
+    @property
+    def tensors(self) -> dict[str, Any]:
+        return {} if self.tensor is None else {self.route.route.dst_port: self.tensor}
+
+    @property
+    def push(self) -> PushChunk:
+        r = self.route.route
+        return PushChunk(self.route.request_id, r.dst_node, r.dst_port, r.dst_iteration, {}, self.is_last,
+                         self.num_context, self.num_pad, r.token, self.start, self.produced_us)
 
 
 class OutboundRoutes:
@@ -125,13 +138,10 @@ class OutboundRoutes:
         return [self._send(out, chunk) for chunk in out.buffer.pop_ready()]
 
     def _send(self, out: OutRoute, chunk) -> Send:
-        r = out.route
         new = chunk.new_items
-        tensors = {r.dst_port: _joined([t for t, _ in chunk.items], copy=not r.peer)} if chunk.items else {}
+        tensor = _joined([t for t, _ in chunk.items], copy=not out.route.peer) if chunk.items else None
         out.in_flight += len(new)
-        push = PushChunk(out.request_id, r.dst_node, r.dst_port, r.dst_iteration, {}, chunk.is_last,
-                         chunk.num_context, chunk.num_pad, r.token, chunk.start, tuple(t for _, t in new))
-        return Send(out, push, tensors)
+        return Send(out, tensor, chunk.start, chunk.num_context, chunk.num_pad, chunk.is_last, tuple(t for _, t in new))
 
     def credit(self, token: str, amount: int) -> OutRoute | None:
         out = self.by_token.get(token)
@@ -141,7 +151,11 @@ class OutboundRoutes:
 
     def has_room(self, request_id: str, node: str, base: tuple[int, ...]) -> bool:
         stream = self.streams.get((request_id, node, base))
-        return stream is None or all(out.room > 0 for out in stream.routes)
+        if stream is not None:
+            for out in stream.routes:  # a loop, not all(genexpr): asked twice per routed item
+                if out.route.window - len(out.buffer.items) - out.in_flight <= 0:
+                    return False
+        return True
 
     def defer(self, key: StreamKey, credit) -> bool:
         """Holds an upstream credit while this stream's routes are full (a chain: the

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from core.errors import StarmeshError
-from runtime.items import EdgeRoute, NodeError, PushChunk, RouteCredit
+from runtime.items import NodeError, RouteCredit
 from runtime.push_batch import BatchBuilder
 
 
@@ -27,14 +27,17 @@ class PeerSender:
         self.out, self.transport, self.peers, self.gate = out, transport, peers, gate
         self.fail, self.drop, self.credit_now = fail, drop, credit_now
         self._pending: dict[str, tuple[BatchBuilder, str]] = {}  # peer -> (this iteration's pushes, its host)
+        self._builders: dict[str, BatchBuilder] = {}  # peer -> its builder between iterations
 
-    def add(self, route: EdgeRoute, push: PushChunk, tensor) -> None:
-        """One chunk of `route` (tensor [n, ...] or None) for this iteration's batch."""
+    def add(self, send) -> None:
+        """One chunk (a runtime.route_out.Send: tensor [n, ...] or None) for this iteration's batch."""
+        out, route = send.route, send.route.route
         pending = self._pending.get(route.peer)
         if pending is None:
-            pending = self._pending[route.peer] = (BatchBuilder(), route.peer_host_id)
-        pending[0].add(push.route, push.request_id, push.start, push.num_context, push.num_pad, push.end_of_stream,
-                       push.produced_us, tensor)
+            builder = self._builders.pop(route.peer, None) or BatchBuilder()  # empty again after its build
+            pending = self._pending[route.peer] = (builder, route.peer_host_id)
+        pending[0].add(route.token, out.request_id, send.start, send.num_context, send.num_pad, send.is_last,
+                       send.produced_us, send.tensor)
 
     def flush(self) -> None:
         """One message per peer for this engine iteration's pushes: its PushBatches
@@ -57,6 +60,7 @@ class PeerSender:
                     self.fail_via(request_id, peer, f"{e.status}: {e}")
                 continue
             self.peers.post(peer, batches)
+            self._builders[peer] = builder
 
     def on_events(self, peer: str, events: list) -> None:
         for ev in events:

@@ -50,7 +50,10 @@ class RoutedEdges:
         self.inb = InboundRoutes()
         self.names: dict[str, str] = {}  # peer stream -> the producer's own name
         self.sender = PeerSender(self.out, transport, peers, gate, fail, drop, self._credit_now)
-        self._rows_in: RowCollector | None = None  # while a PushBatch is applied to a push_rows component
+        # while a PushBatch is applied to a component with push_rows: (its rows,), and the
+        # collector of its entries for open loop runs (made at the first)
+        self._batch: tuple | None = None
+        self._rows_in: RowCollector | None = None
 
     # ---- consumer half ----------------------------------------------------------
 
@@ -77,13 +80,12 @@ class RoutedEdges:
                     self.emit(stream_id, NodeError(run.request_id, run.node, e.status, str(e), run.iteration))
                     self.fail(run.request_id, run.node, e.status, str(e), run.iteration)
             return
-        rows_in = RowCollector(rows) if hasattr(self.component, "push_rows") else None
-        self._rows_in = rows_in
+        self._batch = (rows,) if hasattr(self.component, "push_rows") else None
         try:
-            for rid, push, values in entries(batch, rows, shared, checked):
+            for rid, push, values in entries(batch, rows, shared, checked, self.inb.by_id):
                 self._apply(stream_id, name, push, values, f"{field}.batch", rid)
         finally:
-            self._rows_in = None
+            rows_in, self._rows_in, self._batch = self._rows_in, None, None
         for i, got, e in rows_in.flush(self.component) if rows_in is not None else ():
             node = got.nodes[i]
             self.fail(got.request_ids[i], node, *failure(e, f"{field} (node {node})"), got.iterations[i])
@@ -103,7 +105,7 @@ class RoutedEdges:
         if self.table.owner(route.request_id) != route.owner:
             close_unused(tensors)  # the request was cancelled meanwhile
             return
-        if rid is not None:
+        if rid is not None and not push.request_id:  # held before its grant: now it has a route
             push = self.inb.identify(route, push)
         if route.accept.push:
             self._push_into_run(route, push, tensors, field)
@@ -128,7 +130,9 @@ class RoutedEdges:
                 route.waiting.append((push, tensors))
             return
         try:
-            if self._rows_in is not None:  # a batch's entry: one push_rows call for the batch
+            if self._batch is not None:  # a batch's entry: one push_rows call for the batch
+                if self._rows_in is None:
+                    self._rows_in = RowCollector(self._batch[0])
                 if tensors is not None:
                     tensors.hold(run.handles, route.arenas)
                 self.inb.record(route, push, tensors)
@@ -290,7 +294,7 @@ class RoutedEdges:
     def _send(self, sends: list[Send]) -> None:
         for s in sends:
             if s.route.route.peer:
-                self.sender.add(s.route.route, s.push, next(iter(s.tensors.values()), None))
+                self.sender.add(s)
             else:
                 self._apply(LOCAL, "this process", s.push, s.tensors)
 

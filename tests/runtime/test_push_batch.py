@@ -67,7 +67,7 @@ def test_any_interleaving_round_trips_the_wire_exactly(inline_transport, pushes)
     assert isinstance(batch, PushBatch) and batch.received_us == 7.0
     rows, shared, checked = resolve_rows(inline_transport, batch, "items[0].batch")
     assert shared is None
-    got = list(entries(batch, rows, shared, checked))
+    got = list(entries(batch, rows, shared, checked, {}))
     want = [p for p in pushes if p[6] is not None] + [p for p in pushes if p[6] is None]  # rowless entries last
     assert len(got) == len(want)
     for (rid, push, values), (token, _, start, context, pad, end, t) in zip(got, want):
@@ -107,7 +107,7 @@ def test_a_shared_memory_batch_is_one_lease_each_request_holds_a_share_of():
         [batch] = builder.build(lambda rows, shares: producer.export(rows, request_id="a", carrier="peer:x",
                                                                      consumer_host_ids=("h",), shares=shares))
         rows, shared, checked = resolve_rows(consumer, batch, "b")
-        shares = [values.share for _, _, values in entries(batch, rows, shared, checked)]
+        shares = [values.share for _, _, values in entries(batch, rows, shared, checked, {})]
         assert {s.consumed.lease_id for s in shares} == {batch.rows.lease_id} and producer.stats()["num_leases"] == 1
         producer.release([batch.rows.lease_id], request_id="stranger")  # a foreign release is refused
         producer.release([batch.rows.lease_id], request_id="b")
