@@ -314,6 +314,7 @@ def parse_args(argv):
     p.add_argument("--sweep", type=lambda s: [int(x) for x in s.split(",")], default=[4, 16, 64],
                    help="concurrency levels searched for the conductor's saturation")
     p.add_argument("--sweep-rounds", type=int, default=3, help="requests per slot at each sweep level")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of the mesh phases (figures: medians over them)")
     p.add_argument("--loop-iters", type=int, default=20, help="iterations per speculation-loop request")
     p.add_argument("--step-ms", type=float, default=4.0, help="step compute (sleep) per iteration")
     p.add_argument("--check-ms", type=float, default=3.0, help="check host work (CPU spin) per iteration")
