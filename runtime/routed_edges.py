@@ -74,7 +74,8 @@ class RoutedEdges:
         try:
             rows, shared, checked = resolve_rows(self.transport, batch, f"{field}.batch")
         except StarmeshError as e:  # nothing in it can be trusted: every request it names fails
-            for route in {self.inb.by_id.get(r) for r in batch.route_ids()} - {None}:
+            named = {r: self.inb.by_id.get(r) for r in batch.route_ids()}  # each route once
+            for route in [r for r in named.values() if r is not None]:
                 if route.sender in ("", stream_id) and self.table.owner(route.request_id) == route.owner:
                     run = route.accept.run
                     self.emit(stream_id, NodeError(run.request_id, run.node, e.status, str(e), run.iteration))

@@ -362,7 +362,7 @@ class StepLoop:
         except Exception as e:
             self._fail(ev.request_id, ev.node, *failure(e, f"output {ev.node}"), ev.iteration)
             return
-        self._credits.spend(ev)
+        self._credits.spend(ev, found)
         if refs or not ev.tensors:
             # produced_us: when the output was produced, for the conductor's edge latency spans
             # (a field, not metadata: a Struct per output cost both ends more than the output).

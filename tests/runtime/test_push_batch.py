@@ -190,3 +190,18 @@ def test_a_batch_entry_before_its_grant_waits_for_it(server):
         assert out.request_id == "r-early" and out.iteration == (0,)
         conductor.send(Cancel("r-early"))
         assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
+
+
+def test_a_batch_whose_columns_disagree_fails_the_requests_it_names_on_both_sides(server):
+    with RunStream(server.address) as conductor, RunStream(server.address) as producer:
+        conductor.send(grant("r-bad-batch", token="tok-r-bad-batch"))
+        good = _batch(["r-bad-batch"])
+        record = RECORD.unpack(good.entries)
+        producer.send(PushBatch(RECORD.pack(record[0], record[1], 2, *record[3:]), good.produced_us, good.rows))
+        [to_producer] = producer.events()
+        [to_conductor] = conductor.events()
+        for ev in (to_producer, to_conductor):
+            assert isinstance(ev, NodeError) and ev.request_id == "r-bad-batch" and ev.status == "INVALID_ARGUMENT"
+            assert "items[0].batch: the entries take 2 rows, rows holds 1" in ev.message
+        conductor.send(Cancel("r-bad-batch"))
+        assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
