@@ -29,9 +29,10 @@ class RequestState:
     ended: set = field(default_factory=set)  # (node, iteration) of its runs that have ended
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeRun:
-    """One open (request, node, iteration): resolved input handles it holds and its spans."""
+    """One open (request, node, iteration): resolved input handles it holds and its spans.
+    One per run, and a routed FixedChunk(1) stream opens a run per item: slotted."""
 
     handles: list[Any] = field(default_factory=list)  # transport Resolved objects
     spans: list[trace.Span] = field(default_factory=list)
@@ -123,7 +124,10 @@ class RequestTable:
             self.requests[item.request_id] = RequestState(stream_id, item.consumer_host_ids,
                                                           known.ended if known is not None else set())
             self.streams.setdefault(stream_id, set()).add(item.request_id)
-        run = self.runs.setdefault((item.request_id, item.node, item.iteration), NodeRun())
+        key = (item.request_id, item.node, item.iteration)
+        run = self.runs.get(key)
+        if run is None:  # not setdefault: that builds a spare NodeRun per call
+            run = self.runs[key] = NodeRun()
         run.credits.update(item.credits)
         run.consumer_host_ids = item.consumer_host_ids
         run.quiet_ports = item.quiet_ports
