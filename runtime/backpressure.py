@@ -18,10 +18,9 @@ class CreditGate:
         self.component = component
         self.can_park = hasattr(component, "park") and hasattr(component, "resume")
 
-    def spend(self, ev: NodeOutput, found=None) -> None:
+    def spend(self, ev: NodeOutput, found) -> None:
         """One item per output port leaves; park the run when a limited port hits 0.
-        found: the output's (key, run) from RequestTable.run_of, when the caller has it."""
-        found = found or self.table.run_of(ev.request_id, ev.node, ev.iteration)
+        found: the output's (key, run) from RequestTable.run_of (None: no open run)."""
         if found is None or not found[1].credits:
             return
         key, run = found

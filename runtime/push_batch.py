@@ -116,7 +116,10 @@ class BatchBuilder:
 
     def __init__(self) -> None:
         self._groups: dict[tuple, _Group] = {}
-        self._rowless: list = []  # entries without rows (an empty end of stream): join any group
+        self._by_route: dict[int, _Group] = {}  # route id -> the group of its rows this step
+        # entries without rows (an empty end of stream): after the rows of their own route
+        # when it has some this step (its consumer must see them first), else in any group
+        self._rowless: list = []
 
     def add(self, token: str, request_id: str, start: int, num_context: int, num_pad: int, is_end: bool,
             produced_us: tuple[float, ...], tensor) -> None:
@@ -132,6 +135,7 @@ class BatchBuilder:
         if group is None:
             group = self._groups[key] = _Group()
         group.add(record, request_id, produced_us, tensor)
+        self._by_route[record[0]] = group
 
     @property
     def request_ids(self) -> set[str]:
@@ -149,9 +153,9 @@ class BatchBuilder:
         this process keeps them as they are); False when export copies them anyway."""
         groups = list(self._groups.values()) or [_Group()]
         for record, request_id, produced in self._rowless:
-            groups[0].add(record, request_id, produced, None)
+            self._by_route.get(record[0], groups[0]).add(record, request_id, produced, None)
         out = [g.build(export, own_rows) for g in groups if g.records]
-        self._groups, self._rowless = {}, []
+        self._groups, self._by_route, self._rowless = {}, {}, []
         return out
 
 

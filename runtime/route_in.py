@@ -75,8 +75,12 @@ class InRoute:
         leases, or comes once the stream has ended, goes at once with everything owed."""
         if self.hold(credit.amount, bool(credit.lease_ids)):
             return None
-        amount, self.owed = self.owed + credit.amount, 0
-        return RouteCredit(credit.request_id, credit.token, amount, credit.lease_ids)
+        return self.settle(credit.amount, credit.lease_ids)
+
+    def settle(self, amount: int, lease_ids: tuple[int, ...]) -> RouteCredit:
+        """The credit that pays `amount` and everything owed, with these leases."""
+        amount, self.owed = self.owed + amount, 0
+        return RouteCredit(self.request_id, self.accept.token, amount, lease_ids)
 
     def hold(self, amount: int, frees_leases: bool) -> bool:
         """True, and `amount` owed, when `coalesce` would hold such a credit (the per-item
@@ -126,9 +130,10 @@ class InboundRoutes:
         """The route a push belongs to, or None when it waits for its grant; raises
         RoutePermissionDenied for a push that does not match its route. rid: a batch
         entry's route id (its push has no identity until the route gives it one)."""
-        route = self.by_id.get(route_id(push.route) if rid is None else rid)
+        key = route_id(push.route) if rid is None else rid
+        route = self.by_id.get(key)
         if route is None:
-            self._hold(stream_id, name, push, tensors, route_id(push.route) if rid is None else rid)
+            self._hold(stream_id, name, push, tensors, key)
             return None
         run = route.accept.run
         if rid is None and (push.request_id, push.node, push.iteration, push.port) != (

@@ -153,7 +153,7 @@ class OutboundRoutes:
         stream = self.streams.get((request_id, node, base))
         if stream is not None:
             for out in stream.routes:  # a loop, not all(genexpr): asked twice per routed item
-                if out.route.window - len(out.buffer.items) - out.in_flight <= 0:
+                if out.room <= 0:
                     return False
         return True
 

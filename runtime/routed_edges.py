@@ -233,8 +233,10 @@ class RoutedEdges:
         key = (run.request_id, run.node, run.iteration)
         if not route.accept.push and not self.out.has_room(*key):
             self.out.defer(key, (route, RouteCredit(route.request_id, route.accept.token, amount, leases)))
-        elif route.sender == LOCAL or not route.hold(amount, bool(leases)):  # held: nothing to build
+        elif route.sender == LOCAL:
             self._credit_now(route, RouteCredit(route.request_id, route.accept.token, amount, leases))
+        elif route.sender and not route.hold(amount, bool(leases)):  # held: nothing to build
+            self.emit(route.sender, route.settle(amount, leases))
 
     def _credit_now(self, route: InRoute, ev: RouteCredit) -> None:
         if route.sender == LOCAL:  # a call, not a message: nothing to save by holding it

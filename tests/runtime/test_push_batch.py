@@ -205,3 +205,17 @@ def test_a_batch_whose_columns_disagree_fails_the_requests_it_names_on_both_side
             assert "items[0].batch: the entries take 2 rows, rows holds 1" in ev.message
         conductor.send(Cancel("r-bad-batch"))
         assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
+
+
+def test_an_end_without_rows_travels_after_its_own_routes_rows():
+    """Batches of one step are applied in turn: a route's end marker in another batch than
+    its last rows would end the stream before them."""
+    builder = BatchBuilder()
+    builder.add("q", "rq", 0, 0, 0, False, (1.0,), torch.ones(1, 2))  # float32: the first batch
+    builder.add("r", "rr", 0, 0, 0, False, (1.0,), torch.ones(1, 3, dtype=torch.int64))  # int64: the second
+    builder.add("r", "rr", 1, 0, 0, True, (), None)
+    builder.add("s", "rs", 0, 0, 0, True, (), None)  # no rows this step: any batch
+    first, second = builder.build(lambda rows, shares: inline_ref(rows))
+    assert [r[0] for r in RECORD.iter_unpack(first.entries)] == [route_id("q"), route_id("s")]
+    assert [(r[0], r[5]) for r in RECORD.iter_unpack(second.entries)] == [(route_id("r"), 0),
+                                                                           (route_id("r"), END_OF_STREAM)]
