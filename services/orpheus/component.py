@@ -21,6 +21,11 @@ from runtime.items import NodeDone, NodeOutput, OpenNode
 NODE = "codes"
 
 
+def _check_ids(tokens, port: str) -> None:
+    if tokens.dtype.is_floating_point:
+        raise InvalidArgument(f"push.tensors[{port}]: token ids must be integers, got {tokens.dtype}")
+
+
 @dataclass
 class CodesRun:
     item: OpenNode
@@ -55,8 +60,7 @@ class AudioCodesComponent:
             return  # already finished (its max_iters codes): later tokens are not needed
         tokens = tensors.get(item.port, tensors.get("token")) if tensors else None
         if tokens is not None:
-            if tokens.dtype.is_floating_point:
-                raise InvalidArgument(f"push.tensors[{item.port}]: token ids must be integers, got {tokens.dtype}")
+            _check_ids(tokens, item.port)
             self._accept(run, tokens.reshape(-1).tolist())
         if item.end_of_stream and item.request_id in self.runs:
             self._finish(run)
@@ -64,9 +68,11 @@ class AudioCodesComponent:
     def push_rows(self, batch) -> dict:
         """A step's tokens for every open run in one call (runtime.row_batch): one check
         of the dtype, one list of ids; an entry fails alone."""
-        if batch.rows is not None and batch.rows.dtype.is_floating_point:
-            error = InvalidArgument(f"push.tensors[{batch.ports[0]}]: token ids must be integers, got {batch.rows.dtype}")
-            return dict.fromkeys(range(len(batch)), error)
+        try:
+            if batch.rows is not None:
+                _check_ids(batch.rows, batch.ports[0])
+        except InvalidArgument as e:
+            return dict.fromkeys(range(len(batch)), e)
         ids = batch.rows.reshape(batch.rows.shape[0], -1).tolist() if batch.rows is not None else []
         failures = {}
         for i, request_id in enumerate(batch.request_ids):

@@ -67,6 +67,14 @@ def _seconds(seconds) -> tuple:
     return tuple(seconds.reshape(-1).tolist())
 
 
+def _as_rows(embeds) -> torch.Tensor:
+    """Thinker rows of any leading shape as float32 [n, thinker_hidden]; InvalidArgument
+    for a tensor that is not floating rows."""
+    if embeds.dim() == 0 or embeds.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise InvalidArgument(f"thinker rows must be floating [n, thinker_hidden], got {embeds.dtype}")
+    return embeds.reshape(-1, embeds.shape[-1]).to(torch.float32)
+
+
 class TalkerComponent:
     name = "talker"
     nodes = ("talker", "talker_media")
@@ -122,11 +130,11 @@ class TalkerComponent:
         one check and one float32 conversion of the stacked rows [R, ..., thinker_hidden];
         each run copies its own rows. An entry fails alone."""
         rows = batch.rows
-        if rows is not None and (rows.dim() == 0 or rows.dtype not in (torch.float32, torch.bfloat16, torch.float16)):
-            error = InvalidArgument(f"thinker rows must be floating [n, thinker_hidden], got {rows.dtype}")
-            return dict.fromkeys(range(len(batch)), error)
-        per_row = rows[0].numel() // rows.shape[-1] if rows is not None and rows.shape[0] else 1
-        flat = rows.reshape(-1, rows.shape[-1]).to(torch.float32) if rows is not None else None  # [R * per_row, H]
+        try:
+            flat = _as_rows(rows) if rows is not None else None  # [R * per_row, H]
+        except InvalidArgument as e:
+            return dict.fromkeys(range(len(batch)), e)
+        per_row = flat.shape[0] // rows.shape[0] if rows is not None and rows.shape[0] else 1
         failures = {}
         for i, request_id in enumerate(batch.request_ids):
             if request_id not in self.runs:
@@ -143,9 +151,7 @@ class TalkerComponent:
     def _rows(self, request_id: str, embeds, hidden) -> None:
         if embeds is None:
             raise InvalidArgument("thinker rows need embeddings [n, thinker_hidden]")
-        if embeds.dim() == 0 or embeds.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-            raise InvalidArgument(f"thinker rows must be floating [n, thinker_hidden], got {embeds.dtype}")
-        embeds = embeds.reshape(-1, embeds.shape[-1]).to(torch.float32)
+        embeds = _as_rows(embeds)
         if hidden is not None:
             hidden = hidden.reshape(-1, hidden.shape[-1]).to(torch.float32)
         if request_id in self.engine.requests:  # the talker may have finished before the thinker
