@@ -22,7 +22,13 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0: any free one)")
     p.add_argument("--port-file", metavar="PATH", help="write the bound port here once it accepts connections")
-    p.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body (default 32 MiB)")
+    p.add_argument("--max-body-mb", type=float, default=32.0,
+                   help="largest request body, whatever its framing (default 32 MiB; 413 past it)")
+    p.add_argument("--max-bodies-in-flight-mb", type=float,
+                   help="bytes of request bodies held at once, all connections together (default 64 MiB, or "
+                        "--max-body-mb when larger; 429 past it)")
+    p.add_argument("--body-timeout-s", type=float, default=120.0,
+                   help="how long a request body may take to arrive whole (default 120 s; 408 past it)")
     p.add_argument("--grace-s", type=float, default=10.0,
                    help="on SIGTERM, how long open responses may finish (default 10 s)")
     add_tls_args(p, "the connection to the conductor (--tls-ca to check it, --tls-cert/--tls-key for mutual TLS)")
@@ -36,7 +42,10 @@ def run(args: argparse.Namespace) -> int:
     from gateway.server import serve
 
     try:
-        config = GatewayConfig(args.host, args.port, args.timeout, int(args.max_body_mb * (1 << 20)), args.grace_s)
+        in_flight_mb = args.max_bodies_in_flight_mb
+        in_flight_mb = max(64.0, args.max_body_mb) if in_flight_mb is None else in_flight_mb
+        config = GatewayConfig(args.host, args.port, args.timeout, int(args.max_body_mb * (1 << 20)), args.grace_s,
+                               int(in_flight_mb * (1 << 20)), args.body_timeout_s)
         connection = Connection(conductor_address(args), "", tls_from_args(args))
     except (ValueError, StarmeshError) as e:
         print(f"starmesh gateway: {e}", file=sys.stderr)

@@ -28,12 +28,19 @@ HTTP_OF = {
     "PERMISSION_DENIED": (403, "permission_error"),
     "RESOURCE_EXHAUSTED": (429, "rate_limit_error"),
     "UNAVAILABLE": (503, "service_unavailable"),
+    # the mesh cancelled the call (a conductor stopping, the gateway's own channel
+    # closing): not the client's doing, and a retry may be served; a client that leaves
+    # is answered 499 where the gateway sees it go (gateway.responses.ClientGone)
+    "CANCELLED": (503, "service_unavailable"),
     "DEADLINE_EXCEEDED": (504, "timeout"),
     "UNIMPLEMENTED": (501, "invalid_request_error"),
 }
 # how a conductor message starts when it names a request field
 _FIELD = re.compile(r"^(params\.\w+|messages(\[\d+\](\.\w+(\[\d+\])?)*)?|output_modalities(\[\d+\])?|text|model"
                     r"|input_ids)")
+
+
+MAX_ECHO = 1000  # characters of a message or param in an error body: a client's long string is cut
 
 
 class ApiError(Exception):
@@ -47,7 +54,12 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {"error": {"message": _cut(self.message), "type": self.type, "param": _cut(self.param),
+                          "code": self.code}}
+
+
+def _cut(text: str | None) -> str | None:
+    return text if text is None or len(text) <= MAX_ECHO else text[:MAX_ECHO] + "..."
 
 
 def bad_field(param: str, message: str) -> ApiError:

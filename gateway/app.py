@@ -9,21 +9,23 @@ Routes: POST /v1/audio/speech, /v1/chat/completions, /v1/images/generations; GET
 from __future__ import annotations
 
 import contextlib
+import re
 import uuid
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
 from client.connection import Connection
 from client.session import ConductorSession
 from gateway.api_error import ApiError
+from gateway.body_limit import BodyBudget, BodyLimit
 from gateway.catalog import Catalog
 from gateway.conductor_calls import ConductorCalls
 from gateway.config import GatewayConfig
-from gateway.http_metrics import HttpMetrics
+from gateway.http_metrics import CLIENT_CLOSED, HttpMetrics
 from gateway.metrics import GatewayMetrics
 from gateway.responses import ClientGone, error_response
 
@@ -54,7 +56,11 @@ def make_app(connection: Connection, config: GatewayConfig = GatewayConfig(),
     from gateway import routes
 
     app.include_router(routes.router)
-    app.add_middleware(HttpMetrics, metrics=metrics, max_body_bytes=config.max_body_bytes)
+    # added last, outermost: the metrics count the body limit's refusals too
+    app.add_middleware(BodyLimit, max_body_bytes=config.max_body_bytes,
+                       budget=BodyBudget(config.max_bodies_in_flight_bytes, metrics.body_bytes),
+                       timeout_s=config.body_timeout_s)
+    app.add_middleware(HttpMetrics, metrics=metrics)
     return app
 
 
@@ -77,28 +83,35 @@ def new_request_id() -> str:
 
 def _errors(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
-    async def api_error(request: Request, e: ApiError) -> JSONResponse:
+    async def api_error(request: Request, e: ApiError) -> Response:
         return error_response(e)
 
     @app.exception_handler(RequestValidationError)
-    async def bad_body(request: Request, e: RequestValidationError) -> JSONResponse:
-        first = e.errors()[0] if e.errors() else {"loc": (), "msg": "invalid request body"}
+    async def bad_body(request: Request, e: RequestValidationError) -> Response:
+        # the deepest error: of a union (content: text or parts), the branch the body took
+        first = max(e.errors(), key=lambda x: len(x.get("loc", ())), default={"loc": (), "msg": "invalid request body"})
         param = _param(first.get("loc", ()))
         return error_response(ApiError(400, f"{param or 'body'}: {first.get('msg')}", param=param or None))
 
     @app.exception_handler(HTTPException)
-    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, e: HTTPException) -> Response:
         return error_response(ApiError(e.status_code, f"{request.method} {request.url.path}: {e.detail}"))
 
     @app.exception_handler(ClientGone)
     async def client_gone(request: Request, e: ClientGone) -> Response:
-        return Response(status_code=499)  # never read: the client has left
+        return Response(status_code=CLIENT_CLOSED)  # never read: the client has left
 
 
 def _param(loc) -> str:
     """A pydantic error location as the field's path: ("body", "messages", 0, "role") ->
-    "messages[0].role"."""
+    "messages[0].role"; a union's branch tags ("list[ContentPartBody]",
+    "function-after[...]", "str") are not fields and are left out."""
     out = ""
     for part in loc[1:] if loc and loc[0] == "body" else loc:
+        if isinstance(part, str) and _UNION_TAG.match(part):
+            continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+_UNION_TAG = re.compile(r"^(str|int|float|bool|none|[\w-]+\[.*\])$")

@@ -42,16 +42,17 @@ def chat_call(body: ChatBody, card: ModelCard, request_id: str) -> tuple[Generat
         raise bad_field("n", f"n must be 1, got {body.n}")
     if not card.accepts_text:
         raise bad_field("messages", f"model {card.name!r} takes no text on this conductor")
-    mapped = {"max_new_tokens": body.max_completion_tokens or body.max_tokens, "temperature": body.temperature,
-              "top_p": body.top_p, "seed": body.seed}
-    fields = {"params.max_new_tokens": "max_completion_tokens" if body.max_completion_tokens else "max_tokens",
-              "output_modalities": "modalities"}
+    tokens_field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+    mapped = {"max_new_tokens": getattr(body, tokens_field), "temperature": body.temperature, "top_p": body.top_p,
+              "seed": body.seed}
+    fields = {"params.max_new_tokens": tokens_field, "output_modalities": "modalities"}
     for key in [k for k, v in mapped.items() if v is not None and k not in card.params]:
         raise bad_field(fields.get(f"params.{key}", key), f"model {card.name!r} takes no {key}")
     if "audio" in modalities:
         _check_audio(body, card, mapped)
         fields[f"params.{card.voice_param}"] = "audio.voice"
-    params = request_params(card, body.extensions(), mapped)
+    params = request_params(card, body.extensions(), mapped,
+                            {k.removeprefix("params."): v for k, v in fields.items() if k.startswith("params.")})
     return GenerateCall(card.name, messages=_messages(body), params=params, output_modalities=modalities,
                         request_id=request_id), fields
 
@@ -98,7 +99,7 @@ class ChatResult:
 
 def finish_reason(body: ChatBody, card: ModelCard, usage: Usage) -> str:
     """"length" when the text reached its token budget, "stop" otherwise."""
-    limit = body.max_completion_tokens or body.max_tokens
+    limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     if limit is None and "max_new_tokens" in card.params:
         limit = card.params["max_new_tokens"].default
     return "length" if limit and usage.completion_tokens >= int(limit) else "stop"

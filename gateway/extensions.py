@@ -1,13 +1,15 @@
 """Extension fields: keys of an OpenAI body that OpenAI does not define here, passed to
 the conductor as the model's request params (ListModels' params). A key the model does
 not take is a 400 naming it; a field sent at its neutral value (frameworks send
-`presence_penalty: 0`, `stop: null`) asks for nothing and is dropped."""
+`presence_penalty: 0`, `stop: null`) asks for nothing and is dropped. Every value is
+checked against the model's card (gateway.param_check)."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from client.model_card import ModelCard
 from gateway.api_error import bad_field
+from gateway.param_check import checked
 
 NEUTRAL = {"presence_penalty": 0, "frequency_penalty": 0, "logprobs": False, "stop": [], "logit_bias": {},
            "parallel_tool_calls": True, "stream_options": {}}
@@ -25,10 +27,13 @@ def voice_param(card: ModelCard, voice: str | None, field: str) -> dict[str, str
     return {card.voice_param: voice}
 
 
-def request_params(card: ModelCard, extensions: Mapping[str, Any], mapped: Mapping[str, Any]) -> dict[str, Any]:
+def request_params(card: ModelCard, extensions: Mapping[str, Any], mapped: Mapping[str, Any],
+                   names: Mapping[str, str] = {}) -> dict[str, Any]:
     """The conductor's params: `mapped` (OpenAI fields this route translated, by param
-    name; None values dropped) and the body's extensions."""
+    name; None values dropped; `names`: param -> the field it came from) and the body's
+    extensions, every value checked against the card (a 400 naming the field)."""
     out = {key: value for key, value in mapped.items() if value is not None}
+    names = {key: name for key, name in names.items() if key in out}  # an extension is named by its key
     for key, value in extensions.items():
         if value is None or (key in NEUTRAL and NEUTRAL[key] == value):
             continue
@@ -38,4 +43,4 @@ def request_params(card: ModelCard, extensions: Mapping[str, Any], mapped: Mappi
         if key in out:
             raise bad_field(key, f"{key} is set twice: as an extension and by the field that maps to it")
         out[key] = value
-    return out
+    return checked(card, out, names)

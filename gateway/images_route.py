@@ -31,8 +31,8 @@ def image_calls(body: ImageBody, card: ModelCard, request_id: str) -> list[Gener
     if body.style not in ACCEPTED_STYLE:
         raise bad_field("style", f"style is not supported beyond {list(ACCEPTED_STYLE[1:])}, got {body.style!r}")
     mapped = dict(zip(("width", "height"), _size(body.size))) if body.size not in (None, "auto") else {}
-    params = request_params(card, body.extensions(), mapped)
-    seed = int(params.get("seed", (card.params["seed"].default if "seed" in card.params else 0) or 0))
+    params = request_params(card, body.extensions(), mapped, {"width": "size", "height": "size"})
+    seed = params.get("seed", (card.params["seed"].default if "seed" in card.params else 0) or 0)
     calls = []
     for i in range(body.n):
         each = {**params, "seed": seed + i} if body.n > 1 else params
@@ -43,9 +43,14 @@ def image_calls(body: ImageBody, card: ModelCard, request_id: str) -> list[Gener
 
 def _size(size: str) -> tuple[int, int]:
     width, sep, height = size.lower().partition("x")
-    if not sep or not width.isdigit() or not height.isdigit() or int(width) < 1 or int(height) < 1:
+    if not sep or not _decimal(width) or not _decimal(height) or int(width) < 1 or int(height) < 1:
         raise bad_field("size", f"size must be WIDTHxHEIGHT in pixels (e.g. 1024x1024) or 'auto', got {size!r}")
     return int(width), int(height)
+
+
+def _decimal(text: str) -> bool:
+    """ASCII digits only: str.isdigit also takes "²", which int() refuses."""
+    return text.isascii() and text.isdigit()
 
 
 async def images_response(calls: list[GenerateCall], start) -> dict:

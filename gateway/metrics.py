@@ -1,6 +1,6 @@
 """The gateway's Prometheus metrics (GET /metrics): requests by route and HTTP status,
-their latency and time to first byte, requests in flight, client disconnects, and the
-standard process_* and python_* collectors."""
+their latency and time to first byte, requests in flight, client disconnects, the bytes
+of request bodies held, and the standard process_* and python_* collectors."""
 from __future__ import annotations
 
 from prometheus_client import (CollectorRegistry, Counter, Gauge, GCCollector, Histogram, PlatformCollector,
@@ -28,6 +28,9 @@ class GatewayMetrics:
         self.disconnects = Counter("starmesh_gateway_client_disconnects",
                                    "requests whose client left before the end (cancelled in the mesh)", ["route"],
                                    registry=r)
+        self.body_bytes = Gauge("starmesh_gateway_body_bytes_in_flight",
+                                "bytes of request bodies held, across all connections (capped: 429 past the cap)",
+                                registry=r)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -4,10 +4,11 @@ leaving), and non-streamed work that stops when its client leaves."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import AsyncIterator, Awaitable
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from gateway.api_error import ApiError
 from gateway.conductor_calls import Primed
@@ -20,8 +21,10 @@ class ClientGone(Exception):
     """The client disconnected before its answer was ready (its work was cancelled)."""
 
 
-def error_response(e: ApiError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+def error_response(e: ApiError) -> Response:
+    """e in OpenAI's shape. ASCII JSON: a message that echoes a client's string with a
+    lone surrogate (valid in JSON, not in UTF-8) still encodes."""
+    return Response(json.dumps(e.body()), status_code=e.status, headers=e.headers, media_type="application/json")
 
 
 def streamed(body: AsyncIterator[bytes], primed: Primed, media_type: str, route: str, metrics: GatewayMetrics,

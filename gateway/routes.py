@@ -1,5 +1,7 @@
 """The gateway's routes: each reads its body, asks the catalog for the model, builds the
-conductor call (the *_route modules), and answers streamed or whole."""
+conductor call (the *_route modules), and answers streamed or whole. A client that
+leaves at any point cancels its call: while it waits for its first event
+(unless_disconnected), while a whole answer is made, or mid-stream (gateway.responses)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
@@ -24,7 +26,7 @@ async def speech(body: SpeechBody, request: Request) -> Response:
     gw, auth, request_id = gateway_of(request), authorization(request), new_request_id()
     card = await gw.catalog.card(body.model, auth)
     call, fields = speech_call(body, card, request_id)
-    primed = await gw.calls.start(call, auth, fields)
+    primed = await unless_disconnected(request, gw.calls.start(call, auth, fields), "/v1/audio/speech", gw.metrics)
     return streamed(speech_bytes(body, card, primed), primed, media_type(body), "/v1/audio/speech", gw.metrics,
                     request_id)
 
@@ -34,7 +36,8 @@ async def chat(body: ChatBody, request: Request) -> Response:
     gw, auth, request_id = gateway_of(request), authorization(request), new_request_id()
     card = await gw.catalog.card(body.model, auth)
     call, fields = chat_call(body, card, request_id)
-    primed = await gw.calls.start(call, auth, fields)
+    primed = await unless_disconnected(request, gw.calls.start(call, auth, fields), "/v1/chat/completions",
+                                       gw.metrics)
     if body.stream:
         return streamed(chat_stream(body, card, request_id, primed), primed, SSE, "/v1/chat/completions",
                         gw.metrics, request_id)

@@ -37,7 +37,8 @@ def speech_call(body: SpeechBody, card: ModelCard, request_id: str) -> tuple[Gen
         raise bad_field("speed", f"speed must be 1.0 (this gateway does not change tempo), got {body.speed}")
     if body.instructions:
         raise bad_field("instructions", f"instructions are not supported by model {card.name!r}")
-    params = request_params(card, body.extensions(), voice_param(card, body.voice, "voice"))
+    params = request_params(card, body.extensions(), voice_param(card, body.voice, "voice"),
+                            {card.voice_param: "voice"})
     fields = {"text": "input", **({f"params.{card.voice_param}": "voice"} if card.voice_param else {})}
     return GenerateCall(card.name, text=body.input, params=params, output_modalities=("audio",),
                         request_id=request_id), fields

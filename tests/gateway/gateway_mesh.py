@@ -25,6 +25,7 @@ class GatewayMesh:
     url: str                # http://HOST:PORT of the gateway
     checkpoint: str         # the tiny omni checkpoint
     procs: list             # the service processes (describe() each for open requests)
+    gateway_pid: int = 0    # the gateway's process (its memory is measured)
 
 
 @contextmanager
@@ -51,7 +52,7 @@ def gateway_mesh(tiny_omni):
         gateway = ServiceProcess("", ["--conductor", address, "--host", "127.0.0.1"], name="gateway",
                                  command="gateway")
         with gateway:
-            yield GatewayMesh(address, f"http://127.0.0.1:{gateway.port}", str(tiny_omni), procs)
+            yield GatewayMesh(address, f"http://127.0.0.1:{gateway.port}", str(tiny_omni), procs, gateway.pid)
 
 
 def starmesh(*args: str) -> subprocess.CompletedProcess:

@@ -21,9 +21,29 @@ from gateway.extensions import request_params
 
 @pytest.mark.parametrize("code, status", [("INVALID_ARGUMENT", 400), ("NOT_FOUND", 404), ("UNAUTHENTICATED", 401),
                                           ("PERMISSION_DENIED", 403), ("UNAVAILABLE", 503),
-                                          ("DEADLINE_EXCEEDED", 504), ("INTERNAL", 500), ("DATA_LOSS", 500)])
+                                          ("DEADLINE_EXCEEDED", 504), ("INTERNAL", 500), ("DATA_LOSS", 500),
+                                          ("CANCELLED", 503)])
 def test_grpc_status_maps_to_the_http_status(code, status):
     assert from_call_failed(CallFailed(code, "x")).status == status
+
+
+def test_a_long_echo_is_cut_and_an_error_with_a_lone_surrogate_still_encodes():
+    import json
+
+    from gateway.responses import error_response
+
+    e = ApiError(404, "model " + repr("m" * 100_000) + " does not exist", param="x\ud800" * 2000)
+    body = json.loads(error_response(e).body)["error"]
+    assert len(body["message"]) <= 1003 and len(body["param"]) <= 1003 and body["param"].startswith("x\ud800")
+
+
+def test_the_body_budget_holds_at_most_its_capacity():
+    from gateway.body_limit import BodyBudget
+
+    budget = BodyBudget(100)
+    assert budget.take(60) and not budget.take(41) and budget.held == 60 and budget.take(40)
+    budget.give(100)
+    assert budget.held == 0
 
 
 def test_capacity_is_429_with_retry_after_and_a_size_limit_is_413():
@@ -104,7 +124,9 @@ def test_extensions_are_the_models_params_and_neutral_fields_ask_nothing():
 
 
 @pytest.mark.parametrize("kwargs, field", [({"port": 70000}, "port"), ({"timeout_s": 0}, "timeout_s"),
-                                           ({"host": ""}, "host"), ({"max_body_bytes": 10}, "max_body_bytes")])
+                                           ({"host": ""}, "host"), ({"max_body_bytes": 10}, "max_body_bytes"),
+                                           ({"max_bodies_in_flight_bytes": 1 << 20}, "max_bodies_in_flight_bytes"),
+                                           ({"body_timeout_s": 0}, "body_timeout_s")])
 def test_config_names_the_bad_field(kwargs, field):
     with pytest.raises(ValueError, match=f"gateway.{field}"):
         GatewayConfig(**kwargs)
