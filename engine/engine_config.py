@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from core.errors import InvalidArgument
+from engine.contexts import ContextLimits
 from engine.device_option import resolve_device
 from engine.scheduler import SchedulerConfig
 from engine.slack_policy import SlackPolicy
@@ -33,6 +34,10 @@ class EngineConfig:
     # A test hook: every step takes this much longer per sequence in it (sleeps), so a
     # test can make a component slow without depending on the machine's speed.
     step_delay_ms_per_seq: float = 0.0
+    prefix_cache: bool = True          # reuse computed KV blocks across requests (off: nothing is shared)
+    context_ttl_s: float = 600.0       # a kept context unused this long is dropped
+    context_max_blocks: int = 0        # KV blocks all kept contexts may pin (0: half the pool)
+    context_max_blocks_per_owner: int = 0  # per owner (0: context_max_blocks)
 
     def __post_init__(self) -> None:
         self.scheduler_config  # builds it: SchedulerConfig validates the five sizes (positive integers)
@@ -44,13 +49,26 @@ class EngineConfig:
         if not isinstance(self.cuda_graphs, bool):
             raise InvalidArgument(f"engine.cuda_graphs must be a bool, got {self.cuda_graphs!r}")
         resolve_device(self.device)  # InvalidArgument naming engine.device (e.g. CUDA asked, none here)
+        self.context_limits  # builds it: ContextLimits validates the TTL and block limits
 
     @cached_property
     def scheduler_config(self) -> SchedulerConfig:
         """The scheduler's share of the fields above."""
         return SchedulerConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
                                prefill_chunk_size=self.prefill_chunk_size, num_blocks=self.num_blocks,
-                               block_size=self.block_size, policy=SlackPolicy(self.schedule))
+                               block_size=self.block_size, policy=SlackPolicy(self.schedule),
+                               prefix_cache=self.prefix_cache)
+
+    @cached_property
+    def context_limits(self) -> ContextLimits:
+        """The kept contexts' TTL and block limits (0: half the pool; per owner: the global one)."""
+        for name in ("context_max_blocks", "context_max_blocks_per_owner"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidArgument(f"engine.{name} must be an integer >= 0, got {value!r}")
+        total = self.context_max_blocks or max(1, self.num_blocks // 2)
+        return ContextLimits(ttl_s=self.context_ttl_s, max_blocks=total,
+                             max_blocks_per_owner=self.context_max_blocks_per_owner or total)
 
     @property
     def cuda_graph_sizes(self) -> list[int]:

@@ -7,6 +7,12 @@
 
 A step reads schedule -> run -> postprocess (engine/engine_core.py); requests join and
 leave at every step. Each step yields one StepOutput per scheduled sequence.
+
+A request may continue a kept context and keep its own result as one (ContextRequest):
+
+    engine.add_request("t1", ids, params, context=ContextRequest(owner="key", keep=True))
+    ... the finished StepOutput's context_id names the kept context ...
+    engine.add_request("t2", next_ids, params, context=ContextRequest(owner="key", context_id=cid))
 """
 from __future__ import annotations
 
@@ -16,11 +22,12 @@ from engine.batch import ScheduledBatch
 from engine.device_option import resolve_device
 from engine.engine_config import EngineConfig
 from engine.engine_core import EngineCore
+from engine.contexts import ContextRequest
 from engine.model_runner import ForwardOutput, ModelRunner
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 
-__all__ = ["EngineConfig", "LLMEngine", "StepOutput"]
+__all__ = ["ContextRequest", "EngineConfig", "LLMEngine", "StepOutput"]
 
 
 @dataclass
@@ -31,10 +38,14 @@ class StepOutput:
     token_id: int | None            # None while its prompt is still being prefilled
     is_finished: bool = False
     finish_reason: str | None = None
-    hidden: object = None           # [q, hidden] captured layer states of the tokens computed this step
-    embeds: object = None           # [q, hidden] their input embeddings
+    # [r, hidden] captured layer states / input embeddings of the positions handed out this
+    # step: every position once, reused ones (cache, context) with the first computed step
+    hidden: object = None
+    embeds: object = None
     num_prompt_tokens: int = 0
     output_ids: list[int] = field(default_factory=list)
+    num_cached_prompt_tokens: int = 0  # prompt tokens reused (not computed) at its admission
+    context_id: str | None = None      # on the finished output: the context its result was kept as
 
 
 class LLMEngine(EngineCore):
@@ -52,17 +63,21 @@ class LLMEngine(EngineCore):
         return cls(model, config)
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-                    prompt_embeds=None, media=None) -> Sequence:
+                    prompt_embeds=None, media=None, context: ContextRequest | None = None,
+                    cache_salt: str = "") -> Sequence:
         """Validates and queues a request; it joins at the next step. prompt_embeds
         [len(prompt_ids), hidden], when given, are the prompt's input rows (not the ids');
-        media (engine.prompt_media.PromptMedia), its audio and image rows and rope ids."""
-        return self._add_sequence(request_id, prompt_ids, params, prompt_embeds, media)
+        media (engine.prompt_media.PromptMedia), its audio and image rows and rope ids;
+        context: the context it continues and whether its result is kept (NotFound for a
+        context its owner does not hold); cache_salt: blocks are reused only among equal salts."""
+        return self._add_sequence(request_id, prompt_ids, params, prompt_embeds, media, context, cache_salt)
 
     def _outputs(self, batch: ScheduledBatch, sampled: list[int | None], out: ForwardOutput) -> list[StepOutput]:
         return [StepOutput(seq.request_id, token, seq.is_finished, seq.finish_reason,
                            out.hidden[i] if out.hidden is not None else None,
                            out.embeds[i] if out.embeds is not None else None,
-                           seq.num_prompt_tokens, list(seq.output_ids) if seq.is_finished else [])
+                           seq.num_prompt_tokens, list(seq.output_ids) if seq.is_finished else [],
+                           seq.num_cached_prompt_tokens or 0, seq.kept_context_id)
                 for i, (seq, token) in enumerate(zip(batch.seqs, sampled))]
 
     def generate(self, prompts: list[list[int]], params: list[SamplingParams] | SamplingParams) -> list[list[int]]:

@@ -59,6 +59,13 @@ class ModelRunner:
 
             self.cuda = CudaRunner(self, list(cuda_graph_sizes))
 
+    @torch.inference_mode()
+    def copy_block(self, src: int, dst: int) -> None:
+        """K/V of block src into block dst, every layer (the pool's copy-on-write)."""
+        for k, v in self.kv_caches:
+            k[dst].copy_(k[src])
+            v[dst].copy_(v[src])
+
     @staticmethod
     def input_embeds(batch) -> torch.Tensor | None:
         """[T, hidden] input rows of sequences fed embeddings (all or none of a batch)."""

@@ -106,3 +106,45 @@ def step_media(seqs, firsts: np.ndarray, counts: list[int], flat_positions: np.n
     if splice_rows:
         return StepMedia(positions, torch.cat(splice_rows), torch.cat(splice_values), additions)
     return StepMedia(positions, torch.zeros(0, dtype=torch.int64), None, additions)
+
+
+def media_head(media: PromptMedia, num_tokens: int) -> PromptMedia:
+    """The media of the first num_tokens positions (any count: past the prompt, the decode
+    positions' rope ids are written out, so the result's prompt is num_tokens long)."""
+    keep_rows, keep_deep = media.rows_at < num_tokens, media.deepstack_at < num_tokens
+    return PromptMedia(media.positions_of(0, num_tokens), media.delta, media.rows_at[keep_rows],
+                       media.rows[keep_rows], media.deepstack_at[keep_deep], [d[keep_deep] for d in media.deepstack],
+                       media.image_grids, media.video_grids, media.video_seconds)
+
+
+def continued_media(before: PromptMedia | None, num_before: int, after: PromptMedia | None,
+                    num_after: int) -> PromptMedia | None:
+    """The media of num_before positions (`before`, None: plain text) followed by num_after
+    new ones (`after`, built as a prompt of its own, or None). The new part's rope ids go on
+    from the next rope id of the first part (position + delta), as a decode would."""
+    if before is None and after is None:
+        return None
+    like = (after if before is None else before).rows  # [m, hidden]: the width and dtype of media rows
+    first = media_head(before, num_before) if before is not None else _plain(num_before, like)
+    offset = num_before + first.delta  # the rope id of the first new position
+    second = after if after is not None else _plain(num_after, like)
+    layers = max(len(first.deepstack), len(second.deepstack))
+    deep = [torch.cat([_layer(first, i, like), _layer(second, i, like)]) for i in range(layers)]
+    return PromptMedia(torch.cat([first.positions, second.positions + offset], dim=1), first.delta + second.delta,
+                       torch.cat([first.rows_at, second.rows_at + num_before]), torch.cat([first.rows, second.rows]),
+                       torch.cat([first.deepstack_at, second.deepstack_at + num_before]), deep,
+                       first.image_grids + second.image_grids, first.video_grids + second.video_grids,
+                       first.video_seconds + second.video_seconds)
+
+
+def _plain(num_tokens: int, like: torch.Tensor) -> PromptMedia:
+    """Text positions: rope id = position on every axis, nothing spliced."""
+    return PromptMedia(torch.arange(num_tokens).expand(3, -1).clone(), 0, torch.zeros(0, dtype=torch.int64),
+                       like.new_zeros(0, like.shape[1]))
+
+
+def _layer(media: PromptMedia, i: int, like: torch.Tensor) -> torch.Tensor:
+    """Deepstack rows of layer i ([v, hidden]), none where the media has fewer layers."""
+    if i < len(media.deepstack):
+        return media.deepstack[i]
+    return like.new_zeros(media.deepstack_at.numel(), like.shape[1])

@@ -8,7 +8,8 @@ import numbers
 from dataclasses import dataclass
 
 from core.errors import InvalidArgument
-from core.params import RequestParams, param
+from core.context_use import ContextParams
+from core.params import RequestParams, group, param
 
 
 # Bounds that keep float32 logits finite: dividing by a temperature below ~1e-36, or
@@ -108,6 +109,9 @@ class TextParams(RequestParams):
     suppress_token_ids: tuple[int, ...] = param((), help="ids never sampled")
     stop_token_ids: tuple[int, ...] = param((), help="ids that end the request, besides EOS")
     ignore_eos: bool = param(False, help="generate past EOS (max_new_tokens ends the request)")
+    # context_id / keep_context: read by the conductor, which tells each engine what to do
+    # with kept contexts on the run itself (OpenNode.contexts), with their owner
+    context: ContextParams = group(ContextParams)
 
     def sampling(self, eos_token_ids: tuple[int, ...], stop_token_ids: tuple[int, ...] = ()) -> SamplingParams:
         """eos_token_ids: the checkpoint's; stop_token_ids: the graph's, added to the request's."""

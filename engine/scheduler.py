@@ -8,6 +8,11 @@ while blocks and the token budget allow. When the pool
 cannot hold a running sequence's next token, the newest running sequence is
 preempted by recompute: its blocks are freed and it goes back to the front of the
 waiting queue with its output kept, to be prefilled again (prompt + output).
+
+Admission first takes the blocks a new sequence's prompt already has in the pool (named
+full blocks, or the context it continues: engine.prefix_cache); only the rest counts
+against the step's token budget. A preempted sequence drops its references and looks
+its blocks up again when it is admitted again.
 """
 from __future__ import annotations
 
@@ -16,8 +21,12 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, fields
 
+from core.block_hash import model_seed
 from engine.batch import ScheduledBatch
-from engine.kv_pool import IntegrityError, KVPool
+from engine.block_chain import BlockChain
+from engine.kv_pool import KVPool
+from engine.prefix_cache import PrefixCache
+from engine.scheduler_check import check_scheduler
 from engine.sequence import Sequence, SequenceStatus
 from engine.slack_policy import SlackPolicy, slack_of
 from core.errors import InvalidArgument, NotFound
@@ -35,10 +44,13 @@ class SchedulerConfig:
     num_blocks: int                     # KV pool size, in blocks
     block_size: int = 16                # tokens per block
     policy: SlackPolicy = field(default_factory=SlackPolicy)  # decode order (engine.slack_policy)
+    prefix_cache: bool = True           # reuse computed blocks across sequences (engine.prefix_cache)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.prefix_cache, bool):
+            raise InvalidArgument(f"prefix_cache must be true or false, got {self.prefix_cache!r}")
         for f in fields(self):
-            if f.name == "policy":
+            if f.name in ("policy", "prefix_cache"):
                 continue
             value = getattr(self, f.name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -68,11 +80,17 @@ class _Budget:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, clock=time.time) -> None:
-        """clock: unix seconds, what deadlines are compared with (a simulated one in tests)."""
+    def __init__(self, config: SchedulerConfig, clock=time.time, seed: bytes = model_seed(""),
+                 on_retire=None) -> None:
+        """clock: unix seconds, what deadlines are compared with (a simulated one in tests);
+        seed: the model's block-name seed (core.block_hash.model_seed); on_retire(seq): called
+        as a sequence leaves, before its blocks are dropped (the engine keeps contexts there)."""
         self.config = config
         self.clock = clock
         self.pool = KVPool(config.num_blocks, config.block_size)
+        self.cache = PrefixCache(self.pool, config.prefix_cache)
+        self.seed = seed
+        self.on_retire = on_retire
         self.waiting: deque[Sequence] = deque()  # no blocks; preempted ones at the front
         self.running: list[Sequence] = []        # hold blocks; sorted by arrival, newest last
         self.parked: dict[str, Sequence] = {}    # never scheduled; keep their blocks
@@ -92,6 +110,8 @@ class Scheduler:
             raise InvalidArgument(
                 f"request {seq.request_id!r} needs up to {self.pool.blocks_for(most)} KV blocks, "
                 f"the pool has {self.pool.total}")
+        if seq.chain is None and self.cache.enabled:
+            seq.chain = BlockChain(self.seed)
         self._seqs[seq.request_id] = seq
         self.waiting.append(seq)
 
@@ -156,6 +176,7 @@ class Scheduler:
             if seq.is_finished:  # aborted while the step ran
                 continue
             seq.num_cached_tokens += n
+            self.cache.register(seq)
             if not sample:
                 continue
             if token is None:
@@ -220,9 +241,12 @@ class Scheduler:
     def _admit_waiting(self, budget: _Budget) -> None:
         while self.waiting and not budget.full and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
+            cached = self.cache.reuse(seq)
             n = min(seq.num_uncached_tokens, self.config.prefill_chunk_size, budget.tokens)
             if not self.pool.can_allocate(seq, n):
+                self.cache.release(seq)
                 return  # FCFS: nobody overtakes the head of the queue
+            self.cache.admitted(seq, cached)
             self.waiting.popleft()
             seq.status = RUNNING
             bisect.insort(self.running, seq, key=lambda s: s.arrival)
@@ -240,8 +264,7 @@ class Scheduler:
         return True
 
     def _preempt(self, seq: Sequence) -> None:
-        self.pool.free(seq)
-        seq.num_cached_tokens = 0
+        self.cache.release(seq)
         seq.status = WAITING
         self.running.remove(seq)
         self.waiting.appendleft(seq)
@@ -253,8 +276,7 @@ class Scheduler:
         if not holders:
             return False
         seq = max(holders, key=lambda s: s.arrival)
-        self.pool.free(seq)
-        seq.num_cached_tokens = 0
+        self.cache.release(seq)
         self.num_preemptions += 1
         return True
 
@@ -285,39 +307,19 @@ class Scheduler:
 
     def _retire(self, seq: Sequence) -> None:
         self._detach(seq)
+        if self.on_retire is not None:
+            self.on_retire(seq)
         self.pool.free(seq)
+        self.pool.decref(seq.base_blocks, seq.request_id)
+        seq.base_blocks, seq.base_tokens = [], 0
         del self._seqs[seq.request_id]
 
-    def check_integrity(self) -> None:
-        self.pool.check_integrity()
-        queues = [(WAITING, list(self.waiting)), (RUNNING, self.running), (PARKED, list(self.parked.values()))]
-        tracked = [s for _, q in queues for s in q]
-        if sorted(s.request_id for s in tracked) != sorted(self._seqs):
-            raise IntegrityError("queues and the request index disagree")
-        if [s.arrival for s in self.running] != sorted(s.arrival for s in self.running):
-            raise IntegrityError("running is not in arrival order")
-        owned = 0
-        for status, queue in queues:
-            for seq in queue:
-                self._check_seq(seq, status)
-                owned += len(seq.block_table)
-        if owned != self.pool.num_used_blocks:
-            raise IntegrityError(f"sequences own {owned} blocks, the pool has {self.pool.num_used_blocks} used")
+    def holders(self):
+        """Every block list through which the sequences hold references."""
+        for seq in self._seqs.values():
+            yield seq.block_table
+            yield seq.base_blocks
 
-    def _check_seq(self, seq: Sequence, status: SequenceStatus) -> None:
-        name = seq.request_id
-        if seq.status is not status:
-            raise IntegrityError(f"{name!r} is {seq.status.name} in the {status.name} queue")
-        if status is WAITING and (seq.block_table or seq.num_cached_tokens):
-            raise IntegrityError(f"waiting {name!r} holds blocks or cached tokens")
-        if not 0 <= seq.num_cached_tokens < seq.num_tokens:
-            raise IntegrityError(f"{name!r} caches {seq.num_cached_tokens} of {seq.num_tokens} tokens")
-        bs = self.pool.block_size
-        if not seq.num_cached_tokens <= len(seq.block_table) * bs:
-            raise IntegrityError(f"{name!r}: {len(seq.block_table)} blocks do not cover "
-                                 f"{seq.num_cached_tokens} cached tokens")
-        if len(seq.block_table) > self.pool.blocks_for(seq.num_tokens):
-            raise IntegrityError(f"{name!r} holds more blocks than its tokens need")
-        for block in seq.block_table:
-            if self.pool.owner(block) != name:
-                raise IntegrityError(f"block {block} in {name!r}'s table is owned by {self.pool.owner(block)!r}")
+    def check_integrity(self, other_holders=()) -> None:
+        """other_holders: the block lists that hold references besides the sequences (contexts)."""
+        check_scheduler(self, other_holders)

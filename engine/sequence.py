@@ -65,6 +65,18 @@ class Sequence:
         self.media = media
         if media is not None and media.num_prompt != self._num_prompt:
             raise InvalidArgument(f"prompt has {self._num_prompt} ids but media positions for {media.num_prompt}")
+        # -- K/V reuse (engine.prefix_cache) ------------------------------------------------
+        self.chain = None                      # engine.block_chain.BlockChain: its block names; None: not cached
+        self.segments: tuple[tuple[int, int], ...] = ()  # bidirectional [start, end) spans of the prompt
+        # The blocks of the context it continues (engine.contexts), pinned by one reference
+        # of its own from add to retire, and how many of its tokens they hold.
+        self.base_blocks: list[int] = []
+        self.base_tokens = 0
+        self.num_cached_prompt_tokens: int | None = None  # prompt tokens reused at its first admission
+        self.rows_emitted = 0                  # positions whose captured rows were handed out
+        self.continues = None                  # engine.contexts.Context it continues (counted as a user)
+        self.keep = None                       # engine.contexts.Keep: keep the result as a context
+        self.kept_context_id: str | None = None
 
     def __repr__(self) -> str:
         return (f"Sequence({self.request_id!r}, {self.status.name}, tokens={self.num_tokens}, "

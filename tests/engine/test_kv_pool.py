@@ -88,12 +88,17 @@ def test_integrity_check_catches_corruption():
         pool.check_integrity()
 
 
-def test_freeing_blocks_one_does_not_own_is_caught():
+def test_freeing_blocks_one_holds_no_reference_to_is_caught():
+    """Blocks are shared by reference: a table that copied another's blocks without taking
+    references shows up in the refcount check, and a release past zero is refused."""
     pool, a, b = KVPool(4, 2), seq("a"), seq("b")
     pool.allocate(a, 2)
     b.block_table = list(a.block_table)
-    with pytest.raises(IntegrityError, match="owned by 'a'"):
-        pool.free(b)
+    with pytest.raises(IntegrityError, match="refcount 1 but 2 references"):
+        pool.check_integrity([a.block_table, b.block_table])
+    pool.free(b)
+    with pytest.raises(IntegrityError, match="released by 'a' but it holds no reference"):
+        pool.free(a)
 
 
 @settings(max_examples=150, deadline=None)

@@ -23,6 +23,7 @@ import torch
 
 from core.errors import InvalidArgument, NotFound
 from engine.batch import ScheduledBatch
+from engine.contexts import ContextRequest
 from engine.device_option import resolve_device
 from engine.engine_config import EngineConfig
 from engine.engine_core import EngineCore
@@ -46,6 +47,9 @@ class TalkerOutput:
     frame: list[int] | None = None   # G codes of one audio frame (group 0 first)
     is_finished: bool = False
     finish_reason: str | None = None
+    num_cached_prompt_tokens: int = 0  # prompt rows reused (cache or context), not computed
+    context_id: str | None = None      # on the finished output: the context its result was kept as
+    num_prompt_tokens: int = 0         # its prompt rows (a continued context's included)
 
 
 class TalkerEngine(EngineCore):
@@ -76,13 +80,18 @@ class TalkerEngine(EngineCore):
     # -- requests ----------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, speaker: str = "ethan",
                     embeds: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
-                    image_grids: tuple = ()) -> None:
+                    image_grids: tuple = (), context: ContextRequest | None = None, cache_salt: str = "") -> None:
         """Opens a request from the thinker's prompt ids and (some of) its rows [n, thinker_hidden];
-        image_grids: (t, h, w) of each image in the prompt (they shape the talker's rope ids)."""
+        image_grids: (t, h, w) of each image in the prompt (they shape the talker's rope ids);
+        context: a talker context its prompt rows go on from, and whether to keep its result
+        (checked when its prompt goes in); cache_salt: blocks are reused only among equal salts."""
         if request_id in self.requests:
             raise InvalidArgument(f"request_id {request_id!r} is already on the talker")
         req = TalkerRequest(request_id, prompt_ids, params, self.spec.speaker_id(speaker), self.spec.tokens,
                             image_grids)
+        if context is not None and context.context_id is not None:
+            self.contexts.get(context.context_id, context.owner)  # NotFound now, not when its prompt goes in
+        req.context, req.cache_salt = context, cache_salt
         self.requests[request_id] = req
         if embeds is not None:
             self.push_thinker(request_id, embeds, hidden)
@@ -132,7 +141,13 @@ class TalkerEngine(EngineCore):
     def _start(self, req: TalkerRequest) -> None:
         rows = talker_prompt(self.model, req)  # [P, hidden]
         ids = [self.spec.codec["codec_pad_id"]] * rows.shape[0]  # placeholders: the rows are the input
-        req.seq = self._add_sequence(req.request_id, ids, req.params, rows, talker_media(self.model, req, len(ids)))
+        req.seq = self._add_sequence(req.request_id, ids, req.params, rows, talker_media(self.model, req, len(ids)),
+                                     req.context, req.cache_salt)
+
+    def extend_context(self, context_id: str, owner: str, token_ids, prompt_embeds=None, media=None,
+                       request_id: str | None = None) -> str:
+        raise InvalidArgument("the talker keeps contexts from its requests (ContextRequest.keep); it has no "
+                              "extension of its own")
 
     def _feed(self, req: TalkerRequest, seq: Sequence) -> bool:
         """Completes the next input row if its text row is known; False while it is not."""
@@ -164,7 +179,8 @@ class TalkerEngine(EngineCore):
         outputs = []
         for seq in seqs:
             outputs.append(TalkerOutput(seq.request_id, frames.get(seq.request_id), seq.is_finished,
-                                        seq.finish_reason))
+                                        seq.finish_reason, seq.num_cached_prompt_tokens or 0, seq.kept_context_id,
+                                        seq.num_prompt_tokens))
             if seq.is_finished:
                 self.requests.pop(seq.request_id, None)
         return outputs

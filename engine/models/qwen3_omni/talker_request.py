@@ -46,6 +46,8 @@ class TalkerRequest:
         self.generation_step = 0               # g: the text row the next input takes
         self.pending: torch.Tensor | None = None  # [hidden] codec part of the next input, waiting for text
         self.num_frames = 0
+        self.context = None                    # engine.contexts.ContextRequest of its sequence, or None
+        self.cache_salt = ""
 
     def add_rows(self, embeds: torch.Tensor, hidden: torch.Tensor | None) -> None:
         """embeds (and hidden) [n, thinker_hidden] of the next thinker positions."""

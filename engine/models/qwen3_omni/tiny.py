@@ -33,8 +33,9 @@ ROPE = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3,
         "mrope_interleaved": True}  # mrope_section sums to head_dim / 2 = 8
 
 
-def omni_config(**talker_overrides):
-    """The Qwen3OmniMoeConfig of the tiny checkpoint; overrides go to talker_config."""
+def omni_config(talker_text: dict | None = None, **talker_overrides):
+    """The Qwen3OmniMoeConfig of the tiny checkpoint; overrides go to talker_config, and
+    talker_text's to the talker's decoder (its text_config)."""
     import transformers as tf
 
     text = dict(vocab_size=THINKER_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -50,10 +51,11 @@ def omni_config(**talker_overrides):
                    image_token_id=TOKENS["<|image_pad|>"], video_token_id=TOKENS["<|video_pad|>"],
                    audio_start_token_id=TOKENS["<|audio_start|>"],
                    vision_start_token_id=TOKENS["<|vision_start|>"])
-    talker_text = dict(vocab_size=TALKER_VOCAB, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
-                       num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
-                       shared_expert_intermediate_size=64, rope_parameters=ROPE, initializer_range=0.05)
+    talker_text = {**dict(vocab_size=TALKER_VOCAB, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
+                          num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
+                          shared_expert_intermediate_size=64, rope_parameters=ROPE, initializer_range=0.05),
+                   **(talker_text or {})}
     predictor = dict(vocab_size=CODEBOOK, hidden_size=48, intermediate_size=96, num_hidden_layers=1,
                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_code_groups=NUM_CODE_GROUPS,
                      rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, initializer_range=0.05)

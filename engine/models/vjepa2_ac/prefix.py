@@ -1,8 +1,11 @@
 """Shared, read-only prefixes: timesteps several rollouts have in common (a plan's
-context), computed and stored once. A prefix owns its blocks in the KV pool under its
-own id; each rollout reading it holds a reference, and so does its creator until it
-releases it; the blocks return to the pool when the last reference goes. Reading never
-writes a shared block (the predictor is block-causal), so no copy-on-write is needed.
+context), computed and stored once in the engine's KV pool (engine.kv_pool.KVPool).
+
+A prefix is a chain of pool blocks its creator holds one reference to; each rollout
+reading it takes the same blocks into its own block table by reference, so the blocks
+return to the pool when the creator has released the prefix and the last reader has
+finished, by the pool's reference counts alone. Reading never writes a shared block (the
+predictor is block-causal), so no copy-on-write happens.
 """
 from __future__ import annotations
 
@@ -14,13 +17,12 @@ from engine.models.vjepa2_ac.rollouts import BlockSeq
 
 @dataclass
 class SharedPrefix:
-    seq: BlockSeq
+    seq: BlockSeq       # the creator's reference on each block
     num_steps: int
     group: str
-    refs: int = 1  # the creator's
 
 
-class PrefixTable:
+class SharedPrefixes:
     def __init__(self, pool: KVPool) -> None:
         self.pool = pool
         self.prefixes: dict[str, SharedPrefix] = {}
@@ -31,29 +33,21 @@ class PrefixTable:
         prefix = self.prefixes[prefix_id] = SharedPrefix(BlockSeq(prefix_id), num_steps, group)
         return prefix
 
-    def acquire(self, prefix_id: str) -> SharedPrefix:
+    def read(self, prefix_id: str, reader: BlockSeq) -> int:
+        """Puts the prefix's blocks at the head of reader's table (by reference); returns its timesteps."""
         prefix = self.prefixes[prefix_id]
-        prefix.refs += 1
-        return prefix
+        self.pool.take(reader, prefix.seq.block_table)
+        reader.num_cached_tokens = prefix.seq.num_cached_tokens
+        return prefix.num_steps
 
     def release(self, prefix_id: str) -> None:
-        prefix = self.prefixes[prefix_id]
-        prefix.refs -= 1
-        if prefix.refs == 0:
-            self.pool.free(prefix.seq)
-            del self.prefixes[prefix_id]
+        """The creator's reference goes; readers keep theirs until they finish."""
+        self.pool.free(self.prefixes.pop(prefix_id).seq)
 
     def drop_group(self, group: str) -> None:
-        """Frees every prefix of `group` (its rollouts are gone)."""
+        """Releases every prefix of `group` (its rollouts are gone)."""
         for prefix_id in [p for p, sp in self.prefixes.items() if sp.group == group]:
-            self.pool.free(self.prefixes.pop(prefix_id).seq)
+            self.release(prefix_id)
 
-    def check(self, readers: dict[str, int]) -> None:
-        """readers: prefix id -> live rollouts reading it."""
-        for prefix_id, prefix in self.prefixes.items():
-            expected = readers.get(prefix_id, 0)
-            if prefix.refs not in (expected, expected + 1):
-                raise IntegrityError(f"prefix {prefix_id!r} has {prefix.refs} references, {expected} readers")
-        unknown = set(readers) - set(self.prefixes)
-        if unknown:
-            raise IntegrityError(f"rollouts read freed prefixes {sorted(unknown)}")
+    def holders(self) -> list[list[int]]:
+        return [p.seq.block_table for p in self.prefixes.values()]

@@ -26,7 +26,7 @@ from engine.kv_pool import IntegrityError, KVPool
 from engine.models.vjepa2_ac.loop import normalize
 from engine.models.vjepa2_ac.predictor import ACPredictor
 from engine.models.vjepa2_ac.paged_kv import PagedKV
-from engine.models.vjepa2_ac.prefix import PrefixTable
+from engine.models.vjepa2_ac.prefix import SharedPrefixes
 from engine.models.vjepa2_ac.rollouts import BlockSeq, Rollout, RolloutFailed, StepOutput
 
 
@@ -53,8 +53,7 @@ class RolloutConfig:
 class _Track:
     """One row of a forward: whose blocks it reads and writes, from which timestep."""
 
-    seq: BlockSeq
-    read_blocks: list[int]   # shared prefix blocks, read only
+    seq: BlockSeq            # its blocks: a shared prefix's (by reference), then its own
     first_step: int          # absolute timestep of the first new token
 
 
@@ -68,7 +67,7 @@ class RolloutEngine:
         dtype, device = predictor.predictor_proj.weight.dtype, predictor.predictor_proj.weight.device
         self.kv = PagedKV(cfg.depth, config.num_blocks, cfg.tokens_per_step, cfg.num_heads, cfg.head_dim,
                           dtype, device)
-        self.prefixes = PrefixTable(self.pool)
+        self.prefixes = SharedPrefixes(self.pool)
         self.rollouts: dict[str, Rollout] = {}
 
     # ---- requests ---------------------------------------------------------------------
@@ -84,7 +83,7 @@ class RolloutEngine:
                                     f"{self.pool.num_free_blocks - committed} are free")
         prefix = self.prefixes.add(prefix_id, group, feats.shape[0])
         try:
-            self._forward([_Track(prefix.seq, [], 0)], feats[None], actions[None], states[None])
+            self._forward([_Track(prefix.seq, 0)], feats[None], actions[None], states[None])
         except BaseException:
             self.prefixes.release(prefix_id)
             raise
@@ -101,7 +100,7 @@ class RolloutEngine:
             raise ResourceExhausted(f"rollout {rollout.rollout_id!r} needs {need} KV blocks (one per timestep), "
                                     f"the pool has {self.pool.total}")
         if rollout.prefix is not None:
-            rollout.num_prefix_steps = self.prefixes.acquire(rollout.prefix).num_steps
+            rollout.num_prefix_steps = self.prefixes.read(rollout.prefix, rollout.seq)
         self.rollouts[rollout.rollout_id] = rollout
 
     def abort(self, group: str) -> None:
@@ -124,7 +123,7 @@ class RolloutEngine:
     # ---- stepping ---------------------------------------------------------------------
 
     def _blocks_to_go(self, r: Rollout) -> int:
-        return r.num_context - r.num_prefix_steps + r.horizon - 1 - len(r.seq.block_table)
+        return r.num_context + r.horizon - 1 - len(r.seq.block_table)
 
     def _admit(self) -> None:
         """Starts waiting rollouts, oldest first, while their blocks fit."""
@@ -166,8 +165,7 @@ class RolloutEngine:
 
     def _advance(self, rows: list[Rollout]) -> list[StepOutput]:
         feats, actions, states = (torch.stack(parts) for parts in zip(*(self._inputs(r) for r in rows)))
-        tracks = [_Track(r.seq, self._prefix_blocks(r), r.num_prefix_steps + r.seq.num_cached_tokens
-                         // self.pool.block_size) for r in rows]
+        tracks = [_Track(r.seq, r.seq.num_cached_tokens // self.pool.block_size) for r in rows]
         out = self._forward(tracks, feats, actions, states)          # [B, n, S, D]
         preds = self.predictor.head(out[:, -1:])[:, 0]                # [B, HW, embed_dim]
         if self.config.normalize_reps:
@@ -180,9 +178,6 @@ class RolloutEngine:
             if r.num_emitted == r.horizon:
                 self._finish(r)
         return outputs
-
-    def _prefix_blocks(self, r: Rollout) -> list[int]:
-        return [] if r.prefix is None else self.prefixes.prefixes[r.prefix].seq.block_table
 
     def _forward(self, tracks: list[_Track], feats, actions, states) -> torch.Tensor:
         """Writes n new timesteps per track; returns their output tokens [B, n, S, D]."""
@@ -213,7 +208,7 @@ class RolloutEngine:
     def _tables(self, tracks: list[_Track], n: int, device):
         """Block tables [B, nb] (prefix blocks, then own) padded with block 0, and the
         attention mask [B, 1, n*S, nb*S] (None when no row is padded and n == 1)."""
-        rows = [t.read_blocks + t.seq.block_table for t in tracks]
+        rows = [t.seq.block_table for t in tracks]
         nb = max(map(len, rows))
         tables = torch.tensor([r + [0] * (nb - len(r)) for r in rows], device=device)
         if n == 1 and all(len(r) == nb for r in rows):
@@ -225,25 +220,18 @@ class RolloutEngine:
         return tables, (key_step[None, None, :] <= query_step[:, :, None])[:, None]
 
     def _finish(self, r: Rollout) -> None:
-        self.pool.free(r.seq)
+        self.pool.free(r.seq)  # its references on a shared prefix's blocks go with its own
         self.rollouts.pop(r.rollout_id, None)
-        if r.prefix is not None and r.prefix in self.prefixes.prefixes:
-            self.prefixes.release(r.prefix)
 
     # ---- accounting -------------------------------------------------------------------
 
     def check_integrity(self) -> None:
-        self.pool.check_integrity()
-        seqs = [r.seq for r in self.rollouts.values()] + [p.seq for p in self.prefixes.prefixes.values()]
-        owned = sum(len(s.block_table) for s in seqs)
-        if owned != self.pool.num_used_blocks:
-            raise IntegrityError(f"rollouts and prefixes hold {owned} blocks, the pool counts "
-                                 f"{self.pool.num_used_blocks} used")
-        readers: dict[str, int] = {}
+        """Every block's refcount equals the rollouts' and prefixes' references to it."""
+        self.pool.check_integrity([r.seq.block_table for r in self.rollouts.values()] + self.prefixes.holders())
         for r in self.rollouts.values():
-            if r.prefix is not None:
-                readers[r.prefix] = readers.get(r.prefix, 0) + 1
-        self.prefixes.check(readers)
+            prefix = self.prefixes.prefixes.get(r.prefix) if r.prefix is not None else None
+            if prefix is not None and r.seq.block_table[:prefix.num_steps] != prefix.seq.block_table:
+                raise IntegrityError(f"rollout {r.rollout_id!r} does not start with prefix {r.prefix!r}'s blocks")
 
     @staticmethod
     def blocks_fitting(predictor: ACPredictor, num_bytes: int) -> int:
