@@ -66,6 +66,8 @@ class Usage:
     real_time_factor: float = 0.0
     latency_ms: float = 0.0
     metrics: dict = field(default_factory=dict)
+    context_id: str = ""           # the kept context (params keep_context), continued with params context_id
+    cached_prompt_tokens: int = 0  # prompt tokens whose KV came from the cache
 
 
 Event = TextDelta | AudioChunk | Image | Step | RawTensor | Usage
@@ -97,5 +99,5 @@ def _usage(u) -> Usage:
     from google.protobuf.json_format import MessageToDict
 
     return Usage(u.prompt_tokens, u.completion_tokens, u.audio_seconds, u.time_to_first_audio_ms,
-                 u.real_time_factor, u.latency_ms, MessageToDict(u.metrics))
+                 u.real_time_factor, u.latency_ms, MessageToDict(u.metrics), u.context_id, u.cached_prompt_tokens)
 

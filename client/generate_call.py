@@ -70,6 +70,9 @@ class GenerateCall:
     output_modalities: tuple[str, ...] = ()
     raw_outputs: tuple[str, ...] = ()
     request_id: str = ""
+    # The end user a front end sends this for (sent as metadata, not in the request): with
+    # the API key it names the owner of the kept contexts the call makes or continues.
+    end_user: str = ""
     _refs: dict = field(init=False, repr=False, default_factory=dict)  # name -> inline TensorRef
 
     def __post_init__(self) -> None:

@@ -29,6 +29,7 @@ from client.events import Event, event_from_proto
 from client.generate_call import GenerateCall
 from client.model_card import ModelCard, cards_from_proto
 from core.bearer import AUTHORIZATION, bearer_metadata
+from core.context_use import END_USER
 
 
 class ConductorSession:
@@ -72,7 +73,8 @@ class ConductorSession:
         """The request's events in order, `Usage` last; a failure raises the
         grpc.aio.AioRpcError as it came."""
         # GenerateBatches: the events that were ready together arrive as one message
-        rpc = self._stub.GenerateBatches(call.to_proto(), timeout=timeout_s, metadata=self._metadata(authorization))
+        metadata = self._metadata(authorization) + (((END_USER, call.end_user),) if call.end_user else ())
+        rpc = self._stub.GenerateBatches(call.to_proto(), timeout=timeout_s, metadata=metadata)
         try:
             async for batch in rpc:
                 for ev in batch.events:

@@ -74,6 +74,7 @@ class RequestEvents:
         self.num_images = 0
         self.num_outputs = 0
         self.first_audio_s: float | None = None
+        self.report: dict = {}  # what its nodes said about kept contexts (RequestRun.note)
 
     def _event(self, **kind) -> pb.GenerateEvent:
         return pb.GenerateEvent(request_id=self.request_id, **kind)
@@ -143,9 +144,13 @@ class RequestEvents:
     def usage(self, now: float) -> pb.Usage:
         audio_s = self.audio_samples / self.model.sample_rate if self.model.sample_rate else 0.0
         latency_s = now - self.t0
-        usage = pb.Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+        # a continued context's tokens are prompt tokens too (cached ones): the engine's count
+        prompt_tokens = max(self.prompt_tokens, self.report.get("prompt_tokens", 0))
+        usage = pb.Usage(prompt_tokens=prompt_tokens, completion_tokens=self.completion_tokens,
                          audio_seconds=audio_s, latency_ms=1e3 * latency_s,
                          time_to_first_audio_ms=1e3 * self.first_audio_s if self.first_audio_s is not None else 0.0,
-                         real_time_factor=latency_s / audio_s if audio_s else 0.0)
+                         real_time_factor=latency_s / audio_s if audio_s else 0.0,
+                         context_id=self.report.get("context_id", ""),
+                         cached_prompt_tokens=self.report.get("cached_prompt_tokens", 0))
         usage.metrics.update({"num_outputs": self.num_outputs, "num_images": self.num_images})
         return usage

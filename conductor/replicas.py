@@ -8,6 +8,9 @@ request's KV context; load balancing happens at admission and for stateless node
    because the KV context is there, stateless ones because they are co-located
    with it (talker + code2wav) and their edge is handed over in-process only on
    one replica.
+1b. Otherwise, a replica the request has an affinity for (`hold`: it keeps the KV
+   context the request continues, or its cache holds most of the request's prompt) when
+   it belongs to the service and is up; the least loaded of several.
 2. Otherwise a `prefer`red replica (the producer's, passed by the executor to keep
    an edge between co-located nodes in-process) is taken when it belongs to the
    service.
@@ -64,6 +67,13 @@ class ReplicaSelector:
         self._cursor = dict.fromkeys(placement.services, 0)  # round-robin start per service
         self._down: set[str] = set()  # endpoints not serving (health watcher)
         self._retired: set[str] = set()  # draining: still in _load while requests are pinned there
+        self._affinity: dict[str, frozenset[str]] = {}  # request_id -> endpoints holding its context
+
+    def hold(self, request_id: str, endpoints: frozenset[str]) -> None:
+        """Rule 1b: the request continues a context these replicas keep (until `release`)."""
+        with self._lock:
+            if endpoints:
+                self._affinity[request_id] = endpoints
 
     # --- check / act -------------------------------------------------------------
 
@@ -94,6 +104,10 @@ class ReplicaSelector:
         if pinned is not None:
             return pinned, None
         load = self._load[service]
+        held = [e for e in self._affinity.get(request_id, ())
+                if e in load and e not in self._down and e not in self._retired]
+        if held:  # the least loaded of them (a context has one; a cached prefix may have several)
+            return min(held, key=lambda e: (load[e], e)), None
         if prefer is not None and prefer in load and prefer not in self._down and prefer not in self._retired:
             return prefer, None
         replicas = [r for r in load if r not in self._retired]
@@ -112,6 +126,7 @@ class ReplicaSelector:
         returns how many. Releasing an unknown or released request is a no-op,
         since cancellation may race with completion."""
         with self._lock:
+            self._affinity.pop(request_id, None)
             services = self._services_of.pop(request_id, set())
             for service in services:
                 endpoint = self._pins.pop((service, request_id))

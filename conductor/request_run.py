@@ -43,6 +43,27 @@ class RequestRun:
     # Walk outputs its client does not take: their ports stay on their services when
     # nothing else reads them (WalkScope.quiet_for)
     silent: frozenset[str] = frozenset()
+    # Kept KV contexts every run of it reads or leaves (core.context_use.ContextUse), and
+    # what its nodes reported about them (`note`): the caller reads it for Usage.
+    contexts: tuple = ()
+    report: dict = field(default_factory=dict)
+
+    def note(self, node: str, metadata: Mapping[str, Any], target) -> None:
+        """A node output's report about kept contexts: `cached_prompt_tokens` (from the node
+        that read the prompt) and `context_kept` (the id it kept its part under); the
+        replica that keeps it is remembered per node (where a later request must go)."""
+        cached = metadata.get("cached_prompt_tokens")
+        if cached is not None:  # with the prompt's length in the engine (a continued context's included)
+            self.report["cached_prompt_tokens"] = int(cached)
+            self.report["prompt_tokens"] = int(metadata.get("prompt_tokens", 0))
+        summary = metadata.get("prefix_summary")
+        if summary is not None and target is not None:  # what its replica holds now
+            self.report["prefix_summary"] = (target.name, summary)
+        kept = metadata.get("context_kept")
+        if kept:
+            self.report["context_id"] = kept
+            if target is not None:
+                self.report.setdefault("holders", {})[node] = target.name
 
     def pace_of(self, node: str, first_item: int = 0) -> Pace | None:
         """When `node`'s run's items are due (its chunk's first new item is first_item)."""

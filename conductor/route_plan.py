@@ -40,7 +40,7 @@ def plan_routes(run, scope, node: str, tag: tuple[int, ...], producer, hooks,
         is_push = dst in scope.routed_push
         if is_push:
             template = OpenNode(run.request_id, dst, run.walk, dst_tag, traceparent=traceparent,
-                                pace=run.pace_of(dst))
+                                pace=run.pace_of(dst), contexts=run.contexts)
         else:
             sub_routes, sub_grants = plan_routes(run, scope, dst, dst_tag, target, hooks, traceparent)
             grants += sub_grants
@@ -48,7 +48,8 @@ def plan_routes(run, scope, node: str, tag: tuple[int, ...], producer, hooks,
                                 consumer_host_ids=hooks.consumer_hosts(dst, run.walk), routes=sub_routes,
                                 quiet_ports=scope.quiet_for(dst, run.silent),
                                 credits=run.state.credits.initial(dst, dst_tag),  # client room
-                                pace=run.pace_of(dst))  # route_in sets each chunk run's first item
+                                pace=run.pace_of(dst),  # route_in sets each chunk run's first item
+                                contexts=run.contexts)
         grants.append((target, AcceptRoute(token, template, edge.dst_port, is_push, str(edge), edge.max_buffered,
                                            edge.is_per_item)))
     return tuple(routes), grants

@@ -22,7 +22,7 @@ from gateway.audio_encoding import check_format, encode, pcm16, wav_header
 from gateway.bodies import ChatBody
 from gateway.conductor_calls import Primed
 from gateway.content_parts import content_part
-from gateway.extensions import request_params, voice_param
+from gateway.extensions import end_user, request_params, voice_param
 from gateway.sse import DONE, event
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -54,7 +54,7 @@ def chat_call(body: ChatBody, card: ModelCard, request_id: str) -> tuple[Generat
     params = request_params(card, body.extensions(), mapped,
                             {k.removeprefix("params."): v for k, v in fields.items() if k.startswith("params.")})
     return GenerateCall(card.name, messages=_messages(body), params=params, output_modalities=modalities,
-                        request_id=request_id), fields
+                        request_id=request_id, end_user=end_user(body.user)), fields
 
 
 def _check_audio(body: ChatBody, card: ModelCard, mapped: dict) -> None:
@@ -106,8 +106,14 @@ def finish_reason(body: ChatBody, card: ModelCard, usage: Usage) -> str:
 
 
 def usage_json(usage: Usage) -> dict:
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.prompt_tokens + usage.completion_tokens}
+    """OpenAI's usage, cached prompt tokens included; with `keep_context`, the kept
+    context's id (send it back as `context_id` to continue the conversation)."""
+    out = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+           "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+           "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens}}
+    if usage.context_id:
+        out["context_id"] = usage.context_id
+    return out
 
 
 async def chat_response(body: ChatBody, card: ModelCard, request_id: str, primed: Primed) -> dict:

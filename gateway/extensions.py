@@ -44,3 +44,14 @@ def request_params(card: ModelCard, extensions: Mapping[str, Any], mapped: Mappi
             raise bad_field(key, f"{key} is set twice: as an extension and by the field that maps to it")
         out[key] = value
     return checked(card, out, names)
+
+
+def end_user(value: str | None, field: str = "user") -> str:
+    """OpenAI's `user` (the caller's end user), passed on as the owner of the contexts the
+    request keeps or continues (one API key serves many users; core.context_use). It
+    travels as gRPC metadata: printable ASCII, at most 256 characters, or a 400 naming it."""
+    if not value:
+        return ""
+    if len(value) > 256 or not all(" " <= c <= "~" for c in value):
+        raise bad_field(field, f"{field} must be printable ASCII of at most 256 characters")
+    return value

@@ -42,6 +42,7 @@ from runtime.output_batch import OutputGroup, group, group_to_proto, outputs_fro
 from runtime.push_batch import PushBatch
 from runtime.push_batch_proto import batch_from_proto, batch_to_proto
 from runtime.route_proto import MAX_WINDOW, routes_from_proto, routes_to_proto
+from core.context_use import ContextUse
 from core.errors import BadTensorRef, InvalidArgument, StarmeshError
 from core.pace import Pace
 from transport.refs import TensorRef
@@ -146,7 +147,18 @@ def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
         quiet_ports=tuple(m.quiet_ports[:]),
         max_iters=m.stop_rule.max_iters,
         pace=_pace_from_proto(m.pace, field) if m.HasField("pace") else None,
+        contexts=_contexts_from_proto(m.contexts, field) if len(m.contexts) else (),
     )
+
+
+def _contexts_from_proto(contexts, field: str) -> tuple[ContextUse, ...]:
+    out = []
+    for i, c in enumerate(contexts):
+        try:
+            out.append(ContextUse(c.read_id, c.keep_id, c.owner, c.slot))
+        except InvalidArgument as e:  # names contexts.<field>
+            raise InvalidArgument(f"{field}.{e}".replace(".contexts.", f".contexts[{i}].", 1)) from None
+    return tuple(out)
 
 
 def _pace_from_proto(m: pb.Pace, field: str) -> Pace:
@@ -249,6 +261,8 @@ def _open_to_proto(item: OpenNode, o: pb.OpenNode) -> None:
         p = item.pace
         o.pace.origin_unix_s, o.pace.item_s, o.pace.first_item, o.pace.lead_items = (
             p.origin_s, p.item_s, p.first_item, p.lead_items)
+    for c in item.contexts:
+        o.contexts.add(read_id=c.read_id, keep_id=c.keep_id, owner=c.owner, slot=c.slot)
 
 
 def items_to_proto(items: Iterable[InboundItem], sender: str = "") -> pb.RunRequest:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
+from core.context_use import ContextUse
 from core.pace import Pace
 from graph.composites import StopRule
 from transport.refs import ConsumedLease, TensorRef  # noqa: F401  (ConsumedLease re-exported)
@@ -99,6 +100,7 @@ class OpenNode:
     quiet_ports: tuple[str, ...] = ()  # outputs only routes consume: not sent back
     max_iters: int = 0
     pace: Pace | None = None  # when its items are due (core.pace); None: no deadline
+    contexts: tuple[ContextUse, ...] = ()  # kept KV contexts it reads or leaves (core.context_use)
 
     def __post_init__(self) -> None:
         if not self.request_id:

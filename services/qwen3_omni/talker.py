@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.engine_core import CREDIT
-from engine.engine_load import scheduler_load
+from engine.engine_load import engine_load
 from engine.llm_engine import EngineConfig
 from engine.models.qwen3_omni.params import TalkerParams
 from engine.models.qwen3_omni.talker_engine import TalkerEngine
@@ -200,7 +200,7 @@ class TalkerComponent:
         return events
 
     def load(self) -> dict:
-        return scheduler_load(self.engine.scheduler)
+        return engine_load(self.engine)
 
     def ready(self) -> bool:
         return True

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.engine_core import CREDIT
-from engine.engine_load import scheduler_load
+from engine.engine_load import engine_load
 from engine.llm_engine import EngineConfig, LLMEngine
 from engine.sampling_params import TextParams
 from runtime.items import NodeDone, NodeOutput, OpenNode
 from core.errors import InvalidArgument
+from services.kept_context import context_report, engine_context, prefix_summary
 from services.thinker.hooks import ThinkerHook, thinker_hook
 
 MEDIA_PREFILL = "prefill_media"
@@ -86,7 +87,7 @@ class ThinkerComponent:
             prompt, media, run.prompt = list(built.prompt_ids), built.media, dict(built.outputs)
         if item.pace is not None:
             self.engine.set_pace(item.request_id, item.pace)
-        self.engine.add_request(item.request_id, prompt, params, media=media)
+        self.engine.add_request(item.request_id, prompt, params, media=media, context=engine_context(item))
         self.runs[item.request_id] = run
 
     def _open_decode(self, item: OpenNode) -> None:
@@ -148,13 +149,15 @@ class ThinkerComponent:
         if run.decode is None:  # the first token ends prefill; decode opens next
             p = run.prefill
             tensors.update(run.prompt)
-            self._events += [NodeOutput(p.request_id, p.node, tensors, p.iteration),
+            report = context_report(out, True, prefix_summary(self.engine))
+            self._events += [NodeOutput(p.request_id, p.node, tensors, p.iteration, report),
                              NodeDone(p.request_id, p.node, iteration=p.iteration)]
             if not out.is_finished:
                 self.engine.park(out.request_id)
             return
         d = run.decode
-        self._events.append(NodeOutput(d.request_id, "decode", tensors, d.iteration + (run.num_decoded,)))
+        self._events.append(NodeOutput(d.request_id, "decode", tensors, d.iteration + (run.num_decoded,),
+                                       context_report(out)))
         run.num_decoded += 1
         if out.is_finished or (d.max_iters and run.num_decoded >= d.max_iters):
             self._finish(run)
@@ -166,7 +169,7 @@ class ThinkerComponent:
         self.engine.abort(d.request_id)  # no-op when the sequence already finished
 
     def load(self) -> dict:
-        return scheduler_load(self.engine.scheduler)
+        return engine_load(self.engine)
 
     def ready(self) -> bool:
         return True

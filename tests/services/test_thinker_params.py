@@ -15,8 +15,8 @@ class RecordingEngine:
     def __init__(self) -> None:
         self.added = []
 
-    def add_request(self, request_id, prompt, params, media=None) -> None:
-        assert media is None  # a text prompt
+    def add_request(self, request_id, prompt, params, media=None, context=None) -> None:
+        assert media is None and context is None  # a text prompt, no kept context
         self.added.append((request_id, prompt, params))
 
 

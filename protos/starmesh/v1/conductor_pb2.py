@@ -26,17 +26,17 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from protos.starmesh.v1 import tensor_pb2 as protos_dot_starmesh_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"protos/starmesh/v1/conductor.proto\x12\x0bstarmesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fprotos/starmesh/v1/tensor.proto\"\xa0\x01\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\'\n\x05\x61udio\x18\x02 \x01(\x0b\x32\x16.starmesh.v1.MediaPartH\x00\x12\'\n\x05image\x18\x03 \x01(\x0b\x32\x16.starmesh.v1.MediaPartH\x00\x12\'\n\x05video\x18\x04 \x01(\x0b\x32\x16.starmesh.v1.MediaPartH\x00\x42\x06\n\x04part\",\n\tMediaPart\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x11\n\tmime_type\x18\x02 \x01(\t\"F\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12)\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x18.starmesh.v1.ContentPart\"\x9b\x02\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x11\n\tinput_ids\x18\x04 \x03(\x03\x12(\n\x06inputs\x18\x05 \x03(\x0b\x32\x18.starmesh.v1.NamedTensor\x12\'\n\x06params\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0braw_outputs\x18\x07 \x03(\t\x12\x30\n\x11output_modalities\x18\x08 \x03(\x0e\x32\x15.starmesh.v1.Modality\x12*\n\x08messages\x18\t \x03(\x0b\x32\x18.starmesh.v1.ChatMessage\",\n\tTextDelta\x12\x11\n\ttoken_ids\x18\x01 \x03(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\"\x8a\x01\n\nAudioChunk\x12\x0f\n\x07samples\x18\x01 \x01(\x0c\x12\x13\n\x0bsample_rate\x18\x02 \x01(\r\x12(\n\x06\x66ormat\x18\x03 \x01(\x0e\x32\x18.starmesh.v1.AudioFormat\x12\x17\n\x0fsequence_number\x18\x04 \x01(\r\x12\x13\n\x0bnum_samples\x18\x05 \x01(\r\"V\n\x05Image\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x11\n\tmime_type\x18\x02 \x01(\t\x12\r\n\x05width\x18\x03 \x01(\r\x12\x0e\n\x06height\x18\x04 \x01(\r\x12\r\n\x05index\x18\x05 \x01(\r\":\n\tStepEvent\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\r\x12\x11\n\tnum_steps\x18\x03 \x01(\r\"\xc8\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12(\n\x07metrics\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\raudio_seconds\x18\x04 \x01(\x01\x12\x1e\n\x16time_to_first_audio_ms\x18\x05 \x01(\x01\x12\x18\n\x10real_time_factor\x18\x06 \x01(\x01\x12\x12\n\nlatency_ms\x18\x07 \x01(\x01\"\x9b\x02\n\rGenerateEvent\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x04text\x18\x02 \x01(\x0b\x32\x16.starmesh.v1.TextDeltaH\x00\x12(\n\x05\x61udio\x18\x03 \x01(\x0b\x32\x17.starmesh.v1.AudioChunkH\x00\x12#\n\x05image\x18\x04 \x01(\x0b\x32\x12.starmesh.v1.ImageH\x00\x12*\n\x06tensor\x18\x05 \x01(\x0b\x32\x18.starmesh.v1.NamedTensorH\x00\x12&\n\x04step\x18\x06 \x01(\x0b\x32\x16.starmesh.v1.StepEventH\x00\x12#\n\x05usage\x18\x07 \x01(\x0b\x32\x12.starmesh.v1.UsageH\x00\x42\x06\n\x04kind\"@\n\x12GenerateEventBatch\x12*\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1a.starmesh.v1.GenerateEvent\"\x13\n\x11ListModelsRequest\"\xaf\x01\n\tParamInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12-\n\rdefault_value\x18\x03 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x10\n\x03min\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x10\n\x03max\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x15\n\rexclusive_min\x18\x06 \x01(\x08\x12\x0c\n\x04help\x18\x07 \x01(\tB\x06\n\x04_minB\x06\n\x04_max\"7\n\nOutputInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05\x65vent\x18\x03 \x01(\t\"\x92\x02\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05walks\x18\x02 \x03(\t\x12\x30\n\x11output_modalities\x18\x04 \x03(\x0e\x32\x15.starmesh.v1.Modality\x12\x0e\n\x06inputs\x18\x05 \x03(\t\x12\x14\n\x0c\x61\x63\x63\x65pts_text\x18\x06 \x01(\x08\x12\x0e\n\x06voices\x18\x07 \x03(\t\x12\x13\n\x0bvoice_param\x18\x08 \x01(\t\x12&\n\x06params\x18\t \x03(\x0b\x32\x16.starmesh.v1.ParamInfo\x12(\n\x07outputs\x18\n \x03(\x0b\x32\x17.starmesh.v1.OutputInfo\x12\x13\n\x0bsample_rate\x18\x0b \x01(\rJ\x04\x08\x03\x10\x04\"<\n\x12ListModelsResponse\x12&\n\x06models\x18\x01 \x03(\x0b\x32\x16.starmesh.v1.ModelInfo*_\n\x08Modality\x12\x18\n\x14MODALITY_UNSPECIFIED\x10\x00\x12\x11\n\rMODALITY_TEXT\x10\x01\x12\x12\n\x0eMODALITY_AUDIO\x10\x02\x12\x12\n\x0eMODALITY_IMAGE\x10\x03*G\n\x0b\x41udioFormat\x12\x1c\n\x18\x41UDIO_FORMAT_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x41UDIO_FORMAT_PCM_F32LE\x10\x01\x32\xf6\x01\n\tConductor\x12\x46\n\x08Generate\x12\x1c.starmesh.v1.GenerateRequest\x1a\x1a.starmesh.v1.GenerateEvent0\x01\x12R\n\x0fGenerateBatches\x12\x1c.starmesh.v1.GenerateRequest\x1a\x1f.starmesh.v1.GenerateEventBatch0\x01\x12M\n\nListModels\x12\x1e.starmesh.v1.ListModelsRequest\x1a\x1f.starmesh.v1.ListModelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"protos/starmesh/v1/conductor.proto\x12\x0bstarmesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fprotos/starmesh/v1/tensor.proto\"\xa0\x01\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\'\n\x05\x61udio\x18\x02 \x01(\x0b\x32\x16.starmesh.v1.MediaPartH\x00\x12\'\n\x05image\x18\x03 \x01(\x0b\x32\x16.starmesh.v1.MediaPartH\x00\x12\'\n\x05video\x18\x04 \x01(\x0b\x32\x16.starmesh.v1.MediaPartH\x00\x42\x06\n\x04part\",\n\tMediaPart\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x11\n\tmime_type\x18\x02 \x01(\t\"F\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12)\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x18.starmesh.v1.ContentPart\"\x9b\x02\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x11\n\tinput_ids\x18\x04 \x03(\x03\x12(\n\x06inputs\x18\x05 \x03(\x0b\x32\x18.starmesh.v1.NamedTensor\x12\'\n\x06params\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0braw_outputs\x18\x07 \x03(\t\x12\x30\n\x11output_modalities\x18\x08 \x03(\x0e\x32\x15.starmesh.v1.Modality\x12*\n\x08messages\x18\t \x03(\x0b\x32\x18.starmesh.v1.ChatMessage\",\n\tTextDelta\x12\x11\n\ttoken_ids\x18\x01 \x03(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\"\x8a\x01\n\nAudioChunk\x12\x0f\n\x07samples\x18\x01 \x01(\x0c\x12\x13\n\x0bsample_rate\x18\x02 \x01(\r\x12(\n\x06\x66ormat\x18\x03 \x01(\x0e\x32\x18.starmesh.v1.AudioFormat\x12\x17\n\x0fsequence_number\x18\x04 \x01(\r\x12\x13\n\x0bnum_samples\x18\x05 \x01(\r\"V\n\x05Image\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x11\n\tmime_type\x18\x02 \x01(\t\x12\r\n\x05width\x18\x03 \x01(\r\x12\x0e\n\x06height\x18\x04 \x01(\r\x12\r\n\x05index\x18\x05 \x01(\r\":\n\tStepEvent\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\r\x12\x11\n\tnum_steps\x18\x03 \x01(\r\"\xfa\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12(\n\x07metrics\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\raudio_seconds\x18\x04 \x01(\x01\x12\x1e\n\x16time_to_first_audio_ms\x18\x05 \x01(\x01\x12\x18\n\x10real_time_factor\x18\x06 \x01(\x01\x12\x12\n\nlatency_ms\x18\x07 \x01(\x01\x12\x12\n\ncontext_id\x18\x08 \x01(\t\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\t \x01(\r\"\x9b\x02\n\rGenerateEvent\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x04text\x18\x02 \x01(\x0b\x32\x16.starmesh.v1.TextDeltaH\x00\x12(\n\x05\x61udio\x18\x03 \x01(\x0b\x32\x17.starmesh.v1.AudioChunkH\x00\x12#\n\x05image\x18\x04 \x01(\x0b\x32\x12.starmesh.v1.ImageH\x00\x12*\n\x06tensor\x18\x05 \x01(\x0b\x32\x18.starmesh.v1.NamedTensorH\x00\x12&\n\x04step\x18\x06 \x01(\x0b\x32\x16.starmesh.v1.StepEventH\x00\x12#\n\x05usage\x18\x07 \x01(\x0b\x32\x12.starmesh.v1.UsageH\x00\x42\x06\n\x04kind\"@\n\x12GenerateEventBatch\x12*\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1a.starmesh.v1.GenerateEvent\"\x13\n\x11ListModelsRequest\"\xaf\x01\n\tParamInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12-\n\rdefault_value\x18\x03 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x10\n\x03min\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x10\n\x03max\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x15\n\rexclusive_min\x18\x06 \x01(\x08\x12\x0c\n\x04help\x18\x07 \x01(\tB\x06\n\x04_minB\x06\n\x04_max\"7\n\nOutputInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05\x65vent\x18\x03 \x01(\t\"\x92\x02\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05walks\x18\x02 \x03(\t\x12\x30\n\x11output_modalities\x18\x04 \x03(\x0e\x32\x15.starmesh.v1.Modality\x12\x0e\n\x06inputs\x18\x05 \x03(\t\x12\x14\n\x0c\x61\x63\x63\x65pts_text\x18\x06 \x01(\x08\x12\x0e\n\x06voices\x18\x07 \x03(\t\x12\x13\n\x0bvoice_param\x18\x08 \x01(\t\x12&\n\x06params\x18\t \x03(\x0b\x32\x16.starmesh.v1.ParamInfo\x12(\n\x07outputs\x18\n \x03(\x0b\x32\x17.starmesh.v1.OutputInfo\x12\x13\n\x0bsample_rate\x18\x0b \x01(\rJ\x04\x08\x03\x10\x04\"<\n\x12ListModelsResponse\x12&\n\x06models\x18\x01 \x03(\x0b\x32\x16.starmesh.v1.ModelInfo*_\n\x08Modality\x12\x18\n\x14MODALITY_UNSPECIFIED\x10\x00\x12\x11\n\rMODALITY_TEXT\x10\x01\x12\x12\n\x0eMODALITY_AUDIO\x10\x02\x12\x12\n\x0eMODALITY_IMAGE\x10\x03*G\n\x0b\x41udioFormat\x12\x1c\n\x18\x41UDIO_FORMAT_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x41UDIO_FORMAT_PCM_F32LE\x10\x01\x32\xf6\x01\n\tConductor\x12\x46\n\x08Generate\x12\x1c.starmesh.v1.GenerateRequest\x1a\x1a.starmesh.v1.GenerateEvent0\x01\x12R\n\x0fGenerateBatches\x12\x1c.starmesh.v1.GenerateRequest\x1a\x1f.starmesh.v1.GenerateEventBatch0\x01\x12M\n\nListModels\x12\x1e.starmesh.v1.ListModelsRequest\x1a\x1f.starmesh.v1.ListModelsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.starmesh.v1.conductor_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MODALITY']._serialized_start=2166
-  _globals['_MODALITY']._serialized_end=2261
-  _globals['_AUDIOFORMAT']._serialized_start=2263
-  _globals['_AUDIOFORMAT']._serialized_end=2334
+  _globals['_MODALITY']._serialized_start=2216
+  _globals['_MODALITY']._serialized_end=2311
+  _globals['_AUDIOFORMAT']._serialized_start=2313
+  _globals['_AUDIOFORMAT']._serialized_end=2384
   _globals['_CONTENTPART']._serialized_start=115
   _globals['_CONTENTPART']._serialized_end=275
   _globals['_MEDIAPART']._serialized_start=277
@@ -54,21 +54,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STEPEVENT']._serialized_start=956
   _globals['_STEPEVENT']._serialized_end=1014
   _globals['_USAGE']._serialized_start=1017
-  _globals['_USAGE']._serialized_end=1217
-  _globals['_GENERATEEVENT']._serialized_start=1220
-  _globals['_GENERATEEVENT']._serialized_end=1503
-  _globals['_GENERATEEVENTBATCH']._serialized_start=1505
-  _globals['_GENERATEEVENTBATCH']._serialized_end=1569
-  _globals['_LISTMODELSREQUEST']._serialized_start=1571
-  _globals['_LISTMODELSREQUEST']._serialized_end=1590
-  _globals['_PARAMINFO']._serialized_start=1593
-  _globals['_PARAMINFO']._serialized_end=1768
-  _globals['_OUTPUTINFO']._serialized_start=1770
-  _globals['_OUTPUTINFO']._serialized_end=1825
-  _globals['_MODELINFO']._serialized_start=1828
-  _globals['_MODELINFO']._serialized_end=2102
-  _globals['_LISTMODELSRESPONSE']._serialized_start=2104
-  _globals['_LISTMODELSRESPONSE']._serialized_end=2164
-  _globals['_CONDUCTOR']._serialized_start=2337
-  _globals['_CONDUCTOR']._serialized_end=2583
+  _globals['_USAGE']._serialized_end=1267
+  _globals['_GENERATEEVENT']._serialized_start=1270
+  _globals['_GENERATEEVENT']._serialized_end=1553
+  _globals['_GENERATEEVENTBATCH']._serialized_start=1555
+  _globals['_GENERATEEVENTBATCH']._serialized_end=1619
+  _globals['_LISTMODELSREQUEST']._serialized_start=1621
+  _globals['_LISTMODELSREQUEST']._serialized_end=1640
+  _globals['_PARAMINFO']._serialized_start=1643
+  _globals['_PARAMINFO']._serialized_end=1818
+  _globals['_OUTPUTINFO']._serialized_start=1820
+  _globals['_OUTPUTINFO']._serialized_end=1875
+  _globals['_MODELINFO']._serialized_start=1878
+  _globals['_MODELINFO']._serialized_end=2152
+  _globals['_LISTMODELSRESPONSE']._serialized_start=2154
+  _globals['_LISTMODELSRESPONSE']._serialized_end=2214
+  _globals['_CONDUCTOR']._serialized_start=2387
+  _globals['_CONDUCTOR']._serialized_end=2633
 # @@protoc_insertion_point(module_scope)

@@ -124,7 +124,7 @@ class StepEvent(_message.Message):
     def __init__(self, node: _Optional[str] = ..., step: _Optional[int] = ..., num_steps: _Optional[int] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("prompt_tokens", "completion_tokens", "metrics", "audio_seconds", "time_to_first_audio_ms", "real_time_factor", "latency_ms")
+    __slots__ = ("prompt_tokens", "completion_tokens", "metrics", "audio_seconds", "time_to_first_audio_ms", "real_time_factor", "latency_ms", "context_id", "cached_prompt_tokens")
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +132,8 @@ class Usage(_message.Message):
     TIME_TO_FIRST_AUDIO_MS_FIELD_NUMBER: _ClassVar[int]
     REAL_TIME_FACTOR_FIELD_NUMBER: _ClassVar[int]
     LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     prompt_tokens: int
     completion_tokens: int
     metrics: _struct_pb2.Struct
@@ -139,7 +141,9 @@ class Usage(_message.Message):
     time_to_first_audio_ms: float
     real_time_factor: float
     latency_ms: float
-    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., audio_seconds: _Optional[float] = ..., time_to_first_audio_ms: _Optional[float] = ..., real_time_factor: _Optional[float] = ..., latency_ms: _Optional[float] = ...) -> None: ...
+    context_id: str
+    cached_prompt_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., audio_seconds: _Optional[float] = ..., time_to_first_audio_ms: _Optional[float] = ..., real_time_factor: _Optional[float] = ..., latency_ms: _Optional[float] = ..., context_id: _Optional[str] = ..., cached_prompt_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateEvent(_message.Message):
     __slots__ = ("request_id", "text", "audio", "image", "tensor", "step", "usage")

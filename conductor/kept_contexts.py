@@ -1,0 +1,97 @@
+"""Kept KV contexts on the conductor: whose they are, what each run is told, and which
+replica holds each one.
+
+Owner: the caller's API key (its SHA-256, never the key itself), refined by the end
+user a front end names in `x-starmesh-end-user` metadata (a gateway serves many users
+over one key, and one user must not continue another's conversation). Without an API
+key the end user alone names the owner; ids stay unguessable either way.
+
+The directory remembers, per context id, the replicas that kept its parts (one per
+engine: thinker, talker), so a request continuing it goes where its KV is. It is bounded (least recently used
+forgotten first): a forgotten id routes like any request and, if the replica chosen
+does not hold it, the request is NOT_FOUND there.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from typing import Any, Iterable, Mapping, Sequence
+
+from conductor.prefix_directory import PrefixDirectory
+from core.bearer import AUTHORIZATION, SCHEME
+from core.context_use import END_USER, ContextUse, new_context_id
+
+MAX_END_USER = 256  # bytes of an end-user name kept in an owner
+
+
+def owner_of(metadata: Iterable[tuple[str, Any]] | None) -> str:
+    """The owner of the contexts a call makes or reads, from its metadata."""
+    key, user = "", ""
+    for k, v in metadata or ():
+        if k == AUTHORIZATION and isinstance(v, str) and v[:len(SCHEME)].lower() == SCHEME.lower():
+            key = hashlib.sha256(v[len(SCHEME):].strip().encode()).hexdigest()[:32]
+        elif k == END_USER and isinstance(v, str):
+            user = v[:MAX_END_USER]
+    return f"{key}/{user}"
+
+
+def uses_for(params: Mapping[str, Any], owner: str) -> tuple[ContextUse, ...]:
+    """What every run of a request is told about kept contexts (params already validated:
+    context_id is a well-formed id when present)."""
+    read = params.get("context_id") or ""
+    keep = new_context_id() if params.get("keep_context") is True else ""
+    return (ContextUse(read, keep, owner),) if (read or keep) else ()
+
+
+class ContextDirectory:
+    """context id -> endpoints of the replicas that keep its parts."""
+
+    def __init__(self, capacity: int = 65536) -> None:
+        self.capacity = capacity
+        self._where: OrderedDict[str, frozenset[str]] = OrderedDict()
+
+    def kept(self, context_id: str, endpoints: Iterable[str]) -> None:
+        self._where[context_id] = frozenset(endpoints)
+        self._where.move_to_end(context_id)
+        while len(self._where) > self.capacity:
+            self._where.popitem(last=False)
+
+    def holders(self, context_id: str) -> frozenset[str]:
+        where = self._where.get(context_id)
+        if where is None:
+            return frozenset()
+        self._where.move_to_end(context_id)
+        return where
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+class KeptContexts:
+    """The conductor's side of kept contexts and cached prefixes for its requests: what runs
+    are told, where a request goes (the replica keeping the context it continues, else the
+    one holding most of its prompt), and what replicas reported when a request ended."""
+
+    def __init__(self, directory: ContextDirectory | None = None, prefixes: PrefixDirectory | None = None) -> None:
+        self.directory = directory or ContextDirectory()
+        self.prefixes = prefixes or PrefixDirectory()
+
+    def begin(self, request_id: str, params: Mapping[str, Any], metadata, selector,
+              prompt_ids: Sequence[int] = ()) -> tuple[ContextUse, ...]:
+        """The request's context uses, after holding it (selector: its model's
+        ReplicaSelector, None in-process) to the replicas that keep the context it continues
+        or, naming none, to those whose caches hold most of `prompt_ids`."""
+        uses = uses_for(params, owner_of(metadata))
+        if selector is not None:
+            if uses and uses[0].read_id:
+                selector.hold(request_id, self.directory.holders(uses[0].read_id))
+            elif prompt_ids:
+                selector.hold(request_id, self.prefixes.longest(prompt_ids))
+        return uses
+
+    def end(self, report: Mapping[str, Any]) -> None:
+        """The request ended; `report` is what its nodes said (RequestRun.note)."""
+        if report.get("context_id"):
+            self.directory.kept(report["context_id"], report.get("holders", {}).values())
+        if report.get("prefix_summary"):
+            self.prefixes.publish(*report["prefix_summary"])
