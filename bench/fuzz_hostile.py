@@ -1,6 +1,7 @@
 """Well-formed messages with hostile values, as hypothesis strategies: NaN, infinities,
 integers past 64 bits, wrong types, unknown names and models, shapes that overflow or
-lie about their bytes, huge repeated fields, over-limit inputs.
+lie about their bytes, huge repeated fields, over-limit inputs, chat messages with odd
+roles, huge texts and hostile media parts (bench.fuzz_media), every model's params.
 
     @given(generate_requests())                     # a test: one GenerateRequest per example
     for_each(hostile_calls(), 100, seed=0, fn=send)  # the benchmark: 100 calls, reproducibly
@@ -15,6 +16,7 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from bench.fuzz_media import S_MEDIA_PART
 from bench.fuzz_mesh import MODELS
 from bench.fuzz_rpcs import EXPORT, GENERATE, RUN, FuzzCall
 from bench.fuzz_values import (HUGE_TEXT, OVER_LIMIT_PERCENT, OVER_LIMIT_TENSOR, S_BYTES, S_ID, S_IDS, S_INPUT_IDS,
@@ -31,6 +33,27 @@ S_KINDS = st.lists(st.sampled_from(("open", "open", "push", "cancel", "release",
 S_LEASES = st.lists(S_U64, max_size=3)
 S_SENDER, S_NUM_MESSAGES = st.sampled_from(("", "fuzz", HUGE_TEXT)), st.integers(1, 3)
 S_NUM_SPANS, S_ATTRIBUTE = st.sampled_from((0, 1, 3, 50)), st.sampled_from(("starmesh.request_id", "", "k"))
+S_ROLE = st.sampled_from(("user", "user", "system", "assistant", "", "bogus"))
+S_NUM_PARTS, S_NUM_TURNS = st.sampled_from((0, 1, 1, 2, 3)), st.sampled_from((0, 0, 1, 2))
+
+
+def add_part(content, draw) -> None:
+    """A text part (hostile text) or a media part (bench.fuzz_media) appended to `content`."""
+    from protos.starmesh.v1 import conductor_pb2 as pb
+
+    if draw(st.booleans()):
+        content.add(text=draw(S_STRING))
+        return
+    kind, data, mime = draw(S_MEDIA_PART)
+    getattr(content.add(), kind).CopyFrom(pb.MediaPart(data=data, mime_type=mime))
+
+
+def add_messages(messages, draw) -> None:
+    """0-2 chat messages of any role, each of 0-3 parts, appended to `messages`."""
+    for _ in range(draw(S_NUM_TURNS)):
+        turn = messages.add(role=draw(S_ROLE))
+        for _ in range(draw(S_NUM_PARTS)):
+            add_part(turn.content, draw)
 
 
 @st.composite
@@ -40,6 +63,7 @@ def generate_requests(draw):
     req = pb.GenerateRequest(model=draw(S_MODEL),
                              request_id=draw(S_STRING), text=draw(S_STRING),
                              input_ids=draw(S_INPUT_IDS))
+    add_messages(req.messages, draw)
     req.inputs.extend(draw(S_TENSORS))
     if draw(S_PERCENT) < OVER_LIMIT_PERCENT:
         req.inputs.append(OVER_LIMIT_TENSOR)
@@ -129,13 +153,19 @@ def export_requests(draw):
     return req
 
 
-S_PERTURBATION = st.sampled_from(("param", "param", "param", "ids", "tensor", "input"))
+S_PERTURBATION = st.sampled_from(("param", "param", "param", "ids", "tensor", "input", "part"))
 
 
-def _perturb(draw, params_msg, tensors, ids=None) -> None:
-    """One field of a valid message made hostile: a param, the ids, or a tensor."""
+def _perturb(draw, params_msg, tensors, ids=None, messages=None) -> None:
+    """One field of a valid message made hostile: a param, the ids, a tensor, or a chat
+    message's content part (one replaced, or one more)."""
     what = draw(S_PERTURBATION)
-    if what == "param":
+    if what == "part" and messages is not None and len(messages):
+        content = messages[-1].content
+        if len(content) and draw(st.booleans()):
+            del content[draw(st.integers(0, len(content) - 1))]
+        add_part(content, draw)
+    elif what == "param":
         key = draw(S_PARAM_KEY)
         fill_struct(params_msg, {key: draw(S_VALUES[key])})
     elif what == "ids" and ids is not None:
@@ -154,7 +184,7 @@ def near_valid_generate(draw):
     from bench.fuzz_seeds import generate_requests as valid
 
     req = draw(st.sampled_from(valid()))
-    _perturb(draw, req.params, req.inputs, req.input_ids)
+    _perturb(draw, req.params, req.inputs, req.input_ids, req.messages)
     return req
 
 

@@ -18,14 +18,29 @@ HUGE_TEXT = "x" * 100_000
 BAD_FLOATS = (math.nan, math.inf, -math.inf, 1e30, -1e30, 1e308, -1.0, 2.0 ** 63, 2.0 ** 64)
 NAMES = ("prompt", "input_ids", "latent", "prompt_embeds", "x", "", "bogus", "a/../../b", "\x00", "x" * 300)
 NODES = ("prefill", "decode", "talker", "code2wav", "clip_l", "t5", "denoise_cond", "init_latent", "bogus", "")
-PARAM_KEYS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed",
-              "suppress_token_ids", "stop_token_ids", "ignore_eos", "max_frames", "min_frames", "speaker",
-              "talker_temperature", "first_chunk", "steps", "guidance", "width", "height", "negative_prompt",
-              "max_sequence_length", "return_float", "renorm", "bogus", "", "x" * 300)
+# The typed params of every model bench.fuzz_mesh serves: every key they read is fuzzed.
+PARAM_CLASSES = ("engine.sampling_params:TextParams", "pipelines.qwen3_omni.params:SpeechParams",
+                 "engine.models.sd3.params:ImageParams", "pipelines.orpheus.params:OrpheusParams",
+                 "engine.models.vjepa2_ac.params:WorldParams")
+
+
+def model_param_keys() -> tuple[str, ...]:
+    """Every key of PARAM_CLASSES, in a fixed order (the same examples for the same seed)."""
+    import importlib
+
+    keys: dict[str, None] = {}
+    for path in PARAM_CLASSES:
+        module, name = path.split(":")
+        keys.update((spec.name, None) for spec in getattr(importlib.import_module(module), name).specs())
+    return tuple(keys)
+
+
+PARAM_KEYS = model_param_keys() + ("bogus", "", "x" * 300)
 # Keys whose large valid values cost real work: only invalid or small values are sent.
 COSTLY = {"max_new_tokens", "max_frames", "min_frames", "steps", "width", "height", "max_sequence_length",
-          "first_chunk"}
-SMALL_VALID = {"width": 64, "height": 64, "steps": 1, "max_sequence_length": 8}
+          "first_chunk", "horizon", "num_candidates", "num_iterations", "num_elites"}
+SMALL_VALID = {"width": 64, "height": 64, "steps": 1, "max_sequence_length": 8, "horizon": 1, "num_candidates": 4,
+               "num_iterations": 1, "num_elites": 2}
 DIMS = (0, 1, 2, 3, 8, 64, -1, 1 << 31, 1 << 62, (1 << 63) - 1)
 ID_VALUES = (0, 1, 10, 255, 256, 1 << 15, (1 << 31) - 1, 1 << 31, (1 << 63) - 1, -1, -(1 << 63))
 DTYPE_VALUES = tuple(range(0, 12)) + (-1, 1 << 20)  # the enum's values and some it does not have

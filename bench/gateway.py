@@ -167,7 +167,8 @@ async def _cancel_free_ms(url: str, cluster, frames: int) -> float:
     from runtime.run_client import ComponentClient
 
     async with contextlib.AsyncExitStack() as stack:  # connected before: the poll only asks
-        clients = [await stack.enter_async_context(ComponentClient(p.address)) for p in cluster.services]
+        clients = [await stack.enter_async_context(ComponentClient(p.address, tls=cluster.service_tls))
+                   for p in cluster.services]
         await http_request(url, frames, leave_early=True)
         t0 = time.perf_counter()
         while sum([(await c.describe()).num_open_requests for c in clients]):

@@ -104,14 +104,17 @@ async def image_request(conductor: str, prompt: str = "a red fox in the snow") -
 REQUESTS = {SPEECH_MODEL: speech_request, IMAGE_MODEL: image_request}
 
 
-def describe(address: str) -> component_pb2.ComponentInfo:
-    with grpc.insecure_channel(address) as channel:
+def describe(address: str, tls=None) -> component_pb2.ComponentInfo:
+    """tls: what reaches the service (UpProcess.member_tls)."""
+    from runtime.tls import sync_channel
+
+    with sync_channel(address, tls) as channel:
         return component_pb2_grpc.ComponentStub(channel).Describe(component_pb2.DescribeRequest(), timeout=10)
 
 
-def service_state(address: str) -> dict:
+def service_state(address: str, tls=None) -> dict:
     """{open, kv_blocks, leases} a service holds now."""
-    info = describe(address)
+    info = describe(address, tls)
     return {"open": info.num_open_requests, "kv_blocks": int(dict(info.load).get("kv_blocks_used", 0)),
             "leases": info.transport.num_leases}
 
@@ -119,7 +122,8 @@ def service_state(address: str) -> dict:
 async def _kill_when_busy(up, victim: str, address: str, timeout_s: float = 120.0) -> float:
     """SIGKILL to the victim as soon as it holds a request's state; perf_counter then."""
     deadline = time.monotonic() + timeout_s
-    while await asyncio.to_thread(describe_open, address) == 0:
+    tls = up.member_tls
+    while await asyncio.to_thread(describe_open, address, tls) == 0:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{victim} never held a request in {timeout_s} s")
         await asyncio.sleep(0.02)
@@ -148,9 +152,9 @@ def wait_model_serving(conductor: str, model: str, timeout_s: float = 60.0) -> N
     raise TimeoutError(f"the conductor's health for {model} not SERVING after {timeout_s} s")
 
 
-def describe_open(address: str) -> int:
+def describe_open(address: str, tls=None) -> int:
     try:
-        return describe(address).num_open_requests
+        return describe(address, tls).num_open_requests
     except grpc.RpcError:
         return 0
 
@@ -161,7 +165,8 @@ def kill_round(up, deployment, victim: str, num_speech: int = 8, num_image: int 
     address = up.endpoints[victim]
     related = tuple(m for m, spec in deployment.models.items() if victim in spec.services)
     result = RoundResult(victim, address, related=related)
-    old_arena = describe(address).arena
+    tls = up.member_tls
+    old_arena = describe(address, tls).arena
     restarts = up.supervision()[victim]["restarts"]
     models = [SPEECH_MODEL] * num_speech + [IMAGE_MODEL] * num_image
 
@@ -178,7 +183,7 @@ def kill_round(up, deployment, victim: str, num_speech: int = 8, num_image: int 
     services = {n: a for n, a in up.endpoints.items() if n != "conductor"}
     deadline = time.monotonic() + settle_timeout_s
     while True:
-        result.leaked = {n: s for n, s in ((n, service_state(a)) for n, a in services.items()) if any(s.values())}
+        result.leaked = {n: s for n, s in ((n, service_state(a, tls)) for n, a in services.items()) if any(s.values())}
         if not result.leaked or time.monotonic() > deadline:
             break
         time.sleep(0.1)

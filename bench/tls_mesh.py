@@ -3,6 +3,9 @@
 serving the `pipe` model (src loop on A ~> mid on B ~> sink on C, routed edges: A
 pushes to B and B to C on their own peer streams). With a TlsConfig every link is TLS
 (mutual TLS with its CA): client -> conductor, conductor -> each service, service -> peer.
+With `members` (a directory of member files, cluster/mesh_ca.py), as `starmesh up` runs
+a deployment: the services and the conductor's streams to them run mutual TLS between
+members (`--mesh-tls`), and `tls` is the conductor's client port's alone.
 
     with ToyMesh(tls, api_key="k") as mesh:
         async with Connection(mesh.address, "k", client_tls).aio_channel() as channel:
@@ -17,11 +20,15 @@ SERVICES = ("a", "b", "c")
 
 
 class ToyMesh:
-    """tls: runtime.tls.TlsConfig of every process (None: plaintext); api_key: the
-    conductor's token ("" for none); items: the src loop's iterations per request."""
+    """tls: runtime.tls.TlsConfig of every process (None: plaintext), of the conductor's
+    client port alone with `members` (module docstring); api_key: the conductor's token
+    ("" for none); items: the src loop's iterations per request."""
 
-    def __init__(self, tls=None, api_key: str = "", items: int = 1) -> None:
-        self.tls, self.api_key, self.items = tls, api_key, items
+    def __init__(self, tls=None, api_key: str = "", items: int = 1, members=None) -> None:
+        from runtime.tls import member_tls
+
+        self.tls, self.api_key, self.items, self.members = tls, api_key, items, members
+        self.service_tls = member_tls(members) if members else tls  # what reaches the services
         self.services: dict = {}
         self.conductor = None
 
@@ -39,12 +46,13 @@ class ToyMesh:
         from runtime.server import ServerConfig
 
         try:
-            self.services = start_services(SERVICES, args=self.tls.cli_args() if self.tls else ())
+            args = ["--mesh-tls", str(self.members)] if self.members else self.tls.cli_args() if self.tls else ()
+            self.services = start_services(SERVICES, args=args)
             placement = Placement.from_dict({
                 "services": {k: {"replicas": [s.address]} for k, s in self.services.items()},
                 "placement": {"src": "a", "mid": "b", "sink": "c"}})
             model = ServedModel(MODEL, pipeline_graph(self.items), placement, PIPELINE_INNER_LOOPS)
-            service = ConductorService([model], tls=self.tls, api_key=self.api_key)
+            service = ConductorService([model], tls=self.service_tls, api_key=self.api_key)
             self.conductor = BackgroundServer(service, ServerConfig(tls=self.tls))
             self.conductor.start()
         except BaseException:

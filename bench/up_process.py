@@ -66,6 +66,11 @@ class UpProcess:
             if READY_LINE in line:
                 self._ready.set()
 
+    @property
+    def member_tls(self):
+        """The runtime.tls.TlsConfig that reaches its services (a member's; None under mesh_tls: false)."""
+        return supervision_file.member_tls_of(self.endpoints["conductor"], self.cache_dir)
+
     def supervision(self) -> dict[str, dict]:
         """name -> {pid, address, state, restarts, last_exit, is_crash_loop, last_restart_s}."""
         return supervision_file.read(self.endpoints["conductor"], self.cache_dir)

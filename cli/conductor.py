@@ -5,7 +5,8 @@ import argparse
 import os
 import sys
 
-from cli.connection_args import add_api_key_arg, add_tls_args, api_key_from_args, tls_from_args
+from cli.connection_args import (add_api_key_arg, add_mesh_tls_arg, add_tls_args, api_key_from_args,
+                                 mesh_tls_from_args, tls_from_args)
 
 
 def add_parser(sub) -> None:
@@ -24,13 +25,17 @@ def add_parser(sub) -> None:
     limits.add_argument("--max-request-mb", type=float, default=32, metavar="N",
                         help="all of one request's inputs, params and text (MiB)")
     limits.add_argument("--max-input-ids", type=int, default=1 << 18, metavar="N", help="ids in input_ids")
+    limits.add_argument("--max-text-kb", type=int, default=2048, metavar="N",
+                        help="text, or every message's text, in UTF-8 KiB: counted before anything tokenizes it")
     limits.add_argument("--max-message-mb", type=int, default=64, metavar="N",
                         help="gRPC message limit, receive and send (MiB): a larger message is refused with "
                              "RESOURCE_EXHAUSTED before it is decoded")
     p.add_argument("--log-level", default=os.environ.get("STARMESH_LOG_LEVEL", "INFO"),
                    help="DEBUG also shows third-party progress bars and known-harmless warnings "
                         "(default $STARMESH_LOG_LEVEL, else INFO)")
-    add_tls_args(p, "the front door and the streams to the services (default: the deployment's tls)")
+    add_tls_args(p, "the front door, and the streams to the services without --mesh-tls (default: the "
+                    "deployment's tls)")
+    add_mesh_tls_arg(p, "the streams to the services and their health watches")
     add_api_key_arg(p, "the token every Conductor call must carry as 'authorization: Bearer KEY'; "
                        "health and reflection need none")
     p.set_defaults(func=run)
@@ -52,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         host, _, port = spec.conductor.rpartition(":")
         config = ServerConfig(host=args.host or host, port=int(port) if args.port is None else args.port,
                               tls=tls_from_args(args, spec.tls), max_message_bytes=args.max_message_mb * MiB)
+        mesh_tls = mesh_tls_from_args(args)
     except (ValueError, StarmeshError) as e:
         print(f"starmesh conductor: {e}", file=sys.stderr)
         return 2
@@ -59,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"starmesh conductor: --run-timeout-s must be > 0, got {args.run_timeout_s}", file=sys.stderr)
         return 2
     serve_conductor(models, config, args.metrics_port, args.port_file, api_key_from_args(args), admission_of(spec),
-                    args.run_timeout_s, limits)
+                    args.run_timeout_s, limits, mesh_tls)
     return 0
 
 
@@ -67,4 +73,4 @@ def input_limits(args: argparse.Namespace):
     from conductor.input_limits import MiB, InputLimits
 
     return InputLimits(max_input_bytes=int(args.max_input_mb * MiB), max_request_bytes=int(args.max_request_mb * MiB),
-                       max_input_ids=args.max_input_ids)
+                       max_input_ids=args.max_input_ids, max_text_bytes=args.max_text_kb << 10)

@@ -2,12 +2,14 @@
 
     --tls-cert FILE --tls-key FILE   this process's certificate and key (PEM)
     --tls-ca FILE                    the CA peers are checked against (mutual TLS on servers)
+    --mesh-tls DIR                   a mesh member's files (cluster/mesh_ca.py): mutual TLS with members only
     --api-key KEY                    the front door's token (default $STARMESH_API_KEY)
 
     --conductor HOST:PORT            the conductor (default $STARMESH_CONDUCTOR, else 127.0.0.1:50050)
     --timeout S                      deadline of the whole request in seconds
 
 `add_tls_args` on servers (`serve`, `conductor`, `up`) and probes (`health`, `status`);
+`add_mesh_tls_arg` on the processes that talk to services (`serve`, `conductor`) and probes;
 `add_client_args` (--conductor, --timeout, TLS, --api-key) on every command that calls a
 conductor (`speak`, `imagine`, `rollout`, `plan`), which open their channels through
 `connection_from_args` (client.connection.Connection).
@@ -29,6 +31,18 @@ def add_tls_args(p: argparse.ArgumentParser, purpose: str) -> None:
     g.add_argument("--tls-key", metavar="FILE", help="the certificate's private key")
     g.add_argument("--tls-ca", metavar="FILE", help="the CA that peers' certificates are checked against "
                                                     "(servers then require client certificates: mutual TLS)")
+
+
+def add_mesh_tls_arg(p: argparse.ArgumentParser, purpose: str) -> None:
+    p.add_argument("--mesh-tls", metavar="DIR", help=f"{purpose}: the mesh member's CA and certificate in DIR "
+                                                     "(ca.pem, member.pem, member.key; `starmesh up` makes them)")
+
+
+def mesh_tls_from_args(args: argparse.Namespace):
+    """The member runtime.tls.TlsConfig of --mesh-tls, or None (InvalidArgument naming a bad file)."""
+    from runtime.tls import member_tls
+
+    return member_tls(args.mesh_tls) if args.mesh_tls else None
 
 
 def add_api_key_arg(p: argparse.ArgumentParser, help_text: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.connection_args import add_tls_args, tls_from_args
+from cli.connection_args import add_mesh_tls_arg, add_tls_args, mesh_tls_from_args, tls_from_args
 
 
 def add_parser(sub) -> None:
@@ -13,6 +13,7 @@ def add_parser(sub) -> None:
     p.add_argument("--service", default="", help="health service name ('' = the whole server)")
     p.add_argument("--timeout", type=float, default=5.0, metavar="S", help="seconds before giving up")
     add_tls_args(p, "a TLS service (health needs no API key)")
+    add_mesh_tls_arg(p, "a mesh member (a service of `starmesh up`), instead of --tls-*")
     p.set_defaults(func=run)
 
 
@@ -21,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from runtime.replica_probe import check_health
 
     try:
-        tls = tls_from_args(args)
+        tls = mesh_tls_from_args(args) or tls_from_args(args)
     except StarmeshError as e:
         print(f"starmesh health: {e}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -20,7 +21,12 @@ def add_parser(sub) -> None:
     k.add_argument("--namespace", default="default", metavar="NS")
     k.add_argument("--otlp-endpoint", default=None, metavar="URL",
                    help="where every pod sends its spans (default http://otel-collector:4317; '' for nowhere)")
-    k.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
+    k.add_argument("--mesh-tls", metavar="DIR",
+                   help="put the member certificates in DIR (ca.pem, member.pem, member.key: `python -m "
+                        "cluster.mesh_ca DIR` makes a set) into the starmesh-mesh-tls Secret instead of a new set, "
+                        "so that rendering again keeps the mesh's CA")
+    k.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout (it holds the members' "
+                                                          "private key: keep it as secret as the key)")
     k.set_defaults(func=run)
 
 
@@ -30,12 +36,24 @@ def run(args: argparse.Namespace) -> int:
 
     otlp = DEFAULT_OTLP if args.otlp_endpoint is None else args.otlp_endpoint
     try:
-        text = render_kubernetes(args.deployment, args.image, args.namespace, otlp)
+        files = _mesh_files(args.mesh_tls) if args.mesh_tls else None
+        text = render_kubernetes(args.deployment, args.image, args.namespace, otlp, files)
     except (StarmeshError, ValueError) as e:
         print(f"starmesh render kubernetes: {e}", file=sys.stderr)
         return 2
     if args.output:
-        Path(args.output).write_text(text)
+        fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds a private key
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o600)  # a file that was there keeps no wider mode
+            f.write(text)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _mesh_files(directory: str) -> dict[str, bytes]:
+    """The member files in `directory`, checked as a member would load them."""
+    from runtime.tls import MEMBER_FILES, member_tls
+
+    member_tls(directory)  # InvalidArgument naming --mesh-tls and the missing or bad file
+    return {name: (Path(directory) / name).read_bytes() for name in MEMBER_FILES.values()}

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from cli.connection_args import add_tls_args, tls_from_args
+from cli.connection_args import add_mesh_tls_arg, add_tls_args, mesh_tls_from_args, tls_from_args
 
 MiB = 1 << 20
 
@@ -59,6 +59,7 @@ def add_parser(sub) -> None:
                    help="DEBUG also shows third-party progress bars and known-harmless warnings "
                         "(default $STARMESH_LOG_LEVEL, else INFO)")
     add_tls_args(p, "the service's port and its peer streams (mutual TLS with --tls-ca)")
+    add_mesh_tls_arg(p, "the service's port and its peer streams, instead of --tls-*")
     p.set_defaults(func=run)
 
 
@@ -133,6 +134,14 @@ def _dlo_group_config(args: argparse.Namespace, offload):
     return DloGroupConfig(args.dlo_group, args.dlo_rank, args.dlo_world, args.dlo_name, args.dlo_timeout_s)
 
 
+def _server_tls(args: argparse.Namespace):
+    """--mesh-tls (a member) or --tls-* (given files), not both; None: plaintext."""
+    mesh = mesh_tls_from_args(args)
+    if mesh is not None and (args.tls_cert or args.tls_key or args.tls_ca):
+        raise ValueError("--mesh-tls and --tls-cert/--tls-key/--tls-ca both set the service's TLS: give one")
+    return mesh or tls_from_args(args)
+
+
 def run(args: argparse.Namespace) -> int:
     from runtime.quiet_logs import configure_logging
 
@@ -146,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         server_config = ServerConfig(host=args.host, port=args.port, max_message_bytes=args.max_message_mb * MiB,
                                      grace_s=args.grace_s, torch_threads=args.torch_threads, nice=args.nice,
-                                     tls=tls_from_args(args))
+                                     tls=_server_tls(args))
     except (ValueError, StarmeshError) as e:
         print(f"starmesh serve: {e}", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from cli.connection_args import add_tls_args, tls_from_args
+from cli.connection_args import add_mesh_tls_arg, add_tls_args, mesh_tls_from_args, tls_from_args
 
 
 def add_parser(sub) -> None:
@@ -15,7 +15,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("status", help="health and load of a deployment's services")
     p.add_argument("--deployment", default=str(DEFAULT_DEPLOYMENT), metavar="FILE")
     p.add_argument("--json", action="store_true")
-    add_tls_args(p, "the probes (default: the deployment's tls)")
+    add_tls_args(p, "the probes (default: the member certificates of the `starmesh up` running the deployment, "
+                    "else the deployment's tls)")
+    add_mesh_tls_arg(p, "the probes")
     p.set_defaults(func=run)
 
 
@@ -28,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from runtime.replica_probe import replica_status
 
     spec = read_launchable(args.deployment)
-    tls = tls_from_args(args, spec.tls)
+    tls = mesh_tls_from_args(args) or tls_from_args(args) or supervision_file.member_tls_of(spec.conductor) or spec.tls
     supervised = {v["address"]: v for v in supervision_file.read(spec.conductor).values()}
     rows = [{"service": s.name, **replica_status(r, tls=tls), "metrics": metrics_url(m),
              **_supervision(supervised.get(r))} for s in spec.services.values() for r, m in zip(s.replicas, s.metrics)]
@@ -47,13 +49,24 @@ def _supervision(entry: dict | None) -> dict:
     return {"restarts": entry["restarts"], "last_exit": entry["last_exit"], "is_crash_loop": entry["is_crash_loop"]}
 
 
+def _prefix_cache(load: dict) -> str:
+    """"cached 12 hit 87% contexts 3 evicted 5" for an engine with a prefix cache, else ""."""
+    if "kv_blocks_cached" not in load:
+        return ""
+    queried = load.get("prefix_lookup_tokens_total", 0)
+    hit = f"{100 * load.get('prefix_hit_tokens_total', 0) / queried:.0f}%" if queried else "-"
+    return (f"cached {int(load['kv_blocks_cached'])} hit {hit} contexts {int(load.get('contexts', 0))} "
+            f"evicted {int(load.get('kv_blocks_evicted_total', 0))}")
+
+
 def _line(row: dict) -> str:
     load = row.get("load") or {}
     kv = (f"kv {int(load['kv_blocks_used'])}/{int(load['kv_blocks_total'])}" if "kv_blocks_used" in load else "")
     queue = f"queued {int(load['queued'])}" if "queued" in load else ""
+    cache = _prefix_cache(load)
     restarts = f"restarts {row['restarts']} (last: {row['last_exit']})" if row.get("restarts") else ""
     crash = "CRASH LOOP" if row.get("is_crash_loop") else ""
     metrics = f"metrics {row['metrics']}" if row.get("metrics") else ""
-    extra = " ".join(x for x in (kv, queue, metrics, restarts, crash) if x)
+    extra = " ".join(x for x in (kv, cache, queue, metrics, restarts, crash) if x)
     return (f"{row['service']:<12} {row['address']:<22} {row['health']:<8} "
             f"open {row.get('open_requests', '-'):<4} {extra}")

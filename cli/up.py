@@ -6,7 +6,9 @@ OTEL_EXPORTER_OTLP_ENDPOINT as well, when set). `starmesh trace REQUEST_ID` read
 `--trace-ui` also runs Arize Phoenix (cluster/phoenix.py) as that collector and UI.
 Every process is supervised: one that dies is logged and restarted on its port with
 exponential backoff (--restart-backoff-s doubling up to --restart-backoff-max-s), a crash
-loop is logged and shown by `starmesh status`; children die with `up`, even by SIGKILL.
+loop is logged and shown by `starmesh status`; a gRPC process that stops answering its
+liveness probe (--probe-failures in a row, every --probe-period-s, each --probe-timeout-s)
+is killed and restarted the same way; children die with `up`, even by SIGKILL.
 `--verbose` prints where start-up time went (cluster/startup.py); `--prometheus-config
 FILE` writes a scrape config for every /metrics (cluster/prometheus_config.py).
 What runs is cluster.stack's; this module parses and prints.
@@ -39,6 +41,12 @@ def add_parser(sub) -> None:
                    help="first delay before restarting a process that died; doubles per consecutive death")
     p.add_argument("--restart-backoff-max-s", type=float, default=10.0, metavar="S",
                    help="longest delay between restarts")
+    p.add_argument("--probe-period-s", type=float, default=2.0, metavar="S",
+                   help="how often each gRPC process's liveness is probed (a health check)")
+    p.add_argument("--probe-timeout-s", type=float, default=3.0, metavar="S",
+                   help="how long one liveness probe waits for its answer")
+    p.add_argument("--probe-failures", type=int, default=3, metavar="N",
+                   help="unanswered probes in a row that make a process hung: killed and restarted (0: no probes)")
     p.add_argument("--prometheus-config", metavar="FILE",
                    help="write a Prometheus scrape config for every process's /metrics to FILE once all serve "
                         "(cluster/prometheus_config.py; docs/operations.md)")
@@ -60,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        supervision = SupervisorConfig(backoff_base_s=args.restart_backoff_s, backoff_max_s=args.restart_backoff_max_s)
+        supervision = SupervisorConfig(backoff_base_s=args.restart_backoff_s, backoff_max_s=args.restart_backoff_max_s,
+                                       probe_period_s=args.probe_period_s, probe_timeout_s=args.probe_timeout_s,
+                                       probe_failures=args.probe_failures)
         stack = start_stack(args.deployment, trace_store=not args.no_trace_store, trace_ui=args.trace_ui,
                             tls=tls_from_args(args), api_key=api_key_from_args(args), supervision=supervision,
                             times=times)

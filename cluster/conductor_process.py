@@ -43,11 +43,12 @@ def admission_of(spec) -> Admission:
 
 def serve_conductor(models: list, server_config: ServerConfig, metrics_port: int | None = None,
                     port_file: str | None = None, api_key: str = "", admission: Admission | None = None,
-                    run_timeout_s: float = 10.0, limits: InputLimits | None = None) -> None:
+                    run_timeout_s: float = 10.0, limits: InputLimits | None = None, mesh_tls=None) -> None:
     """Blocks until SIGTERM or SIGINT, then stops gracefully. `metrics_port` serves the
     conductor's Prometheus /metrics on the server's host; `port_file` receives the bound
-    port once SERVING. The server's TLS config is also the one of the streams to the
-    services; `api_key` ("" for none) is the token Conductor calls must carry;
+    port once SERVING. `mesh_tls` (a member's runtime.tls.TlsConfig) is the TLS of the
+    streams to the services and their health watches; without it the server's TLS config
+    is; `api_key` ("" for none) is the token Conductor calls must carry;
     admission: the request limits (admission_of(spec)); run_timeout_s: a request a
     replica stops listing in its heartbeats fails after this long; `limits` bound each
     request's inputs (default InputLimits())."""
@@ -60,7 +61,7 @@ def serve_conductor(models: list, server_config: ServerConfig, metrics_port: int
 
         metrics = ConductorMetrics()
         serve_metrics(metrics_port, metrics.registry, server_config.host)
-    service = ConductorService(models, telemetry, metrics, limits, tls=server_config.tls, api_key=api_key,
+    service = ConductorService(models, telemetry, metrics, limits, tls=mesh_tls or server_config.tls, api_key=api_key,
                                admission=admission, run_timeout_s=run_timeout_s,
                                max_message_bytes=server_config.max_message_bytes)
     serve_blocking(service, server_config, telemetry, port_file)

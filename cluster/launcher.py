@@ -17,25 +17,33 @@ serving. start() records each phase's time (cluster.startup; `up --verbose` prin
 
 Children are tethered (they die with this process, even by SIGKILL) and each leads its
 own process group; once all serve, a supervisor (cluster.supervisor) restarts any that
-dies, on its port. Stop: supervision held, SIGTERM to the conductor, then every service
-(each drains and unlinks its arena), SIGKILL to the process group of any that outlives
-the grace period.
+dies, on its port, or that stops answering its liveness probe (the gRPC children).
+Stop: supervision held, SIGTERM to the conductor, then every service (each drains and
+unlinks its arena), SIGKILL to the process group of any that outlives the grace period.
 
 Start the cluster from the main thread (or one that lives until stop()): children
 started there are killed by the kernel when that thread exits.
 
-Security: every child gets the deployment's TLS files as flags (--tls-cert/--tls-key/
---tls-ca: one certificate for the mesh, mutual TLS with a CA); the API key reaches the
-conductor only, through its environment (an argument would show in `ps`).
+Security: unless the deployment says `mesh_tls: false`, start() makes the deployment's
+own CA and member certificate (cluster.mesh_ca) in a 0700 directory under the cache root,
+removed at stop; every service gets it as `--mesh-tls DIR` (its port and peer streams:
+mutual TLS with members only) and so does the conductor (its streams to the services and
+their health watches). The deployment's TLS files (--tls-cert/--tls-key/--tls-ca) go to
+the conductor (its client port) and the gateway (its link to that port), and, with
+`mesh_tls: false`, to the services too. The API key reaches the conductor only, through
+its environment (an argument would show in `ps`).
 """
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
 
 from cluster.checkpoints import resolve
+from cluster.liveness_probe import LivenessProbe
+from cluster.mesh_ca import member_files, up_directory, write_member_files
 from cluster.ports import WILDCARD_HOSTS, check_free
 from cluster.serve_args import serve_args
 from cluster.startup import StartupTimes, wait_all
@@ -46,6 +54,7 @@ from conductor.metrics_address import metrics_url
 from conductor.service_spec import ServiceSpec
 from runtime.process import ServiceProcess
 from runtime.telemetry import TRACE_STORE_ENV
+from runtime.tls import TlsConfig, member_tls
 
 _print_lock = threading.Lock()
 
@@ -79,10 +88,17 @@ class Cluster:
         self.checkpoints: dict[str, Path] = {}
         self.metrics: dict[str, str] = {}  # process name -> its Prometheus /metrics URL
         self.times: StartupTimes | None = None  # where start() spent its time (cluster.startup)
+        self.mesh_dir: Path | None = None  # the members' certificate files (module docstring)
+        self._made_mesh_dir = False
 
     @property
     def conductor_address(self) -> str:
         return self.conductor.address
+
+    @property
+    def service_tls(self) -> TlsConfig | None:
+        """What reaches the services: a member's config, or the deployment's TLS without mesh_tls."""
+        return member_tls(self.mesh_dir) if self.mesh_dir is not None else self.tls
 
     def start(self, times: StartupTimes | None = None) -> "Cluster":
         """Every process SERVING and supervised; `times` (cluster.startup) gets each phase."""
@@ -91,6 +107,10 @@ class Cluster:
         with times.phase("port check"):
             check_free(self.addresses())
         try:
+            if self.deployment.mesh_tls and self.mesh_dir is None:
+                with times.phase("mesh certificates"):
+                    self.mesh_dir = write_member_files(up_directory(), member_files(self.deployment.name))
+                    self._made_mesh_dir = True
             self._launch_services(times)
             early = [self.gateway] if self.gateway is not None else []
             times.wait(f"{len(self.services)} services{' + gateway' if early else ''} -> SERVING (in parallel)",
@@ -101,7 +121,7 @@ class Cluster:
                 self.gateway = self._launched(self._gateway(self.conductor.port), times)
                 times.wait("gateway -> SERVING", [self.gateway], self.start_timeout_s)
             for proc in [*([self.gateway] if self.gateway else []), self.conductor, *self.services]:
-                self.supervisor.watch(proc)
+                self.supervisor.watch(proc, self._liveness_probe(proc))
             self.supervisor.start()
         except BaseException:
             self.stop()
@@ -163,7 +183,7 @@ class Cluster:
     def _service(self, s: ServiceSpec, name: str, endpoint: str, metrics: str = "") -> ServiceProcess:
         """The replica process `name` on `endpoint`, serving /metrics on `metrics`'s port ("": none)."""
         host, _, port = endpoint.rpartition(":")
-        args = ["--host", host, *self._metrics_args(name, metrics), *self._tls_args()]
+        args = ["--host", host, *self._metrics_args(name, metrics), *(self._mesh_args() or self._tls_args())]
         checkpoint = str(self.checkpoints[s.checkpoint]) if s.checkpoint else ""
         args += serve_args(s, self.deployment, checkpoint)
         return ServiceProcess(s.component, args, self.env, name, self.start_timeout_s, int(port), log=self.log,
@@ -172,7 +192,8 @@ class Cluster:
     def _conductor(self) -> ServiceProcess:
         host, _, port = self.deployment.conductor.rpartition(":")
         args = ["--deployment", self.path, "--host", host,
-                *self._metrics_args("conductor", self.deployment.conductor_metrics), *self._tls_args()]
+                *self._metrics_args("conductor", self.deployment.conductor_metrics), *self._tls_args(),
+                *self._mesh_args()]
         env = {**self.env, API_KEY_ENV: self.api_key} if self.api_key else self.env
         return ServiceProcess("", args, env, "conductor", self.start_timeout_s, int(port), "conductor", self.log,
                               die_with_parent=True)
@@ -189,8 +210,24 @@ class Cluster:
         return ServiceProcess("", args, self.env, "gateway", self.start_timeout_s, int(port), "gateway", self.log,
                               die_with_parent=True)
 
+    def _liveness_probe(self, proc: ServiceProcess) -> LivenessProbe | None:
+        """How the supervisor asks a gRPC child whether it still answers (cluster.liveness_probe);
+        the gateway speaks HTTP and is watched for its exit only."""
+        if proc is self.gateway:
+            return None
+        tls = self.service_tls if proc in self.services else self.tls
+
+        def address() -> str:  # a wildcard bind is reached on loopback
+            host, _, port = proc.address.rpartition(":")
+            return f"{'127.0.0.1' if host in WILDCARD_HOSTS else host}:{port}"
+
+        return LivenessProbe(address, tls)
+
     def _tls_args(self) -> list[str]:
         return self.tls.cli_args() if self.tls is not None else []
+
+    def _mesh_args(self) -> list[str]:
+        return ["--mesh-tls", str(self.mesh_dir)] if self.mesh_dir is not None else []
 
     def _metrics_args(self, name: str, address: str) -> list[str]:
         """The flag serving /metrics on `address`'s port (its host is the process's own,
@@ -219,6 +256,9 @@ class Cluster:
                 self.log(f"starmesh | {proc.name} exited with {rc}")
             proc._tmp.cleanup()
         self.supervisor.close()
+        if self._made_mesh_dir:  # every member has stopped: nothing reads them again
+            shutil.rmtree(self.mesh_dir, ignore_errors=True)
+            self.mesh_dir, self._made_mesh_dir = None, False
 
     def __enter__(self) -> "Cluster":
         return self.start()

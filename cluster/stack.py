@@ -77,9 +77,13 @@ def start_stack(deployment: str | Path, trace_store: bool = True, trace_ui: bool
             with times.phase("trace store"):
                 store = TraceStore().start()
                 publish_trace_store(store.http_address)
+
+        def publish(status: dict) -> None:  # with where `starmesh status` finds the member certificates
+            supervision_file.publish(spec.conductor, status, str(cluster.mesh_dir or ""))
+
         cluster = Cluster(spec, deployment, trace_store=store.otlp_address if store else "", tls=tls,
-                          api_key=api_key, supervision=supervision,
-                          on_supervision=lambda status: supervision_file.publish(spec.conductor, status)).start(times)
+                          api_key=api_key, supervision=supervision, on_supervision=publish)
+        cluster.start(times)
     except BaseException:
         _stop_store(store)
         if ui is not None:

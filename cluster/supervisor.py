@@ -1,7 +1,7 @@
 """Watches a deployment's child processes and restarts the ones that die.
 
     supervisor = Supervisor(SupervisorConfig(), log)
-    supervisor.watch(proc)          # a ServiceProcess that is SERVING
+    supervisor.watch(proc, probe)   # a ServiceProcess that is SERVING, its LivenessProbe (or None)
     supervisor.start()
     ...
     supervisor.hold()               # no more restarts: the cluster is stopping
@@ -16,6 +16,16 @@ at most `backoff_max_s`; a child that stayed up `stable_s` starts again from the
 logged loudly and shown in status() until it stays up `stable_s`; it is still restarted
 (at the backoff's pace), as an orchestrator would.
 
+A child that still runs but no longer answers is hung (stopped, its event loop stuck): a
+child with a probe (cluster.liveness_probe: a gRPC health Check of its liveness name) is
+probed every `probe_period_s`, each Check with `probe_timeout_s`, and `probe_failures`
+misses in a row kill it (SIGKILL to its group) and restart it as a death, as a Kubernetes
+liveness probe would. A child is probed from the moment it serves; it is judged once some
+probe of its kind (the same credentials) got an answer from any child (a probe that
+reaches no one is a configuration fault, not a hang). The Check is answered off the
+child's engine thread, so a long engine step or a loaded machine is no miss; the
+defaults convict after about nine seconds without an answer.
+
 Restarts are launched from the supervisor's thread, which lives until close(): a child
 tethered to its parent (runtime.parent_death) gets its parent-death signal when the
 thread that forked it exits, so close() must come after every child stopped.
@@ -29,6 +39,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from cluster.liveness_probe import LivenessProbe
 from runtime.process import ServiceProcess
 
 
@@ -40,9 +51,13 @@ class SupervisorConfig:
     crash_loop_restarts: int = 5
     crash_loop_window_s: float = 60.0
     poll_s: float = 0.05
+    probe_period_s: float = 2.0
+    probe_timeout_s: float = 3.0
+    probe_failures: int = 3  # misses in a row that kill a child; 0: children are not probed
 
     def __post_init__(self) -> None:
-        for name in ("backoff_base_s", "stable_s", "crash_loop_window_s", "poll_s"):
+        for name in ("backoff_base_s", "stable_s", "crash_loop_window_s", "poll_s", "probe_period_s",
+                     "probe_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"supervision.{name} must be > 0, got {getattr(self, name)}")
         if self.backoff_max_s < self.backoff_base_s:
@@ -50,6 +65,9 @@ class SupervisorConfig:
                              f"got {self.backoff_max_s}")
         if self.crash_loop_restarts < 1:
             raise ValueError(f"supervision.crash_loop_restarts must be >= 1, got {self.crash_loop_restarts}")
+        if isinstance(self.probe_failures, bool) or not isinstance(self.probe_failures, int) \
+                or self.probe_failures < 0:
+            raise ValueError(f"supervision.probe_failures must be an integer >= 0, got {self.probe_failures!r}")
 
 
 @dataclass
@@ -68,11 +86,16 @@ class _Child:
     launched_at: float = 0.0
     next_start: float = 0.0
     last_restart_s: float | None = None  # death to SERVING again, the latest restart
+    probe: LivenessProbe | None = None
+    next_probe: float = 0.0
+    num_answered: int = 0  # probes answered since it last started serving
+    num_misses: int = 0    # probes missed in a row
 
     def status(self) -> dict:
         return {"pid": self.proc.proc.pid if self.proc.proc else None, "address": self.proc.address,
                 "state": self.phase, "restarts": self.num_restarts, "last_exit": self.last_exit,
-                "is_crash_loop": self.is_crash_loop, "last_restart_s": self.last_restart_s}
+                "is_crash_loop": self.is_crash_loop, "last_restart_s": self.last_restart_s,
+                "probes_answered": self.num_answered, "probes_missed": self.num_misses}
 
 
 def backoff_s(config: SupervisorConfig, num_consecutive: int) -> float:
@@ -102,12 +125,16 @@ class Supervisor:
         self._children: dict[str, _Child] = {}
         self._lock = threading.Lock()
         self._holding = False
+        self._reached: set[tuple] = set()  # kinds of probe (LivenessProbe.kind) that got an answer
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="supervisor")
 
-    def watch(self, proc: ServiceProcess) -> None:
+    def watch(self, proc: ServiceProcess, probe: LivenessProbe | None = None) -> None:
+        """Supervises `proc` (SERVING); `probe`: how to ask whether it still answers (None:
+        it is watched for its exit only)."""
         with self._lock:
-            self._children[proc.name] = _Child(proc)
+            child = self._children[proc.name] = _Child(proc, probe=probe)
+            self._serving(child, time.monotonic())
 
     def start(self) -> "Supervisor":
         self._thread.start()
@@ -115,7 +142,8 @@ class Supervisor:
         return self
 
     def status(self) -> dict[str, dict]:
-        """name -> {pid, address, state, restarts, last_exit, is_crash_loop, last_restart_s}."""
+        """name -> {pid, address, state, restarts, last_exit, is_crash_loop, last_restart_s,
+        probes_answered, probes_missed}."""
         with self._lock:
             return {name: child.status() for name, child in self._children.items()}
 
@@ -130,6 +158,9 @@ class Supervisor:
         self._closed.set()
         if self._thread.is_alive():
             self._thread.join(10)
+        for child in self._children.values():
+            if child.probe is not None:
+                child.probe.reset()
 
     def _run(self) -> None:
         while not self._closed.wait(self.config.poll_s):
@@ -153,6 +184,8 @@ class Supervisor:
         if child.phase == "serving":
             if popen.poll() is not None:
                 return self._died(child, describe_exit(popen.returncode), now)
+            if self._probe(child, now):
+                return True
             if child.is_crash_loop and now - child.up_since >= self.config.stable_s:
                 child.is_crash_loop = False
                 self.log(f"starmesh | {child.proc.name} stable again (up {self.config.stable_s:.0f} s)")
@@ -171,7 +204,7 @@ class Supervisor:
     def _check_start(self, child: _Child, now: float) -> bool:
         proc = child.proc
         if proc.is_serving():
-            child.phase, child.up_since = "serving", now
+            self._serving(child, now)
             child.num_restarts += 1
             child.last_restart_s = now - child.died_at
             self.log(f"starmesh | {proc.name} restarted (pid {proc.pid}), serving on {proc.address} "
@@ -184,9 +217,49 @@ class Supervisor:
             return self._died(child, f"not SERVING after {proc.start_timeout_s:.0f} s", now)
         return False
 
+    def _serving(self, child: _Child, now: float) -> None:
+        child.phase, child.up_since = "serving", now
+        child.num_answered = child.num_misses = 0
+        child.next_probe = now  # probed at once: a hang right after the start is judged too
+        if child.probe is not None:
+            child.probe.reset()  # a connection to the new process
+
+    def _probe(self, child: _Child, now: float) -> bool:
+        """Advances a serving child's liveness probe; True when it was convicted (killed,
+        and its restart scheduled as after a death)."""
+        cfg = self.config
+        if child.probe is None or not cfg.probe_failures:
+            return False
+        answered = child.probe.poll()
+        if answered is None:
+            if now >= child.next_probe:
+                child.probe.start(cfg.probe_timeout_s)
+                child.next_probe = now + cfg.probe_period_s
+            return False
+        if answered:
+            child.num_answered, child.num_misses = child.num_answered + 1, 0
+            self._reached.add(child.probe.kind)
+            return False
+        child.num_misses += 1
+        proc = child.proc
+        if child.probe.kind not in self._reached:  # no probe like it ever got an answer: a fault of the probe
+            if child.num_misses == cfg.probe_failures:
+                self.log(f"starmesh | {proc.name} (pid {proc.pid}) never answered a health probe, nor did any "
+                         f"process probed alike; not judged by them until one does (their address or TLS?)")
+            return False
+        self.log(f"starmesh | {proc.name} (pid {proc.pid}) did not answer its health probe within "
+                 f"{cfg.probe_timeout_s:g} s ({child.num_misses}/{cfg.probe_failures})")
+        if child.num_misses < cfg.probe_failures:
+            return False
+        proc.kill()
+        return self._died(child, f"hung: no answer to {cfg.probe_failures} health probes in a row "
+                                 f"({cfg.probe_timeout_s:g} s each), killed", now)
+
     def _died(self, child: _Child, reason: str, now: float) -> bool:
         proc = child.proc
         proc.kill_group()  # whatever it started goes with it
+        if child.probe is not None:
+            child.probe.reset()
         child.last_exit = reason
         if child.phase == "serving":  # a failed restart keeps the first death's time: restart_s spans both
             child.died_at = now

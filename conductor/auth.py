@@ -1,8 +1,8 @@
 """The conductor's token check as a server interceptor: a Conductor call without the
 right `authorization: Bearer <key>` metadata (core/bearer.py) is answered
-UNAUTHENTICATED before its handler runs, so it costs no parsing and no work. Every
-other service of the server (health, reflection) passes untouched: probes and load
-balancers need no token.
+UNAUTHENTICATED before its request is read, so it costs no decoding, no copy of its
+body and no work. Every other service of the server (health, reflection) passes
+untouched: probes and load balancers need no token.
 
     ConductorService(models, api_key=key)    # installs ApiKeyInterceptor on its server
 """
@@ -25,29 +25,29 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
         self.prefixes = tuple(f"/{s}/" for s in services)
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
-        handler = await continuation(details)  # the method's handler, not run yet
-        if handler is None or not details.method.startswith(self.prefixes):
-            return handler
+        if not details.method.startswith(self.prefixes):
+            return await continuation(details)
         value = next((v for k, v in details.invocation_metadata or () if k == AUTHORIZATION), None)
         try:
             check_bearer(value, self.api_key)
         except Unauthenticated as e:
-            return _refusal(handler, str(e))
-        return handler
+            return _refusal(str(e))
+        return await continuation(details)
 
 
-def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
-    """A handler of `handler`'s kind that only answers UNAUTHENTICATED: `message`."""
+def _refusal(message: str) -> grpc.RpcMethodHandler:
+    """A handler that answers UNAUTHENTICATED: `message`, whatever the method's kind.
 
-    async def refuse(request_or_iterator, context: grpc.aio.ServicerContext):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+    It is request-streaming with no deserializer, and never reads its request iterator:
+    grpc.aio reads a streamed request only when the handler asks for a message, so the
+    body (up to the receive limit, tens of megabytes) is neither copied into Python nor
+    decoded; the call ends as the status is sent. A unary request and a one-message
+    stream are the same on the wire, so a unary client gets this status like any other.
+    The status is set, not raised with context.abort(): an abort keeps the handler's
+    frames in a reference cycle until the next garbage collection."""
 
-    codecs = {"request_deserializer": handler.request_deserializer,
-              "response_serializer": handler.response_serializer}
-    if handler.unary_unary:
-        return grpc.unary_unary_rpc_method_handler(refuse, **codecs)
-    if handler.unary_stream:
-        return grpc.unary_stream_rpc_method_handler(refuse, **codecs)
-    if handler.stream_unary:
-        return grpc.stream_unary_rpc_method_handler(refuse, **codecs)
-    return grpc.stream_stream_rpc_method_handler(refuse, **codecs)
+    async def refuse(request_iterator, context: grpc.aio.ServicerContext) -> None:
+        context.set_code(grpc.StatusCode.UNAUTHENTICATED)
+        context.set_details(message)
+
+    return grpc.stream_stream_rpc_method_handler(refuse)

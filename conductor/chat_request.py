@@ -23,16 +23,13 @@ from core.errors import InvalidArgument
 ROLES = ("system", "user", "assistant")
 
 
-def chat_messages(req, limits: InputLimits, media: MediaParts | None = None) -> list[dict]:
-    """[{"role", "content"}] of `text` or `messages` ([] when neither is set); media parts
-    go to `media` (refused when it is None)."""
+def chat_messages(req, media: MediaParts | None = None) -> list[dict]:
+    """[{"role", "content"}] of `text` or `messages` ([] when neither is set), whose sizes
+    conductor.prompt_size checked; media parts go to `media` (refused when it is None)."""
     if req.text and len(req.messages):
         raise InvalidArgument("text and messages are both set: give one")
     if req.text:
         return [{"role": "user", "content": req.text}]
-    if len(req.messages) > limits.max_messages:
-        raise InvalidArgument(f"messages has {len(req.messages)} messages, over the limit of {limits.max_messages} "
-                              "(max_messages)")
     out = []
     for i, message in enumerate(req.messages):
         if message.role not in ROLES:
@@ -63,14 +60,14 @@ def prompt_inputs(req, model: ServedModel, tokenizer, params: Mapping[str, Any],
     from conductor.generate_request import input_ids_tensor
 
     media = MediaParts(limits)
-    messages = chat_messages(req, limits, media)
+    messages = chat_messages(req, media)
     if not messages:
         return {}
-    media.check_model(_input_names(model), model.name)
+    media.check_model(model.input_names, model.name)
     fmt = model.prompt
     if fmt is None:
         raise InvalidArgument(f"text/messages: model {model.name!r} takes no text; send its inputs "
-                              f"({sorted(_input_names(model))})")
+                              f"({sorted(model.input_names)})")
     if len(req.input_ids) or any(nt.name == fmt.input_name for nt in req.inputs):
         raise InvalidArgument(f"text/messages and {fmt.input_name} are both set: give one")
     if media and any(nt.name in MEDIA_INPUTS for nt in req.inputs):
@@ -82,8 +79,6 @@ def prompt_inputs(req, model: ServedModel, tokenizer, params: Mapping[str, Any],
         ids, _ = input_ids_tensor(fmt.ids(tokenizer, messages, params), limits)
         return {fmt.input_name: (ids,), **media.inputs()}
     data = fmt.text(messages).encode()
-    return {fmt.input_name: (torch.tensor(list(data), dtype=torch.uint8),)}
+    return {fmt.input_name: (torch.frombuffer(bytearray(data), dtype=torch.uint8),)}  # not a list of 2^21 ints
 
 
-def _input_names(model: ServedModel) -> set[str]:
-    return {name for walk in model.graph.walks for name in walk.input_names}

@@ -14,8 +14,14 @@ A file has one of two shapes. Served models, what `starmesh up` launches and
     conductor: {address: "127.0.0.1:50050", metrics: "127.0.0.1:51050"}   # optional, these defaults
     gateway: {address: "127.0.0.1:8000"}   # optional: `starmesh up` starts the OpenAI-compatible
                                    #   HTTP gateway there, in front of the conductor
-    tls: {cert: mesh.pem, key: mesh.key, ca: ca.pem}   # optional: every server and stream of the
-                                   #   deployment uses TLS (mutual with ca); paths relative to the file
+    tls: {cert: mesh.pem, key: mesh.key, ca: ca.pem}   # optional: the conductor's client port and
+                                   #   the gateway's link to it use TLS (mutual with ca); paths
+                                   #   relative to the file; with mesh_tls: false, every server and stream
+    mesh_tls: true                 # optional, default true: `starmesh up`, compose and `render
+                                   #   kubernetes` give the members (services, the conductor's streams
+                                   #   to them, peer links, health watches) a CA of their own and run
+                                   #   mutual TLS between them (cluster/mesh_ca.py); false: no member
+                                   #   certificates (plaintext, or `tls` everywhere when given)
     services:                      # required: service name -> spec; one process per replica
       thinker:
         replicas: ["127.0.0.1:50061"]   # required, >= 1 "host:port" (or "unix:/path")
@@ -146,6 +152,7 @@ class Deployment:
     tls: TlsConfig | None = None          # runtime/tls.py; None: plaintext
     conductor_metrics: str = ""           # its /metrics host:port; "": derived (conductor/metrics_address.py)
     gateway: str = ""                     # host:port of the HTTP gateway `starmesh up` starts; "": none
+    mesh_tls: bool = True                 # members trust only each other (module docstring)
     _placements: Mapping[str, Placement] = field(init=False, repr=False, compare=False)
 
     __hash__ = None  # mappings inside: compare by value, never hash
@@ -163,6 +170,8 @@ class Deployment:
                 raise GraphError(f"gateway.address {self.gateway!r} is not 'host:port'")
         if self.tls is not None and not isinstance(self.tls, TlsConfig):
             raise GraphError(f"deployment: tls must be a runtime.tls.TlsConfig, got {type(self.tls).__name__}")
+        if not isinstance(self.mesh_tls, bool):
+            raise GraphError(f"deployment: mesh_tls must be true or false, got {self.mesh_tls!r}")
         object.__setattr__(self, "checkpoints", _frozen({n: _frozen(ck) for n, ck in self.checkpoints.items()}))
         object.__setattr__(self, "services", _frozen(self.services))
         object.__setattr__(self, "models", _frozen(self.models))

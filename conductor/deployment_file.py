@@ -23,7 +23,8 @@ from runtime.tls import TlsConfig, tls_config
 
 SERVED_KEYS = ("models", "dlo_groups")                                  # served models
 SINGLE_KEYS = ("model", "placement", "kv_contexts", "lockstep_groups")  # one model's placement
-TOP_KEYS = {"name", "checkpoints", "conductor", "gateway", "services", "tls", *SERVED_KEYS, *SINGLE_KEYS}
+TOP_KEYS = {"name", "checkpoints", "conductor", "gateway", "services", "tls", "mesh_tls", *SERVED_KEYS,
+            *SINGLE_KEYS}
 SERVICE_KEYS = {"replicas", "device", "options", "components", "component", "checkpoint", "host_id", "mooncake",
                 "transport_mode", "metrics", "nice"}
 MODEL_KEYS = {"pipeline", "options", "placement", "kv_contexts", "admission"}
@@ -92,7 +93,7 @@ def deployment_from_dict(data: Any, base_dir: "Path | None" = None) -> Deploymen
                       conductor=str(address.get("address", DEFAULT_CONDUCTOR)),
                       conductor_metrics=str(address.get("metrics", "")), gateway=str(gateway.get("address", "")),
                       checkpoints=_checkpoints(data.get("checkpoints")), dlo_groups=groups,
-                      tls=_tls(data.get("tls"), base_dir or Path.cwd()))
+                      tls=_tls(data.get("tls"), base_dir or Path.cwd()), mesh_tls=data.get("mesh_tls", True))
 
 
 # --- services and checkpoints ------------------------------------------------------

@@ -17,10 +17,11 @@ from opentelemetry import trace
 
 from conductor.chunk_override import first_chunk_param
 from conductor.executor_hooks import Connect, ExecutorHooks
+from conductor.liveness import DEFAULT_SILENCE_S, Liveness
 from conductor.request_run import END, Failure, RequestRun
 from conductor.route_plan import plan_routes
 from conductor.send_rounds import SendRounds
-from conductor.targets import run_item
+from conductor.targets import broken_reason, run_item
 from conductor.walk_scope import WalkScope
 from conductor.walk_state import WalkState
 from core.errors import InvalidArgument, StarmeshError
@@ -43,18 +44,19 @@ class Executor:
     def __init__(self, graph: WalkGraph, connect: Connect, inner_loops=frozenset(),
                  tracer: trace.Tracer | None = None, speculate: bool = True, max_backlog: int = 256,
                  run_timeout_s: float = 10.0, pacing: Mapping[str, NodePace] | None = None,
-                 linger_s: float = 0.0) -> None:
+                 linger_s: float = 0.0, silence_s: float = DEFAULT_SILENCE_S) -> None:
         """connect(self.on_events) builds the targets and returns the hooks over them;
         inner_loops: names of the loops that run inside their component; max_backlog:
         outputs held for a client that does not read; run_timeout_s: a request that a
         replica's heartbeats stop listing for this long fails (check_liveness); pacing:
         node -> NodePace, how the model's nodes' items map to media time (core.pace);
         linger_s: how long the clean-up of a finished request may wait to ride with a later
-        message to its targets (conductor.send_rounds; 0: sent at once)."""
+        message to its targets (conductor.send_rounds; 0: sent at once); silence_s: a replica
+        that sends nothing on its stream this long while it holds requests is hung
+        (check_liveness, conductor.liveness)."""
         if isinstance(max_backlog, bool) or not isinstance(max_backlog, int) or max_backlog < 1:
             raise InvalidArgument(f"executor max_backlog must be an integer >= 1, got {max_backlog!r}")
-        if not run_timeout_s > 0:
-            raise InvalidArgument(f"executor run_timeout_s must be > 0, got {run_timeout_s!r}")
+        self.liveness = Liveness(run_timeout_s, silence_s)
         self.run_timeout_s = run_timeout_s
         self.pacing = dict(pacing or {})
         validate_inner_loops(graph, inner_loops)
@@ -84,7 +86,8 @@ class Executor:
 
     async def generate_batches(self, request_id: str, inputs: dict[str, tuple], params=None,
                                wanted: frozenset[str] = frozenset(), playback=None,
-                               silent: frozenset[str] = frozenset()) -> AsyncIterator[list[tuple[str, Any]]]:
+                               silent: frozenset[str] = frozenset(), contexts: tuple = (),
+                       report: dict | None = None) -> AsyncIterator[list[tuple[str, Any]]]:
         """Runs a request through its walks; yields lists of (output name, value) as
         produced: everything that arrived together (never an empty list).
         `wanted`: the output kinds it asks for (graph.walk.FirstWalk; empty: all);
@@ -93,13 +96,17 @@ class Executor:
         request span; None: no deadline (then `pacing` is unused). silent: names of walk
         outputs the client does not take (they are never sent to it, and a service keeps a
         port to itself when only those and routed edges read it); honoured only in a graph
-        whose requests end with their first walk (a later walk may read any output)."""
+        whose requests end with their first walk (a later walk may read any output).
+        contexts: the kept KV contexts its runs read or leave (core.context_use.ContextUse,
+        sent on every run it opens); report: filled with what its nodes report about them
+        (RequestRun.note) while it runs."""
         if request_id in self.requests:
             raise RequestFailed("ALREADY_EXISTS", f"request_id {request_id!r} is already running")
         first_chunk_param(dict(params or {}))  # a bad per-request chunk override fails before any work
         run = RequestRun(request_id, dict(inputs), dict(params or {}), "", None, max_backlog=self.max_backlog,
                          pacing=self.pacing, origin_s=playback.origin_s if playback is not None else None,
-                         silent=silent if self.graph.ends_after_first_walk else frozenset())
+                         silent=silent if self.graph.ends_after_first_walk else frozenset(),
+                         contexts=tuple(contexts), report=report if report is not None else {})
         self.requests[request_id] = run
         run.spans.append(self.tracer.start_span("request", attributes={"starmesh.request_id": request_id}))
         try:
@@ -207,7 +214,8 @@ class Executor:
         self.num_dispatched[d.node] = self.num_dispatched.get(d.node, 0) + 1
         self._send(target, run_item(run.request_id, run.walk, d, run.params, target.convert, run.traceparent, scope,
                                     self.hooks.consumer_hosts(d.node, run.walk), routes, run.pace_of(d.node),
-                                    quiet=scope.quiet_for(d.node, run.silent) if run.silent else None))
+                                    quiet=scope.quiet_for(d.node, run.silent) if run.silent else None,
+                                    contexts=run.contexts))
         return target
 
     def _pad_lockstep(self, run: RequestRun, opened: list) -> None:
@@ -241,9 +249,11 @@ class Executor:
         fails every request that reached it."""
         if not events and target is not None and getattr(target, "broken", None) is not None:
             for run in [r for r in self.requests.values() if target.name in r.reached]:
-                self._fail(run, "UNAVAILABLE", f"service {target.name} is unavailable: {target.broken}")
+                self._fail(run, "UNAVAILABLE", f"service {target.name} is unavailable: {broken_reason(target.broken)}")
             self._flush()
             return
+        if events and getattr(target, "heartbeats", False):  # stamped as read (conductor.liveness)
+            self.liveness.heard_from(target.name, time.monotonic())
         touched = {}
         for ev in events:
             if isinstance(ev, Alive):
@@ -254,7 +264,7 @@ class Executor:
                 continue  # cancelled meanwhile: late events are dropped
             touched[run.request_id] = run
             try:
-                self._collect(run, ev)
+                self._collect(run, ev, target)
                 if run.state is not None:
                     run.queue.extend(run.state.take_emitted())
             except Exception as e:  # a bad event fails its request, never the executor
@@ -275,26 +285,44 @@ class Executor:
                 run.seen[target.name] = now
 
     def check_liveness(self, now: float | None = None) -> int:
-        """Fails every request that a replica it was sent to has not listed in its
-        heartbeats for run_timeout_s (dropped there, or the replica hangs); returns how
-        many. The conductor calls it periodically."""
-        now = time.monotonic() if now is None else now
-        failed = 0
-        for run in list(self.requests.values()):
-            stale = [name for name, t in run.seen.items() if now - t > self.run_timeout_s]
-            if stale and not run.is_finished:
+        """Fails every request on a replica that went silent (nothing on its stream for
+        silence_s while it held requests: hung; the hooks' on_silent marks it down and its
+        stream is given up), then every request a replica it was sent to has not listed
+        for run_timeout_s (dropped there); returns how many failed. The conductor calls it
+        every `liveness.interval_s`; without `now`, a stall of this event loop since the
+        last call is forgiven first (conductor.liveness)."""
+        runs = [run for run in self.requests.values() if not run.is_finished]
+        if now is None:
+            now = time.monotonic()
+            self.liveness.forgive_stall(runs, now)
+        failed, silent = 0, self.liveness.silent(runs, now)
+        for name, (target, quiet_s) in silent.items():
+            reason = (f"service {name} stopped answering: nothing on its stream for {quiet_s:.1f} s "
+                      f"while it held requests (no heartbeat)")
+            for run in [r for r in runs if name in r.reached and not r.is_finished]:
                 failed += 1
-                self._fail(run, "UNAVAILABLE", f"service {stale[0]} stopped reporting request {run.request_id} "
-                                               f"(no heartbeat listed it for {self.run_timeout_s:g} s)")
+                self._fail(run, "UNAVAILABLE", reason)
+            self.hooks.on_silent(name, reason)
+        self._flush()  # their Cancels go out on the old streams first: a replica that wakes frees them
+        for target, _ in silent.values():
+            abandon = getattr(target, "abandon", None)
+            if abandon is not None:
+                abandon("it stopped answering")  # the next request opens a new stream: the replica may be back
+        for run, name in self.liveness.stale([r for r in runs if not r.is_finished], now):
+            failed += 1
+            self._fail(run, "UNAVAILABLE", f"service {name} stopped reporting request {run.request_id} "
+                                           f"(no heartbeat listed it for {self.run_timeout_s:g} s)")
         self._flush()
         return failed
 
-    def _collect(self, run: RequestRun, ev: OutboundEvent) -> None:
+    def _collect(self, run: RequestRun, ev: OutboundEvent, target=None) -> None:
         if ev.node == LOCKSTEP_PAD:  # not a graph node: only its failure matters (the group is down)
             if isinstance(ev, NodeError):
                 self._fail(run, ev.status, f"lockstep padding: {ev.message}")
             return
         if isinstance(ev, NodeOutput):
+            if ev.metadata:
+                run.note(ev.node, ev.metadata, target)
             run.state.on_output(ev.node, ev.iteration, ev.tensors, ev.produced_us or None)
         elif isinstance(ev, NodeDone):
             edge = ev.metadata.get("edge") if ev.metadata else None

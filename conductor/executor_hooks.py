@@ -26,6 +26,10 @@ def ignore_edge(edge: str, seconds: float) -> None:
     pass
 
 
+def ignore_silence(replica: str, reason: str) -> None:
+    pass
+
+
 @dataclass(frozen=True)
 class ExecutorHooks:
     route: Route
@@ -39,12 +43,14 @@ class ExecutorHooks:
     # the targets are replicas whose runtimes reach each other: streaming edges between
     # them go producer -> consumer directly (else only co-located ones do)
     peer_routes: bool = False
+    # (replica, reason): it went silent while holding requests (conductor.liveness): mark it down
+    on_silent: Callable[[str, str], None] = ignore_silence
 
     def can_route(self, src: str, dst: str, walk: str) -> bool:
         return self.peer_routes or self.colocated(src, dst, walk)
 
     def __post_init__(self) -> None:
-        for name in ("route", "colocated", "consumer_hosts", "materialize", "on_edge"):
+        for name in ("route", "colocated", "consumer_hosts", "materialize", "on_edge", "on_silent"):
             if not callable(getattr(self, name)):
                 raise InvalidArgument(f"executor hooks: {name} must be callable, got {getattr(self, name)!r}")
         if self.lockstep is not None and not isinstance(self.lockstep, LockstepPadder):

@@ -15,7 +15,8 @@ import contextlib
 from typing import AsyncIterator, Callable
 
 from conductor.executor import Executor
-from conductor.executor_hooks import ExecutorHooks, Sink, ignore_edge
+from conductor.executor_hooks import ExecutorHooks, Sink, ignore_edge, ignore_silence
+from conductor.liveness import DEFAULT_SILENCE_S
 from conductor.lockstep import LockstepPadder
 from conductor.placement import Placement
 from conductor.replica_targets import ReplicaTargets
@@ -76,7 +77,8 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
                           selector: ReplicaSelector | None = None,
                           max_message_bytes: int = 64 << 20,
                           targets: ReplicaTargets | None = None,
-                          pacing=None) -> AsyncIterator[Executor]:
+                          pacing=None, silence_s: float = DEFAULT_SILENCE_S,
+                          on_silent: Callable[[str, str], None] | None = None) -> AsyncIterator[Executor]:
     """Nodes run on the replicas the placement names; one Run stream per replica.
     lockstep_nodes: runs padded across the placement's lockstep groups (conductor.lockstep);
     on_edge(edge, seconds): every hop's and chunk's latency (the metrics histogram);
@@ -86,7 +88,9 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
     max_message_bytes: the Run streams' message limit (larger batches go as several);
     targets: the streams (conductor.replica_targets), shared with whoever adds and drains
     replicas while it runs (conductor.membership); made here when None; pacing: the
-    model's node -> core.pace.NodePace (media deadlines)."""
+    model's node -> core.pace.NodePace (media deadlines); silence_s, on_silent(replica,
+    reason): a replica that sends nothing this long while it holds requests is hung, and
+    on_silent hears of it (the health watcher marks it down; conductor.liveness)."""
     placement.validate(graph)
     selector = selector or ReplicaSelector(placement)
     targets = targets or ReplicaTargets(max_message_bytes, tls)
@@ -100,12 +104,14 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
     def connect(sink: Sink) -> ExecutorHooks:  # the streams open below, once the executor exists
         targets.bind(sink, (endpoint for spec in placement.services.values() for endpoint in spec.replicas))
         return ExecutorHooks(route, placement.is_colocated, hosts, _materialize, on_edge or ignore_edge,
-                             _lockstep(placement, targets, lockstep_nodes), peer_routes=True)
+                             _lockstep(placement, targets, lockstep_nodes), peer_routes=True,
+                             on_silent=on_silent or ignore_silence)
 
     liveness = executor = None
     try:
         executor = Executor(graph, connect, inner_loops, tracer, speculate=speculate, run_timeout_s=run_timeout_s,
-                            pacing=pacing, linger_s=LINGER_S)  # a Run stream write costs: clean-ups ride along
+                            pacing=pacing, linger_s=LINGER_S,  # a Run stream write costs: clean-ups ride along
+                            silence_s=silence_s)
         await targets.start()
         liveness = asyncio.create_task(_check_liveness(executor))
         yield executor
@@ -118,9 +124,10 @@ async def remote_executor(graph: WalkGraph, placement: Placement, inner_loops=fr
 
 
 async def _check_liveness(executor: Executor) -> None:
-    """A dropped request fails within run_timeout_s plus a quarter of it."""
+    """A hung replica's requests fail within silence_s, a dropped request within
+    run_timeout_s, each plus one interval (a 16th of the shorter)."""
     while True:
-        await asyncio.sleep(executor.run_timeout_s / 4)
+        await asyncio.sleep(executor.liveness.interval_s)
         executor.check_liveness()
 
 

@@ -4,13 +4,16 @@ node and item where a service found it.
 A service refuses a request where it finds the fault, and the runtime and the executor
 say where: "node talker: items[0].open (node talker): params.max_frames is 5000, ...".
 A client needs the field it sent, first (the gateway maps a leading field to its own
-name: `params.max_new_tokens` -> `max_tokens`). Two shapes are put in those terms:
+name: `params.max_new_tokens` -> `max_tokens`). Three shapes are put in those terms:
 
 - a service's message that starts with a request param (`params.NAME ...`): the message
   alone, without the location;
 - the engines' context check, "prompt (P tokens) + max_new_tokens (M) = T is past the
   context length C": `params.max_new_tokens` when the request set it and the prompt
-  leaves room, else the field the prompt came in (`messages`, `text` or `input_ids`).
+  leaves room, else the field the prompt came in (`messages`, `text` or `input_ids`);
+- the encoder's refusal of a media part, "open.inputs[image][1]: corrupt image data"
+  (the request's second image): the content part it came in, by message and index and
+  kind, "messages[0].content[3].image: corrupt image data".
 
 Anything else keeps the executor's message. The request's trace keeps the original.
 """
@@ -23,6 +26,7 @@ _FIELD_STATUSES = ("INVALID_ARGUMENT", "OUT_OF_RANGE")
 _NODE = re.compile(r"^node [^:\s]+: ")
 _ITEM = re.compile(r"^items\[\d+\](?:\.\w+)* \(node [^)]+\): ")
 _PARAM = re.compile(r"^params\.\w+\b")
+_MEDIA = re.compile(r"^open\.inputs\[(audio|image|video)\](?:\[(\d+)\])?")
 _CONTEXT = re.compile(r"^prompt \((\d+) tokens\) \+ max_new_tokens \((\d+)\) = \d+ is past the context "
                       r"length (\d+)$")
 
@@ -39,19 +43,39 @@ def prompt_field(request) -> str | None:
 def client_failure(error, request):
     """`error`, the executor's RequestFailed for a GenerateRequest `request`, as the same
     error with its message in the client's terms."""
-    message = in_client_terms(error.status, str(error), prompt_field(request), request.params.fields)
+    message = in_client_terms(error.status, str(error), prompt_field(request), request.params.fields,
+                              media_fields(request))
     return type(error)(error.status, message)
 
 
-def in_client_terms(status: str, message: str, prompt: str | None, set_params: Collection[str]) -> str:
+def media_fields(request) -> list[tuple[str, str]]:
+    """(kind, field) of each media part of a GenerateRequest's messages, in prompt order:
+    ("image", "messages[0].content[1].image")."""
+    out = []
+    for i, message in enumerate(request.messages):
+        for j, part in enumerate(message.content):
+            kind = part.WhichOneof("part")
+            if kind not in (None, "text"):
+                out.append((kind, f"messages[{i}].content[{j}].{kind}"))
+    return out
+
+
+def in_client_terms(status: str, message: str, prompt: str | None, set_params: Collection[str],
+                    media: list[tuple[str, str]] = ()) -> str:
     """`message` (the executor's, for a request that failed with `status`) naming the
-    request's field first where it is one of the two shapes above; else unchanged.
-    prompt: prompt_field(request); set_params: the param keys the request set."""
+    request's field first where it is one of the shapes above; else unchanged.
+    prompt: prompt_field(request); set_params: the param keys the request set; media:
+    media_fields(request)."""
     if status not in _FIELD_STATUSES:
         return message
     detail = _ITEM.sub("", _NODE.sub("", message, count=1), count=1)
     if _PARAM.match(detail):
         return detail
+    part = _MEDIA.match(detail)
+    if part is not None:
+        fields = [f for kind, f in media if kind == part.group(1)]
+        at = int(part.group(2) or 0)
+        return fields[at] + detail[part.end():] if at < len(fields) else message
     found = _CONTEXT.match(detail)
     if found is None:
         return message

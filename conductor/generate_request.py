@@ -5,9 +5,13 @@
     executor.generate(parsed.request_id, parsed.inputs, parsed.params)
 
 Every field a client sets is bounded (conductor.input_limits): names and the request id
-by length, input_ids by count and value, each named tensor by rank and bytes, the params
-by encoded size and by the model's typed params (NaN, infinities, overflowing integers,
-wrong types and unknown keys are refused there), and the request as a whole by bytes.
+by length, text by its size before it is tokenized (conductor.prompt_size), input_ids by
+count and value, each named tensor by name (an input of the model), rank, bytes, and by
+what the model declares of it (core.input_spec, checked by conductor.input_check: dtype,
+rank, ids >= 0), the params by encoded size and by the model's typed params (NaN,
+infinities, overflowing integers, wrong types and unknown keys are refused there), and
+the request as a whole by bytes.
+The servicer runs this off the event loop (conductor.request_intake).
 `input_ids` travel at the narrowest integer width that holds them (uint8, int16, int32 or
 int64): a prompt of any real vocabulary goes as int32, not widened to int64; every
 consumer reads ids of any integer dtype. Messages echo a client's strings cut short: a
@@ -15,6 +19,7 @@ megabyte of model name must not come back as a megabyte of status details.
 """
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -22,10 +27,14 @@ from typing import Any, Mapping
 from conductor.chat_request import prompt_inputs
 from conductor.client_events import WantedOutputs
 from conductor.input_limits import InputLimits
+from conductor.input_check import check_input
 from conductor.model import ServedModel
+from conductor.prompt_size import check_prompt_size
 from core.errors import InvalidArgument
 from protos.starmesh.v1 import conductor_pb2 as pb
+from protos.starmesh.v1 import tensor_pb2
 from runtime.item_proto import params_from_struct
+from transport.dtypes import ELEMENT_SIZES
 from transport.ref_proto import ref_from_proto
 
 # (dtype name, exclusive upper bound): the first that holds every id is used.
@@ -62,16 +71,20 @@ def parse_generate_request(req, model: ServedModel, limits: InputLimits, tokeniz
     messages: conductor.chat_request)."""
     request_id = _request_id(req.request_id, limits)
     wanted = wanted_outputs(req, model, limits)
-    total = len(req.text.encode()) + sum(_part_bytes(p) for m in req.messages for p in m.content)
+    total = check_prompt_size(req, model, limits, exact=True)
+    total += sum(_media_bytes(p) for m in req.messages for p in m.content)
     inputs: dict[str, tuple] = {}
     if len(req.input_ids):
+        if "input_ids" not in model.input_names:
+            raise InvalidArgument(f"input_ids: model {model.name!r} takes no input_ids (its inputs: "
+                                  f"{sorted(model.input_names)})")
         ids, nbytes = input_ids_tensor(req.input_ids, limits)
         inputs["input_ids"], total = (ids,), total + nbytes
     if len(req.inputs) > limits.max_inputs:
         raise InvalidArgument(f"inputs has {len(req.inputs)} tensors, over the limit of {limits.max_inputs} "
                               "(max_inputs)")
     for i, nt in enumerate(req.inputs):
-        ref = _named_tensor(nt, i, inputs, limits)
+        ref = _named_tensor(nt, i, inputs, limits, model)
         inputs[nt.name], total = (ref,), total + ref.nbytes
     params = _params(req, model, limits)
     total += req.params.ByteSize()
@@ -82,9 +95,10 @@ def parse_generate_request(req, model: ServedModel, limits: InputLimits, tokeniz
     return GenerateInputs(request_id, inputs, params, total, wanted)
 
 
-def _part_bytes(part) -> int:
+def _media_bytes(part) -> int:
+    """A media part's file bytes (0 for text, counted with the text, or a part with nothing set)."""
     kind = part.WhichOneof("part")
-    return len(part.text.encode()) if kind == "text" else len(getattr(part, kind).data) if kind else 0
+    return len(getattr(part, kind).data) if kind not in (None, "text") else 0
 
 
 def _request_id(value: str, limits: InputLimits) -> str:
@@ -140,7 +154,7 @@ def input_ids_tensor(ids, limits: InputLimits):
     return wide.to(getattr(torch, dtype)), nbytes
 
 
-def _named_tensor(nt, i: int, inputs: dict, limits: InputLimits):
+def _named_tensor(nt, i: int, inputs: dict, limits: InputLimits, model: ServedModel):
     if not nt.name:
         raise InvalidArgument(f"inputs[{i}].name is empty")
     if len(nt.name) > limits.max_name_len:
@@ -155,16 +169,34 @@ def _named_tensor(nt, i: int, inputs: dict, limits: InputLimits):
     if len(nt.tensor.shape) > limits.max_rank:
         raise InvalidArgument(f"{field}.shape has {len(nt.tensor.shape)} dimensions, over the limit of "
                               f"{limits.max_rank} (max_rank)")
+    nbytes = _claimed_nbytes(nt.tensor)  # from dtype and shape: a tensor past the limit is not copied out
+    if nbytes > limits.max_input_bytes:
+        raise InvalidArgument(f"{field} is {nbytes} bytes, over the limit of {limits.max_input_bytes} "
+                              "(max_input_bytes)")
     ref = ref_from_proto(nt.tensor, field)
     if ref.kind != "inline":
         # An shm or Mooncake reference names memory of some process in the mesh; the
         # conductor hands no arena to clients, so none of those is a client's to name.
         raise InvalidArgument(f"{field}.tensor is a {ref.kind} reference: a client sends its tensors inline "
                               "(inline_bytes)")
-    if ref.nbytes > limits.max_input_bytes:
-        raise InvalidArgument(f"{field} is {ref.nbytes} bytes, over the limit of {limits.max_input_bytes} "
-                              "(max_input_bytes)")
+    if nt.name not in model.input_names:
+        raise InvalidArgument(f"{field}: {short(nt.name)} is not an input of model {model.name!r} (its inputs: "
+                              f"{sorted(model.input_names)})")
+    spec = model.input_specs.get(nt.name)
+    if spec is not None:
+        check_input(spec, field, ref, model.name)
     return ref
+
+
+def _claimed_nbytes(msg) -> int:
+    """The bytes a TensorRef message's dtype and shape make (0 where they make none: an
+    unknown dtype or a negative dimension, which ref_from_proto then refuses by name)."""
+    if msg.dtype not in tensor_pb2.DType.values() or any(d < 0 for d in msg.shape):
+        return 0
+    name = tensor_pb2.DType.Name(msg.dtype).removeprefix("DTYPE_").lower()  # DTYPE_FLOAT32 -> float32
+    if name not in ELEMENT_SIZES:
+        return 0
+    return ELEMENT_SIZES[name] * math.prod(msg.shape)
 
 
 def _params(req, model: ServedModel, limits: InputLimits) -> dict[str, Any]:

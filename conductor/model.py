@@ -8,6 +8,7 @@ from typing import Any, Callable, Mapping
 
 from conductor.placement import Placement
 from core.errors import GraphError, InvalidArgument
+from core.input_spec import InputSpec
 from core.pace import NodePace
 from graph.walk import WalkGraph
 
@@ -40,7 +41,9 @@ class ServedModel:
     with its next audio chunk (conductor.text_hold; 0: each goes as it comes).
     default_params: the params every request starts from (e.g. a released model's sampling
     defaults, where they differ from the params class's); the request's own keys win, and
-    ListModels shows these as the defaults."""
+    ListModels shows these as the defaults. input_specs: walk input name -> what it takes
+    (core.input_spec: dtype kind, rank, its own byte bound), checked at the front door;
+    an input without one is bounded only by the InputLimits."""
 
     name: str
     graph: WalkGraph
@@ -61,6 +64,7 @@ class ServedModel:
     ttfa_target_s: float = 0.0  # when a paced stream's first audio is due after admission (conductor.playback)
     max_held_text: int = 0  # a stream with audio: text deltas wait for its next batch, up to this many (text_hold)
     default_params: Mapping[str, Any] = field(default_factory=dict)
+    input_specs: Mapping[str, InputSpec] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -87,6 +91,7 @@ class ServedModel:
         if self.default_params and self.params is None:
             raise GraphError(f"model {self.name}: default_params need a params class to check them against")
         self.parse_params(self.default_params)  # each key one of its params, each value in range
+        self._check_input_specs()
         self.placement.validate(self.graph)
         unknown = sorted(self.lockstep_nodes - set(self.graph.node_by_name))
         if unknown:
@@ -95,6 +100,15 @@ class ServedModel:
             raise ValueError(f"model {self.name}: the placement has lockstep groups "
                              f"{sorted(self.placement.lockstep_groups)} but the model names no lockstep nodes "
                              "(the runs to pad across their ranks)")
+
+    def _check_input_specs(self) -> None:
+        object.__setattr__(self, "input_specs", MappingProxyType(dict(self.input_specs)))
+        for name, spec in self.input_specs.items():
+            if name not in self.input_names:
+                raise GraphError(f"model {self.name}: input_specs[{name!r}] is not an input of its walks "
+                                 f"(have {sorted(self.input_names)})")
+            if not isinstance(spec, InputSpec):
+                raise GraphError(f"model {self.name}: input_specs[{name!r}] must be an InputSpec, got {spec!r}")
 
     def _check_outputs(self) -> None:
         outputs = self.output_names
@@ -131,6 +145,11 @@ class ServedModel:
         """What a client can ask of it (MODALITIES order)."""
         kinds = set(self.output_kinds.values())
         return tuple(m for m in MODALITIES if m in kinds)
+
+    @property
+    def input_names(self) -> frozenset[str]:
+        """Every walk input of the model."""
+        return frozenset(name for walk in self.graph.walks for name in walk.input_names)
 
     @property
     def output_names(self) -> frozenset[str]:

@@ -1,8 +1,10 @@
 """The conductor's view of its replicas' health: one gRPC `Health.Watch` per replica.
 
 A replica is serving while its watch says SERVING; NOT_SERVING (a draining replica),
-a broken watch (a dead process) or a refused connection mark it down at once, and it
-is watched again with a capped backoff until it answers (a restarted replica rejoins
+a broken watch (a dead process, or a stopped one: keepalive pings go unanswered,
+runtime/keepalive.py), a refused connection, or silence on its Run streams while it
+holds requests (`suspect`, from conductor.liveness) mark it down at once, and it is
+watched again with a capped backoff until it answers (a restarted replica rejoins
 without anything else restarting). Each change goes to `on_change(endpoint,
 is_serving)`: the replica selectors stop choosing a replica that is down, and the
 conductor's per-model health follows. Replicas that join while it runs are watched
@@ -17,14 +19,16 @@ from typing import Callable, Iterable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from runtime.keepalive import CHANNEL_OPTIONS
 from runtime.tls import aio_channel
 
 log = logging.getLogger(__name__)
 
 OnChange = Callable[[str, bool], None]
 # A connection of its own per watch: a replica that just restarted is reached without the
-# reconnect backoff the failed attempts left on a shared subchannel.
-_OPTIONS = (("grpc.use_local_subchannel_pool", 1),)
+# reconnect backoff the failed attempts left on a shared subchannel. Keepalive pings: a
+# stopped replica keeps its end of the watch open, and only a missed ping ends it.
+_OPTIONS = (("grpc.use_local_subchannel_pool", 1), *CHANNEL_OPTIONS)
 
 
 class ReplicaHealth:
@@ -53,6 +57,17 @@ class ReplicaHealth:
         if endpoint not in self._tasks:
             self.serving[endpoint] = False
             self._start_watch(endpoint)
+
+    def suspect(self, endpoint: str, why: str) -> None:
+        """A replica that went silent on its Run streams (conductor.liveness): down at once,
+        and watched again on a new connection, so it is up again only once it answers (a
+        hung process keeps its old watch open and quiet); a no-op when not watched."""
+        task = self._tasks.get(endpoint)
+        if task is None:
+            return
+        self._set(endpoint, False, why)
+        task.cancel()
+        self._start_watch(endpoint)
 
     def unwatch(self, endpoint: str) -> None:
         """Stops watching a replica that left; nothing more is said about it."""

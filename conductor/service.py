@@ -1,7 +1,8 @@
 """The conductor as a gRPC service: `Conductor.Generate` and `ListModels` (the front door).
 
 Thin servicer: checks and converts a GenerateRequest to walk inputs
-(conductor.generate_request, within the InputLimits), runs the executor, converts
+(conductor.generate_request, within the InputLimits, off the event loop:
+conductor.request_intake), runs the executor, converts
 each walk output to a GenerateEvent. Client cancellation or deadline closes the
 generator, which cancels the request on every service it reached.
 """
@@ -31,8 +32,10 @@ from conductor.replica_targets import ReplicaTargets
 from conductor.replicas import ReplicaSelector
 from protos.starmesh.v1 import conductor_pb2 as pb
 from protos.starmesh.v1 import conductor_pb2_grpc
-from conductor.generate_request import parse_generate_request, served_model
+from conductor.generate_request import served_model
 from conductor.input_limits import InputLimits
+from conductor.request_intake import IntakeConfig, RequestIntake
+from conductor.kept_contexts import KeptContexts
 from conductor.text_hold import TextHold
 from conductor.tokenizer import load_tokenizer
 from runtime.grpc_status import map_errors
@@ -48,18 +51,18 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
 
     @map_errors
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
-        async with contextlib.aclosing(self._batches(request, hold_text=False)) as batches:
+        async with contextlib.aclosing(self._batches(request, context, hold_text=False)) as batches:
             async for batch in batches:  # a message per event: holding text would save nothing
                 for event in batch:
                     yield event
 
     @map_errors
     async def GenerateBatches(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
-        async with contextlib.aclosing(self._batches(request)) as batches:
+        async with contextlib.aclosing(self._batches(request, context)) as batches:
             async for batch in batches:
                 yield pb.GenerateEventBatch(events=batch)
 
-    async def _batches(self, request: pb.GenerateRequest, hold_text: bool = True):
+    async def _batches(self, request: pb.GenerateRequest, context, hold_text: bool = True):
         """The request's GenerateEvents, as lists of those made from outputs that arrived
         together (never empty); Usage last. hold_text: a request that gets audio sends its
         text deltas with its next batch (conductor.text_hold; the model's max_held_text)."""
@@ -70,12 +73,17 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
         t0 = time.perf_counter()
         meter = RequestMeter(self.service.metrics, model, t0)
         outcome = "failed"
+        selector, report = self.service.selectors.get(model.name), {}
+        request_id = ""
         try:
             tokenizer = self.service.tokenizers.get(model.name)
-            parsed = parse_generate_request(request, model, self.service.limits, tokenizer)  # before any work
+            parsed = await self.service.intake.parse(request, model, tokenizer)  # before any work, off the loop
             events = RequestEvents(model, self.service.outputs, parsed.request_id,
                                    tokenizer if model.decode_text else None, parsed.wanted, t0,
                                    prompt_tokens=_num_ids(parsed.inputs))
+            request_id, events.report = parsed.request_id, report
+            uses = self.service.contexts.begin(request_id, parsed.params, context.invocation_metadata(), selector,
+                                               _prompt_ids(parsed.inputs))
             hold = TextHold(model.max_held_text if hold_text and events.wants_audio else 0)
             playback = Playback(model.sample_rate, time.time(), model.ttfa_target_s) \
                 if model.pacing and model.sample_rate else None
@@ -86,7 +94,8 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
                     playback.admitted(time.time())
                 silent = parsed.wanted.silent(model.output_kinds, model.output_names)
                 stream = executor.generate_batches(parsed.request_id, parsed.inputs, parsed.params,
-                                                   parsed.wanted.kinds(model.output_kinds), playback, silent)
+                                                   parsed.wanted.kinds(model.output_kinds), playback, silent,
+                                                   uses, report)
                 async with contextlib.aclosing(stream):
                     async for outputs in stream:
                         batch, played = [], []
@@ -107,6 +116,9 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             raise
         finally:
             meter.end(outcome, time.perf_counter())
+            if selector is not None and request_id:
+                selector.release(request_id)  # its pins and context affinity
+            self.service.contexts.end(report)
         yield hold.rest() + events.end(time.perf_counter())
 
     @staticmethod
@@ -130,6 +142,15 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
     async def ListModels(self, request, context):
         tokenizers = self.service.tokenizers
         return pb.ListModelsResponse(models=[model_info(m, m.name in tokenizers) for m in self.service.models])
+
+
+def _prompt_ids(inputs: dict, limit: int = 16384) -> list[int]:
+    """The leading prompt ids when the conductor holds them as a tensor (it tokenized the
+    text, or parsed the ids), for prefix-aware replica choice; [] for a client's TensorRef."""
+    ids = inputs.get("input_ids")
+    if not ids or not callable(getattr(ids[0], "numel", None)):
+        return []
+    return ids[0].reshape(-1)[:limit].tolist()
 
 
 def _num_ids(inputs: dict) -> int:
@@ -160,14 +181,16 @@ class ConductorService:
     def __init__(self, models: list[ServedModel], telemetry=None, metrics: ConductorMetrics | None = None,
                  limits: InputLimits | None = None, tls=None, api_key: str = "",
                  admission: Admission | None = None, run_timeout_s: float = 10.0,
-                 max_message_bytes: int = 64 << 20) -> None:
-        """limits: what one request may carry (conductor.input_limits); admission: every
+                 max_message_bytes: int = 64 << 20, intake: IntakeConfig | None = None) -> None:
+        """limits: what one request may carry (conductor.input_limits); intake: how many
+        requests are parsed at once, off the event loop (conductor.request_intake); admission: every
         request limit (default limits per model when None); run_timeout_s: a request a
         replica stopped listing in its heartbeats fails then; max_message_bytes: the
         message limit of the Run streams to replicas (no frame passes it)."""
         self.models = models
         self.served = {m.name: m for m in models}
         self.limits = limits or InputLimits()
+        self.intake = RequestIntake(self.limits, intake)
         self.max_message_bytes = max_message_bytes
         self.tls = tls
         self.server_interceptors = (ApiKeyInterceptor(api_key, self.service_names),) if api_key else ()
@@ -179,6 +202,7 @@ class ConductorService:
         self.run_timeout_s = run_timeout_s
         self.executors: dict[str, Executor] = {}
         self.selectors = {m.name: ReplicaSelector(m.placement) for m in models}
+        self.contexts = KeptContexts()
         endpoints = {r for m in models for spec in m.placement.services.values() for r in spec.replicas}
         self.replica_health = ReplicaHealth(endpoints, self._replica_changed, tls)
         self.targets: dict[str, ReplicaTargets] = {}  # model -> its executor's streams
@@ -249,7 +273,8 @@ class ConductorService:
                                 lockstep_nodes=model.lockstep_nodes, on_edge=on_edge,
                                 tls=self.tls, run_timeout_s=self.run_timeout_s,
                                 selector=self.selectors[model.name], max_message_bytes=self.max_message_bytes,
-                                targets=self.targets[model.name], pacing=model.pacing))
+                                targets=self.targets[model.name], pacing=model.pacing,
+                                on_silent=self.replica_health.suspect))  # a hung replica: down at once
             self.executors[model.name] = executor
         self._publish_health()
         self.membership.start()
@@ -269,3 +294,4 @@ class ConductorService:
 
     def close(self) -> None:
         self.outputs.close()
+        self.intake.close()

@@ -9,6 +9,7 @@ import logging
 from typing import Any, Callable
 
 from conductor.dispatch import Dispatch
+from core.errors import Unavailable
 from runtime.items import AcceptRoute, InboundItem, OpenNode
 from runtime.message_split import oversized_error
 from runtime.parts import part_name
@@ -95,6 +96,15 @@ class InProcessTarget:
 
     async def close(self) -> None:
         self.step_loop.stop(timeout=10)
+
+
+def broken_reason(exc: BaseException) -> str:
+    """Why a stream broke, for the requests it fails: a gRPC error as "CODE: details" (a
+    stopped replica's reads "UNAVAILABLE: ... ping timeout"), anything else as its text."""
+    code, details = getattr(exc, "code", None), getattr(exc, "details", None)
+    if callable(code) and callable(details):
+        return f"{code().name}: {details()}"
+    return str(exc) or type(exc).__name__
 
 
 class RemoteTarget:
@@ -186,6 +196,11 @@ class RemoteTarget:
             self.broken = exc
             self.sink([], self)  # the executor fails every request this stream carried
 
+    def abandon(self, reason: str) -> None:
+        """Gives the stream up from outside, as if it broke (its replica went silent:
+        conductor.liveness): the next request opens a new one, the replica may be back."""
+        self._break(Unavailable(reason))
+
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -195,11 +210,12 @@ class RemoteTarget:
 
 def run_item(request_id: str, walk: str, dispatch: Dispatch, params: dict, convert, traceparent: str = "", scope=None,
              consumer_host_ids: tuple[str, ...] = (), routes: tuple = (), pace=None,
-             quiet: tuple[str, ...] | None = None):
+             quiet: tuple[str, ...] | None = None, contexts: tuple = ()):
     """The Run item for a dispatch: an OpenNode, or a PushChunk into an open loop run.
     routes: the routed streaming edges the run feeds (conductor.route_plan); pace: when
     the node's items are due (core.pace; a chunk run's from its first new item on);
-    quiet: the ports its service keeps to itself (None: those only routed edges read)."""
+    quiet: the ports its service keeps to itself (None: those only routed edges read);
+    contexts: the request's kept KV contexts (core.context_use), on every run it opens."""
     from runtime.items import PushChunk, StopRule, StreamInput
 
     if dispatch.push:
@@ -224,5 +240,5 @@ def run_item(request_id: str, walk: str, dispatch: Dispatch, params: dict, conve
     return OpenNode(
         request_id, dispatch.node, walk, dispatch.iteration, named_parts(dispatch.inputs, convert),
         params, stop, traceparent, consumer_host_ids=consumer_host_ids, credits=dispatch.credits, chunk=dispatch.chunk,
-        stream=stream, routes=routes, quiet_ports=quiet, max_iters=max_iters, pace=pace,
+        stream=stream, routes=routes, quiet_ports=quiet, max_iters=max_iters, pace=pace, contexts=contexts,
     )

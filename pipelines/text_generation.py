@@ -28,10 +28,11 @@ def text_generation_graph(max_new_tokens: int = 4096, name: str = "text") -> Wal
 
 def text_model(name: str, placement, max_new_tokens: int = 4096):
     """The graph as the conductor serves it: the decode loop inside the thinker, TextParams."""
+    from core.input_spec import TOKEN_IDS
     from conductor.model import ServedModel
     from pipelines.prompt_format import ChatTemplate
     from engine.sampling_params import TextParams
 
     graph = text_generation_graph(max_new_tokens, name=name)
     return ServedModel(name, graph, placement, {DECODE_LOOP}, params=TextParams, output_kinds=OUTPUT_KINDS,
-                       tokenizer_node="prefill", prompt=ChatTemplate())
+                       tokenizer_node="prefill", prompt=ChatTemplate(), input_specs={"input_ids": TOKEN_IDS})

@@ -56,17 +56,19 @@ class QueuedOpens:
             return frozenset().union(*self._batches.get(stream_id, {}).values())
 
 
-def known_requests(queued: QueuedOpens, stream_id: str, table_streams: dict[str, set]) -> tuple[str, ...]:
+def known_requests(queued: QueuedOpens, stream_id: str, table_streams: dict[str, set],
+                   wire_id: Callable[[str], str] = str) -> tuple[str, ...]:
     """What a stream's heartbeat lists. Queued ones are read first: a batch leaves the
     queue only after its requests entered the table, so no request falls between the
     two reads. `frozenset(a set)` copies in one step under the GIL, while the engine
-    thread may be changing that set."""
+    thread may be changing that set. wire_id: a table id -> the id the stream named it by
+    (runtime.request_scope)."""
     pending = queued.snapshot(stream_id)
     try:
         in_table = frozenset(table_streams.get(stream_id, ()))
     except RuntimeError:  # changed size while copied (not expected under the GIL): skip a beat
         return tuple(pending)
-    return tuple(sorted(pending | in_table))
+    return tuple(sorted(pending | {wire_id(r) for r in in_table}))
 
 
 async def beat(known: Callable[[], Iterable[str]], send: Callable[[Alive], None], interval_s: float) -> None:

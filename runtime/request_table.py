@@ -5,21 +5,27 @@ Only the step loop's engine thread touches a RequestTable, so it has no locks.
 A request stays known until Cancel or the end of its stream (the component may
 keep state such as KV blocks between node runs); a node run ends at its
 NodeDone or NodeError, which closes its resolved inputs and its spans.
+
+Request ids are scoped to the stream that opened them (`scoped`, runtime.request_scope):
+the table, the component and the transport see local ids, the streams the ids they named.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from runtime.items import AcceptRoute, Cancel, ConsumedLease, Credit, NodeError, OpenNode, Release, Repace
+from runtime.items import AcceptRoute, Cancel, ConsumedLease, Credit, NodeError, OpenNode, PushChunk, Release, Repace
+from runtime.request_scope import RequestScopes
 from runtime.telemetry import extract_context
 
 log = logging.getLogger(__name__)
 RunKey = tuple[str, str, tuple[int, ...]]
+_NAMING = (OpenNode, AcceptRoute, Cancel, Release, Credit, Repace, PushChunk)  # items that name a request
+_OPENING = (OpenNode, AcceptRoute)
 
 
 @dataclass
@@ -75,6 +81,29 @@ class RequestTable:
         self.requests: dict[str, RequestState] = {}
         self.runs: dict[RunKey, NodeRun] = {}  # (request_id, node, iteration)
         self.streams: dict[str, set[str]] = {}  # stream id -> request ids it carries
+        self.scopes = RequestScopes()
+
+    def scoped(self, stream_id: str, item: Any) -> Any:
+        """`item` naming the request it means on `stream_id` (runtime.request_scope): an
+        opening item for an id another stream holds gets a request of its own; a later
+        item names that one. Routed pushes keep theirs: their token names the request."""
+        if not isinstance(item, _NAMING) or (isinstance(item, PushChunk) and item.route):
+            return item
+        run = item.run if isinstance(item, AcceptRoute) else item
+        local = self.scopes.local(stream_id, run.request_id)
+        if local is None:
+            state = self.requests.get(run.request_id)
+            if state is None or not isinstance(item, _OPENING) or (
+                    state.stream_id == stream_id and not self.scopes.is_local(run.request_id)):
+                return item  # its own request, a new one, or another's (refused by `refusal`)
+            local = self.scopes.make(stream_id, run.request_id, self.requests.__contains__)
+        if isinstance(item, AcceptRoute):
+            return replace(item, run=replace(run, request_id=local))
+        return replace(item, request_id=local)
+
+    def wire_id(self, request_id: str) -> str:
+        """The id the request's stream named (what spans and heartbeats show)."""
+        return self.scopes.wire_id(request_id)
 
     def add_stream(self, stream_id: str) -> None:
         self.streams.setdefault(stream_id, set())
@@ -97,6 +126,17 @@ class RequestTable:
         service drains, is refused."""
         if not isinstance(item, (OpenNode, Cancel, Release, Credit, AcceptRoute, Repace)):
             return None
+        refused = self._refusal(stream_id, field, item, is_draining)
+        if refused is not None:
+            local = refused.request_id
+            wire = self.scopes.wire_for(stream_id, local)
+            if wire != local:  # the stream hears of the id it named
+                refused = replace(refused, request_id=wire)
+                if local not in self.requests:  # made for this item, which opens nothing
+                    self.scopes.forget(local)
+        return refused
+
+    def _refusal(self, stream_id: str, field: str, item: Any, is_draining: bool) -> NodeError | None:
         run = item.run if isinstance(item, AcceptRoute) else item
         rid, node = run.request_id, getattr(run, "node", "")
         kind = type(item).__name__.lower()
@@ -143,7 +183,7 @@ class RequestTable:
             f"node {item.node}",
             context=extract_context(item.traceparent, item.tracestate),
             attributes={
-                "starmesh.request_id": item.request_id,
+                "starmesh.request_id": self.scopes.wire_id(item.request_id),
                 "starmesh.walk": item.walk,
                 "starmesh.node": item.node,
                 "starmesh.iteration": list(item.iteration),
@@ -188,6 +228,7 @@ class RequestTable:
         state = self.requests.pop(request_id, None)
         if state is not None:
             self.streams.get(state.stream_id, set()).discard(request_id)
+        self.scopes.forget(request_id)
 
     def drop_stream(self, stream_id: str) -> list[str]:
         """Forgets a stream; returns the requests it carried (already dropped)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 from opentelemetry.trace import Status, StatusCode
 
@@ -104,7 +104,10 @@ class InRoute:
 
 
 class InboundRoutes:
-    def __init__(self) -> None:
+    def __init__(self, wire_id: Callable[[str], str] = str) -> None:
+        """wire_id: a request's id -> the id its stream named (runtime.request_scope): what
+        a producer names a push's request by."""
+        self.wire_id = wire_id
         self.routes: dict[str, InRoute] = {}
         self.by_id: dict[int, InRoute] = {}  # route_id(token) -> route
         self.unclaimed: OrderedDict[int, list] = OrderedDict()  # route id -> [(stream, name, push, tensors)]
@@ -136,8 +139,8 @@ class InboundRoutes:
             self._hold(stream_id, name, push, tensors, key)
             return None
         run = route.accept.run
-        if rid is None and (push.request_id, push.node, push.iteration, push.port) != (
-                run.request_id, run.node, run.iteration, route.accept.port):
+        if rid is None and ((push.node, push.iteration, push.port) != (run.node, run.iteration, route.accept.port)
+                            or push.request_id not in (run.request_id, self.wire_id(run.request_id))):
             raise RoutePermissionDenied(f"push.route: the token is not granted for {push.node}{list(push.iteration)}"
                                         f".{push.port} of request {push.request_id!r}")
         if route.sender and route.sender != stream_id:

@@ -66,8 +66,9 @@ class PeerSender:
         for ev in events:
             if isinstance(ev, RouteCredit):
                 out = self.out.credit(ev.token, ev.amount)
-                if ev.lease_ids:
-                    self.transport.release(list(ev.lease_ids), request_id=ev.request_id or None)
+                if ev.lease_ids:  # the route's own request's share, whatever id the consumer knows it by
+                    owner = out.request_id if out is not None else ev.request_id
+                    self.transport.release(list(ev.lease_ids), request_id=owner or None)
                 for key in self.out.keys_of(out) if out is not None else ():
                     if self.out.has_room(*key):
                         self.gate.unblock(key)

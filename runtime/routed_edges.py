@@ -47,7 +47,7 @@ class RoutedEdges:
         self.peers = peers
         self.tracer = tracer or trace.NoOpTracer()
         self.out = OutboundRoutes()
-        self.inb = InboundRoutes()
+        self.inb = InboundRoutes(table.wire_id)
         self.names: dict[str, str] = {}  # peer stream -> the producer's own name
         self.sender = PeerSender(self.out, transport, peers, gate, fail, drop, self._credit_now)
         # while a PushBatch is applied to a component with push_rows: (its rows,), and the
@@ -106,7 +106,7 @@ class RoutedEdges:
         if self.table.owner(route.request_id) != route.owner:
             close_unused(tensors)  # the request was cancelled meanwhile
             return
-        if rid is not None and not push.request_id:  # held before its grant: now it has a route
+        if push.request_id != route.request_id:  # held before its grant, or named by the id its stream knows
             push = self.inb.identify(route, push)
         if route.accept.push:
             self._push_into_run(route, push, tensors, field)
@@ -223,7 +223,8 @@ class RoutedEdges:
         """The edge's statistics for the conductor, and its spans in the request's trace."""
         stats = summary(route)
         run = route.accept.run
-        route.recorder.emit_spans(self.tracer, extract_context(run.traceparent, run.tracestate), run.request_id)
+        route.recorder.emit_spans(self.tracer, extract_context(run.traceparent, run.tracestate),
+                                  self.table.wire_id(run.request_id))
         return {"edge": stats} if stats else {}
 
     def _credit(self, route: InRoute, amount: int, consumed) -> None:

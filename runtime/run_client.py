@@ -16,6 +16,7 @@ import grpc
 from protos.starmesh.v1 import component_pb2, component_pb2_grpc
 from runtime.items import InboundItem, NodeDone, NodeError, OutboundEvent
 from runtime.item_proto import events_from_proto, items_to_proto
+from runtime.keepalive import CHANNEL_OPTIONS
 from runtime.message_split import split
 from runtime.tls import TlsConfig, aio_channel
 
@@ -38,6 +39,7 @@ class ComponentClient:
         options = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
+            *CHANNEL_OPTIONS,  # a replica that stops answering breaks the stream (runtime/keepalive.py)
         ]
         if fresh_connection:
             options.append(("grpc.use_local_subchannel_pool", 1))

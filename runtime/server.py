@@ -28,6 +28,7 @@ from core.priority import MAX_NICE, is_nice
 from runtime.decode_guard import DecodeGuard
 from runtime.health_list import ListingHealthServicer
 from runtime.heap import settle_heap
+from runtime.keepalive import SERVER_OPTIONS
 from runtime.settle_calls import settle_calls
 from runtime.telemetry import Telemetry
 from runtime.tls import TlsConfig
@@ -91,6 +92,8 @@ class ServerConfig:
             # a port another process listens on fails to bind, rather than splitting
             # connections between two servers (gRPC sets SO_REUSEPORT by default)
             ("grpc.so_reuseport", 0),
+            # pings from the mesh's channels are welcome; stopped clients are found (runtime/keepalive.py)
+            *SERVER_OPTIONS,
         ]
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from opentelemetry import trace
@@ -108,8 +109,8 @@ class StepLoop:
         self._is_draining = True
 
     def known_requests(self, stream_id: str) -> tuple[str, ...]:
-        """The requests a stream's heartbeat lists (runtime.heartbeat); event loop."""
-        return known_requests(self._queued, stream_id, self._table.streams)
+        """The requests a stream's heartbeat lists, by the ids it named (runtime.heartbeat); event loop."""
+        return known_requests(self._queued, stream_id, self._table.streams, self._table.wire_id)
 
     @property
     def num_queued(self) -> int:
@@ -179,6 +180,7 @@ class StepLoop:
             self._inbox.handled()
 
     def _handle_item(self, stream_id: str, field: str, item: Any) -> None:
+        item = self._table.scoped(stream_id, item)  # its request ids as this stream's (runtime.request_scope)
         refusal = self._table.refusal(stream_id, field, item, self._is_draining)
         if refusal is not None:
             if isinstance(item, OpenNode):
@@ -382,4 +384,8 @@ class StepLoop:
             self._emit(stream_id, NodeDone(request_id, node, consumed, iteration))
 
     def _emit(self, stream_id: str, ev: OutboundEvent) -> None:
+        if len(self._table.scopes) and ev.request_id:  # a local id goes back as the id the stream named
+            wire = self._table.scopes.wire_for(stream_id, ev.request_id)
+            if wire != ev.request_id:
+                ev = replace(ev, request_id=wire)
         self._outbox.emit(stream_id, ev)

@@ -10,6 +10,15 @@ peers), so it must name every address the process is reached at (IP or DNS SANs)
 allow client authentication. With `ca` a server requires client certificates signed by
 it (mutual TLS) and a channel trusts only that CA. No config (None) is plaintext, for
 loopback-only setups.
+
+A mesh's members (`starmesh up`, cluster/mesh_ca.py) share one directory of member files
+(MEMBER_FILES: the deployment's CA and a member certificate naming MEMBER_NAME):
+
+    tls = member_tls("/path/to/mesh-tls")   # what `--mesh-tls DIR` gives a process
+
+Its channels check the server's certificate against MEMBER_NAME rather than the host
+they dial, so a member is reached at any address (a pod IP that DNS membership finds)
+and only a certificate of this deployment's CA passes.
 """
 from __future__ import annotations
 
@@ -21,6 +30,8 @@ import grpc
 from core.errors import InvalidArgument
 
 FLAGS = {"cert": "--tls-cert", "key": "--tls-key", "ca": "--tls-ca"}  # the CLI flag of each field
+MEMBER_NAME = "starmesh-member"  # the DNS name every member certificate carries
+MEMBER_FILES = {"ca": "ca.pem", "cert": "member.pem", "key": "member.key"}  # in a --mesh-tls directory
 
 
 @dataclass(frozen=True)
@@ -28,11 +39,13 @@ class TlsConfig:
     """cert, key: this process's certificate chain and private key (PEM paths), both or
     neither; ca: the CA bundle peers are checked against (PEM path), "" for the system
     roots on channels and no client authentication on servers. Errors name the flag and
-    the deployment key (tls.cert, ...) of the bad file."""
+    the deployment key (tls.cert, ...) of the bad file. server_name: the name channels
+    check a server's certificate against instead of the dialled host ("": the host)."""
 
     cert: str = ""
     key: str = ""
     ca: str = ""
+    server_name: str = ""
     cert_pem: bytes = field(init=False, repr=False, compare=False, default=b"")
     key_pem: bytes = field(init=False, repr=False, compare=False, default=b"")
     ca_pem: bytes = field(init=False, repr=False, compare=False, default=b"")
@@ -46,6 +59,8 @@ class TlsConfig:
             raise InvalidArgument(f"{_label(missing)} is missing: --tls-cert and --tls-key go together")
         if not (self.cert or self.ca):
             raise InvalidArgument("TLS needs --tls-cert/--tls-key, --tls-ca or both (no TLS: no config)")
+        if not isinstance(self.server_name, str):
+            raise InvalidArgument(f"tls server_name must be a string, got {self.server_name!r}")
         for name in FLAGS:
             if getattr(self, name):
                 object.__setattr__(self, f"{name}_pem", _read_pem(name, getattr(self, name)))
@@ -65,6 +80,10 @@ class TlsConfig:
         return grpc.ssl_channel_credentials(root_certificates=self.ca_pem or None,
                                             private_key=self.key_pem or None, certificate_chain=self.cert_pem or None)
 
+    def channel_options(self) -> list[tuple[str, str]]:
+        """What a channel adds to its options: the server name it checks (none: the host)."""
+        return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+
     def cli_args(self) -> list[str]:
         """The flags that give a child process this config (absolute paths)."""
         return [arg for name, flag in FLAGS.items() if getattr(self, name)
@@ -78,12 +97,23 @@ def tls_config(cert: str = "", key: str = "", ca: str = "") -> TlsConfig | None:
     return TlsConfig(cert, key, ca)
 
 
+def member_tls(directory: "str | Path") -> TlsConfig:
+    """The config of a mesh member from its directory of MEMBER_FILES (module docstring);
+    InvalidArgument naming --mesh-tls and the file when one is missing or not PEM."""
+    paths = {name: str(Path(directory).resolve() / file) for name, file in MEMBER_FILES.items()}
+    try:
+        return TlsConfig(paths["cert"], paths["key"], paths["ca"], server_name=MEMBER_NAME)
+    except InvalidArgument as e:
+        raise InvalidArgument(f"--mesh-tls {directory}: {e}") from None
+
+
 def aio_channel(address: str, tls: TlsConfig | None = None, options=(), interceptors=None) -> grpc.aio.Channel:
     """A grpc.aio channel to `address`: TLS with `tls`, plaintext without."""
     options = list(options)
     if tls is None:
         return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
-    return grpc.aio.secure_channel(address, tls.channel_credentials(), options=options, interceptors=interceptors)
+    return grpc.aio.secure_channel(address, tls.channel_credentials(), options=options + tls.channel_options(),
+                                   interceptors=interceptors)
 
 
 def sync_channel(address: str, tls: TlsConfig | None = None, options=()) -> grpc.Channel:
@@ -91,7 +121,7 @@ def sync_channel(address: str, tls: TlsConfig | None = None, options=()) -> grpc
     options = list(options)
     if tls is None:
         return grpc.insecure_channel(address, options=options)
-    return grpc.secure_channel(address, tls.channel_credentials(), options=options)
+    return grpc.secure_channel(address, tls.channel_credentials(), options=options + tls.channel_options())
 
 
 def _label(name: str) -> str:

@@ -15,6 +15,7 @@ from core.errors import GraphError
 METRICS_PORT = 9464  # every pod serves /metrics here, in its own network namespace
 CLUSTER_DOMAIN = "svc.cluster.local"
 TLS_DIR = "/etc/starmesh/tls"
+MESH_DIR = "/etc/starmesh/mesh"  # the members' CA and certificate (the generated Secret)
 CONFIG_DIR = "/etc/starmesh"
 CACHE_DIR = "/cache"
 

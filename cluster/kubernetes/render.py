@@ -1,5 +1,5 @@
 """`starmesh render kubernetes`: one deployment file -> the manifests that run it in a
-cluster, deterministically (the same file gives the same bytes).
+cluster, deterministically (the same file and member certificates give the same bytes).
 
     text = render_kubernetes("compose/deployments/local.yaml", image="starmesh:cpu", namespace="mesh")
 
@@ -8,7 +8,10 @@ one for a lockstep group's member, whose rank needs a stable name), a headless S
 (one A record per ready pod: what the conductor's DNS membership follows) and a
 PodDisruptionBudget. The conductor: a ConfigMap holding the in-cluster deployment file,
 a Deployment, a ClusterIP Service and a PodDisruptionBudget. The HTTP gateway, when the
-file names one: a Deployment, a ClusterIP Service and a PodDisruptionBudget.
+file names one: a Deployment, a ClusterIP Service and a PodDisruptionBudget. Unless the
+file says `mesh_tls: false`: the Secret `starmesh-mesh-tls` with the members' CA and
+certificate (cluster/mesh_ca.py: a new set per render, or the files given), mounted by
+every service and the conductor, which then trust only each other (mutual TLS).
 
 No second source of truth: the in-cluster file is the same file with each service's
 replica list replaced by its headless Service's name (conductor/dns_replicas.py), and
@@ -16,6 +19,7 @@ each pod runs the `starmesh serve` flags `starmesh up` would (cluster/serve_args
 """
 from __future__ import annotations
 
+import base64
 import copy
 from pathlib import Path
 
@@ -23,8 +27,9 @@ import yaml
 
 from cluster.kubernetes.cluster_names import (CLUSTER_DOMAIN, CONFIG_DIR, METRICS_PORT, k8s_name, pod_host,
                                               service_host, service_port)
-from cluster.kubernetes.pod_spec import GRACE_S, PodSpec, tls_args, tls_paths
+from cluster.kubernetes.pod_spec import GRACE_S, MESH_SECRET, PodSpec, mesh_args, tls_args, tls_paths
 from cluster.launchable import check_launchable
+from cluster.mesh_ca import member_files
 from cluster.serve_args import serve_args
 from conductor.deployment import Deployment
 from conductor.deployment_file import deployment_from_dict, load_yaml
@@ -43,13 +48,16 @@ class _Dumper(yaml.SafeDumper):
 _Dumper.add_representer(str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
 
 
-def render_kubernetes(path: "str | Path", image: str, namespace: str = "default", otlp: str = DEFAULT_OTLP) -> str:
+def render_kubernetes(path: "str | Path", image: str, namespace: str = "default", otlp: str = DEFAULT_OTLP,
+                      mesh_files: dict[str, bytes] | None = None) -> str:
     """The manifests as one multi-document YAML text (module docstring)."""
-    return yaml.dump_all(manifests(path, image, namespace, otlp), Dumper=_Dumper, sort_keys=True,
+    return yaml.dump_all(manifests(path, image, namespace, otlp, mesh_files), Dumper=_Dumper, sort_keys=True,
                          default_flow_style=False)
 
 
-def manifests(path: "str | Path", image: str, namespace: str = "default", otlp: str = DEFAULT_OTLP) -> list[dict]:
+def manifests(path: "str | Path", image: str, namespace: str = "default", otlp: str = DEFAULT_OTLP,
+              mesh_files: dict[str, bytes] | None = None) -> list[dict]:
+    """mesh_files: the members' files (cluster.mesh_ca.member_files; None: a new set)."""
     raw = load_yaml(Path(path))
     deployment = check_launchable(deployment_from_dict(_without_tls(raw), Path(path).parent))
     if k8s_name(namespace) != namespace:
@@ -57,8 +65,10 @@ def manifests(path: "str | Path", image: str, namespace: str = "default", otlp: 
     in_cluster = in_cluster_file(raw, deployment, namespace)
     # checked as the conductor will read it; its dlo_groups give the members' rendezvous flags
     scope = _Scope(deployment, deployment_from_dict(_without_tls(in_cluster)), image, namespace, otlp,
-                   is_tls="tls" in raw)
+                   is_tls="tls" in raw, is_member=deployment.mesh_tls)
     out = [scope.config_map(in_cluster)]
+    if scope.is_member:
+        out.append(scope.mesh_secret(mesh_files or member_files(deployment.name)))
     for spec in deployment.services.values():
         out += scope.service(spec)
     return out + scope.conductor() + scope.gateway()
@@ -105,10 +115,21 @@ class _Scope:
     """What every manifest of one render shares."""
 
     def __init__(self, deployment: Deployment, in_cluster: Deployment, image: str, namespace: str, otlp: str,
-                 is_tls: bool) -> None:
+                 is_tls: bool, is_member: bool) -> None:
         self.in_cluster = in_cluster
         self.deployment, self.image, self.namespace, self.otlp, self.is_tls = deployment, image, namespace, otlp, is_tls
         self.members = lockstep_members(deployment)
+        self.is_member = is_member  # the services and the conductor mount the member Secret
+
+    def mesh_secret(self, files: dict[str, bytes]) -> dict:
+        """The members' CA and certificate (cluster/mesh_ca.py), keyed by file name."""
+        data = {name: base64.b64encode(pem).decode() for name, pem in sorted(files.items())}
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": self.meta(MESH_SECRET, "mesh-tls"),
+                "type": "Opaque", "data": data}
+
+    def _member_tls(self) -> list[str]:
+        """A service's TLS flags: the member Secret, or the operator's files without mesh_tls."""
+        return mesh_args(self.is_member) or tls_args(self.is_tls)
 
     def meta(self, name: str, component: str) -> dict:
         return {"name": name, "namespace": self.namespace, "labels": self.labels(component)}
@@ -137,7 +158,7 @@ class _Scope:
         is_gpu = spec.device.startswith("cuda")
         # a pod sees the one GPU it asked for as cuda:0
         args = ["serve", spec.component, "--host", "0.0.0.0", "--port", str(port), "--metrics-port",
-                str(METRICS_PORT), "--grace-s", str(GRACE_S), *tls_args(self.is_tls),
+                str(METRICS_PORT), "--grace-s", str(GRACE_S), *self._member_tls(),
                 *serve_args(spec, self.in_cluster, self._checkpoint_dir(spec), "cuda:0" if is_gpu else None,
                             host_id=False)]
         extra = {}
@@ -145,7 +166,7 @@ class _Scope:
         if group is not None and group[1] == 0:
             extra["rendezvous"] = _port(self.deployment.dlo_groups[group[0]].address)
         pod = PodSpec(self.image, tuple(args), port, self.is_tls, self._tiny([spec.checkpoint] if spec.checkpoint else []),
-                      1 if is_gpu else 0, extra, spec.mooncake, self.otlp)
+                      1 if is_gpu else 0, extra, spec.mooncake, self.otlp, self.is_member, tuple(self._member_tls()))
         selector = self.labels(name)
         workload = {"replicas": 1 if group else len(spec.replicas), "selector": {"matchLabels": selector},
                     "template": pod.template(selector)}
@@ -170,8 +191,9 @@ class _Scope:
     def conductor(self) -> list[dict]:
         port = _port(self.deployment.conductor)
         args = ["conductor", "--deployment", f"{CONFIG_DIR}/deployment.yaml", "--host", "0.0.0.0", "--port", str(port),
-                "--metrics-port", str(METRICS_PORT)]
-        pod = PodSpec(self.image, tuple(args), port, self.is_tls, self._tiny(self.deployment.checkpoints), otlp=self.otlp)
+                "--metrics-port", str(METRICS_PORT), *mesh_args(self.is_member)]
+        pod = PodSpec(self.image, tuple(args), port, self.is_tls, self._tiny(self.deployment.checkpoints),
+                      otlp=self.otlp, is_member=self.is_member, probe_tls=tuple(tls_args(self.is_tls)))
         selector = self.labels("conductor")
         template = pod.template(selector)
         template["spec"]["volumes"].append({"name": "deployment", "configMap": {"name": CONFIG_MAP}})
@@ -202,6 +224,9 @@ class _Scope:
         container = template["spec"]["containers"][0]
         container["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
         container["readinessProbe"] = {"tcpSocket": {"port": port}, "periodSeconds": 2, "failureThreshold": 1}
+        # alive while its event loop answers HTTP (/metrics needs nothing from the conductor)
+        container["livenessProbe"] = {"httpGet": {"path": "/metrics", "port": port}, "periodSeconds": 2,
+                                      "timeoutSeconds": 3, "failureThreshold": 3}
         service = {"apiVersion": "v1", "kind": "Service", "metadata": self.meta("gateway", "gateway"),
                    "spec": {"type": "ClusterIP", "selector": selector,
                             "ports": [{"name": "http", "port": port, "targetPort": port}]}}

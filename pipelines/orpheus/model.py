@@ -2,6 +2,7 @@
 service runs prefill, decode and codes; the codec service runs snac)."""
 from __future__ import annotations
 
+from core.input_spec import TOKEN_IDS
 from conductor.model import ServedModel
 from conductor.placement import Placement
 from core.pace import NodePace
@@ -25,7 +26,7 @@ def orpheus_model(name: str, placement: Placement, max_new_tokens: int = 8192) -
     return ServedModel(name, orpheus_graph(max_new_tokens, name=name), placement, INNER_LOOPS, params=OrpheusParams,
                        output_kinds=OUTPUT_KINDS, sample_rate=SAMPLE_RATE, tokenizer_node="prefill",
                        decode_text=False, prompt=OrpheusPrompt(), voice_param="voice", voices=VOICES,
-                       pacing=orpheus_pacing(), default_params=RECOMMENDED)
+                       pacing=orpheus_pacing(), default_params=RECOMMENDED, input_specs={"input_ids": TOKEN_IDS})
 
 
 def orpheus_pacing() -> dict[str, NodePace]:

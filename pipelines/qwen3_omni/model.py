@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from core.input_spec import MEDIA_SPECS, TOKEN_IDS, specs_for
 from conductor.model import ServedModel
 from conductor.placement import Placement
 from pipelines.prompt_format import ChatTemplate
@@ -65,7 +66,7 @@ def served_speech_model(name: str, graph: WalkGraph, placement: Placement, lead_
     return ServedModel(name, graph, placement, INNER_LOOPS, params=SpeechParams, output_kinds=OUTPUT_KINDS,
                        sample_rate=SAMPLE_RATE, tokenizer_node="prefill", prompt=ChatTemplate(),
                        voice_param="speaker", read_voices=speakers, pacing=speech_pacing(graph, lead_frames),
-                       max_held_text=HELD_TEXT)
+                       max_held_text=HELD_TEXT, input_specs=specs_for(graph, {"input_ids": TOKEN_IDS, **MEDIA_SPECS}))
 
 
 def speech_pacing(graph: WalkGraph, lead_frames: int) -> dict[str, NodePace]:

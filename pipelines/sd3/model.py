@@ -24,7 +24,7 @@ from graph.edge import GraphEdge as E
 from graph.node import GraphNode as N
 from graph.walk import WalkGraph
 from graph.walk import Walk
-from engine.models.sd3.params import MAX_STEPS, ImageParams
+from engine.models.sd3.params import MAX_PROMPT_BYTES, MAX_STEPS, ImageParams
 
 DENOISE_LOOP = "denoise"
 EMBED_INPUTS = ("prompt_embeds", "pooled_prompt_embeds", "negative_prompt_embeds", "negative_pooled_prompt_embeds")
@@ -157,7 +157,18 @@ def image_model(name: str, graph: WalkGraph, placement, fused: bool):
 
     return ServedModel(name, graph, placement, inner_loops={DENOISE_LOOP} if fused else (),
                        lockstep_nodes=() if fused else LOCKSTEP_NODES, params=ImageParams,
-                       output_kinds=OUTPUT_KINDS, prompt=Utf8Prompt("prompt"))
+                       output_kinds=OUTPUT_KINDS, prompt=Utf8Prompt("prompt"), input_specs=input_specs())
+
+
+def input_specs() -> dict:
+    """The walks' inputs: the prompt's UTF-8 bytes (bounded before any encoder tokenizes
+    them), or the four precomputed conditioning tensors (embeds [B, L, D], pooled [B, P])."""
+    from core.input_spec import InputSpec
+
+    embeds, pooled = InputSpec("float", 3, what="[B, L, D]"), InputSpec("float", 2, what="[B, P]")
+    return {"prompt": InputSpec("bytes", 1, max_bytes=MAX_PROMPT_BYTES, what="UTF-8 prompt"),
+            "prompt_embeds": embeds, "negative_prompt_embeds": embeds,
+            "pooled_prompt_embeds": pooled, "negative_pooled_prompt_embeds": pooled}
 
 
 def sd3_model(name: str, placement, fused: bool = False, max_steps: int | None = None):

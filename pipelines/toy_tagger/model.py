@@ -26,9 +26,11 @@ def tagger_graph(name: str = "toy-tagger") -> WalkGraph:
 
 def tagger_model(name: str, placement):
     """What the registry builds for a deployment: the graph on `placement`."""
+    from core.input_spec import InputSpec
     from conductor.model import ServedModel
     from engine.models.toy_tagger.params import TaggerParams
     from pipelines.prompt_format import Utf8Prompt
 
     return ServedModel(name, tagger_graph(name), placement, params=TaggerParams, output_kinds=OUTPUT_KINDS,
-                       tokenizer_node="tag", prompt=Utf8Prompt("prompt"))
+                       tokenizer_node="tag", prompt=Utf8Prompt("prompt"),
+                       input_specs={"prompt": InputSpec("bytes", 1, what="UTF-8 text")})

@@ -13,10 +13,14 @@ def placement_dict(name: str, world: str) -> dict:
 
 
 def world_model(name: str, placement):
+    from core.input_spec import InputSpec
     from conductor.model import ServedModel
     from engine.models.vjepa2_ac.params import WorldParams
 
-    return ServedModel(name, world_graph(name), placement, {ROLLOUT_LOOP}, params=WorldParams)
+    frames = InputSpec("float", 4, what="video frames [F, C, H, W]")
+    steps = InputSpec("float", 2, what="one row per timestep [N, A]")
+    specs = {"frames": frames, "goal": frames, "actions": steps, "states": steps}
+    return ServedModel(name, world_graph(name), placement, {ROLLOUT_LOOP}, params=WorldParams, input_specs=specs)
 
 
 def served_model(name: str, world: str):

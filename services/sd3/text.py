@@ -9,6 +9,8 @@ builds the DiT's conditioning (engine.models.sd3.text_encoders), on a StatelessE
 
 Row 0 is the prompt, row 1 the negative prompt (params.negative_prompt, default "").
 Encoder runs of several requests batch into one call when their token lengths match.
+Both are bounded in bytes (MAX_PROMPT_BYTES) before anything decodes or tokenizes them:
+tokenizing costs ~3 s a MiB on the engine thread every request here shares.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import torch
 
 from engine.stateless_engine import StatelessConfig
 from engine.models.sd3.text_encoders import ENCODERS, Sd3TextEncoders, join_conditioning
-from engine.models.sd3.params import ImageParams
+from engine.models.sd3.params import MAX_PROMPT_BYTES, ImageParams
 from runtime.stateless_component import StatelessComponent
 from runtime.items import OpenNode
 from core.errors import InvalidArgument
@@ -32,10 +34,17 @@ def prompt_text(inputs: dict[str, Any], node: str) -> str:
     t = inputs["prompt"]
     if t.dtype != torch.uint8 or t.dim() != 1:
         raise InvalidArgument(f"open.inputs[prompt]: expected uint8 [n] UTF-8 bytes, got {t.dtype} {list(t.shape)}")
+    check_prompt_bytes("open.inputs[prompt]", t.numel())
     try:
-        return bytes(t.tolist()).decode("utf-8")
+        return t.numpy().tobytes().decode("utf-8")
     except UnicodeDecodeError as e:
         raise InvalidArgument(f"open.inputs[prompt]: not UTF-8 ({e})") from None
+
+
+def check_prompt_bytes(field: str, nbytes: int) -> None:
+    if nbytes > MAX_PROMPT_BYTES:
+        raise InvalidArgument(f"{field} is {nbytes} bytes, over the limit of {MAX_PROMPT_BYTES} (the encoders keep "
+                              "at most 77 CLIP and 512 T5 tokens of it)")
 
 
 class TextEncoderComponent(StatelessComponent):
@@ -64,6 +73,8 @@ class TextEncoderComponent(StatelessComponent):
                 raise InvalidArgument(f"open.inputs: join_text needs {missing}")
             return ("join_text",), {n: inputs[n] for n in JOIN_INPUTS}
         text = prompt_text(inputs, item.node)
+        if len(params.negative_prompt) > MAX_PROMPT_BYTES // 4:  # characters: at most 4 bytes each
+            check_prompt_bytes("params.negative_prompt", len(params.negative_prompt.encode()))
         max_len = self.model.token_len(item.node, params.max_sequence_length)
         return (item.node, max_len), (text, params.negative_prompt)
 

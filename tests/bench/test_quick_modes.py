@@ -27,6 +27,10 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "ab": ("figures.runtime_us_per_item.head_over_base",),
     "chaos": ("requests_failed_unrelated", "leaked_blocks", "leaked_segments", "fuzz_bad_statuses",
               "overload_refused", "tls_hop_over_plain"),
+    "chaos_front_door": ("expensive_request_victims_failed", "unauth_flood_rss_growth_mb"),
+    "chaos_hung": ("hung_replica_detect_s", "hung_replica_restart_s", "killed_replica_detect_s", "busy_restarts"),
+    "chaos_gateway": ("gateway_5xx_on_bad_input", "gateway_chunked_flood_rss_growth_mb",
+                      "gateway_concurrent_flood_rss_growth_mb"),
     "codec_batch": ("T4_B2.per_window_over_alone", "T50_B16.per_window_over_alone"),
     "conductor": ("hop_us_c1", "hop_us_c16", "conductor_cpu_us_per_item", "mesh_over_inprocess",
                   "time_to_unavailable_ms", "spec_speedup", "grpc_stream_floor_us_per_msg"),
@@ -43,6 +47,8 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "overload": ("overload_refused", "overload_admitted_ttfa_ms_p99", "ttfa_ms_alone"),
     "rollout": ("speedup_h2", "flop_ratio_h2", "rollouts_per_s_b1", "rollouts_per_s_b8", "plan_sharing_speedup"),
     "routed_item": ("runtime_us_per_item", "component_us_per_item", "runtime_over_component"),
+    "prefix": ("ttft_hit_over_miss", "chat_turn10_over_turn1_ttft", "baseline_chat_turn10_over_turn1_ttft",
+               "shared_prefix_throughput_ratio", "cache_overhead"),
     "speech": ("c1.ttfa_ms_p50", "c1.ttfa_ratio", "c1.audio_s_per_s", "c1.mesh_over_inprocess", "targets",
                "deadline.c1.ttfa_ms_p50", "fcfs_poisson.c1.viability", "policy_targets",
                "burst_p99_over_inprocess_max_c16", "cpu_s_per_audio_s_mesh_over_inprocess"),
@@ -55,7 +61,8 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "talker_step": ("b1.processed_over_plain", "rows_long_over_short"),
     "thinker": ("engine_tokens_per_s", "hf_batched_tokens_per_s", "hf_sequential_tokens_per_s",
                 "hf_continuous_tokens_per_s", "speedup_vs_hf_batched", "speedup_vs_hf_sequential"),
-    "tls": ("tls_hop_over_plain", "plain_hop_us", "tls_hop_us", "tls_echo_over_plain"),
+    "tls": ("tls_hop_over_plain", "plain_hop_us", "tls_hop_us", "tls_echo_over_plain", "mtls_hop_over_plain",
+            "mtls_hop_us"),
     "tracing": ("traced_audio_s_per_s", "untraced_audio_s_per_s", "tracing_overhead", "num_spans"),
     "transport": ("shm_gbps", "memcpy_gbps", "shm_over_memcpy", "small_handoff_us", "grpc_echo_us"),
 }
@@ -102,7 +109,7 @@ def run_quick(name: str, out: Path, log: Path) -> int:
 
 # A benchmark that only runs others' measures in turn: its parts' quick modes run here
 # (each is also its own module), so running it again would double its parts' ~40-70 s.
-COMPOSITES = {"chaos": ("supervision", "fuzz", "overload", "tls")}
+COMPOSITES = {"chaos": ("supervision", "fuzz", "overload", "tls", "chaos_front_door", "chaos_hung", "chaos_gateway")}
 
 
 def test_every_benchmark_has_a_quick_test():

@@ -28,7 +28,7 @@ def colocated(tiny_omni, tmp_path_factory, trace_store):
     cluster.start()
     services = [p.address for p in cluster.services]
     for address in services:  # the leak check expects their arenas to live as long as the session
-        registry.register(address, describe(address).arena)
+        registry.register(address, describe(address, cluster.service_tls).arena, cluster.service_tls)
     yield cluster
     for address in services:
         registry.unregister(address)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from client.speech import speak
+from cluster import supervision_file
 from cluster.shipped_deployments import rewrite_shipped
 from engine.models.qwen3_omni.tiny import chat_prompt
 from tests.fixtures import registry, tiny_orpheus, tiny_sd3, tiny_vjepa2
@@ -37,6 +38,7 @@ class LocalUp:
     image: subprocess.CompletedProcess | None = None  # `starmesh imagine`
     families: dict[str, dict[str, str]] = field(default_factory=dict)  # process -> {family: type}, after both
     stopped: tuple[int, str] | None = None  # (exit code, what it printed while stopping)
+    tls: object = None  # what reaches the services: the member certificates `up` made (runtime.tls)
 
     @property
     def prometheus_config(self) -> Path:
@@ -68,9 +70,10 @@ def start_local_up(tiny_omni, directory: Path) -> LocalUp:
         lines = wait_for_line(up, "Ctrl-C stops everything", 300)
         mesh = LocalUp(up, directory, lines, printed_endpoints(lines), _printed_metrics(lines), children(up.pid),
                        set())
-        mesh.arenas = {describe(a).arena for a in mesh._services()}
+        mesh.tls = supervision_file.member_tls_of(mesh.endpoints["conductor"], directory / "cache")
+        mesh.arenas = {describe(a, mesh.tls).arena for a in mesh._services()}
         for address in mesh._services():  # the leak check expects their arenas to outlive each test
-            registry.register(address, describe(address).arena)
+            registry.register(address, describe(address, mesh.tls).arena, mesh.tls)
         _serve_requests(mesh)
         mesh.families = {name: declared_families(scrape(url)) for name, url in mesh.metrics.items()}
     except BaseException:

@@ -48,7 +48,7 @@ def _register(up) -> None:
     """The leak check expects each service's arena to live as long as the module."""
     for name, address in up.endpoints.items():
         if name != "conductor":
-            registry.register(address, describe(address).arena)
+            registry.register(address, describe(address, up.member_tls).arena, up.member_tls)
 
 
 @pytest.mark.parametrize("victim", ["thinker", "talker", "codec", "dit"])
@@ -72,7 +72,7 @@ def test_a_killed_service_fails_only_its_requests_and_comes_back(up, victim, cap
 def test_sigkill_of_up_leaves_no_child(up):
     pids = children(up.proc.pid)
     assert len(pids) == len(up.endpoints) + (up.gateway is not None)  # every service, the conductor, the gateway
-    arenas = {describe(a).arena for name, a in up.endpoints.items() if name != "conductor"}
+    arenas = {describe(a, up.member_tls).arena for name, a in up.endpoints.items() if name != "conductor"}
     up.kill()
     assert wait_until(lambda: not [p for p in pids if is_alive(p)], 30), [p for p in pids if is_alive(p)]
     gateway = [up.gateway.removeprefix("http://")] if up.gateway else []

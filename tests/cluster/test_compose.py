@@ -1,12 +1,14 @@
 """compose/: the compose files validate with docker-compose, and its containers run what
 `starmesh up` runs for the default deployment (the launcher's own commands, parsed by the
-starmesh CLI), wired for shared-memory tensors, health checks and Jaeger. Docker itself
-cannot run here; nothing is started."""
+starmesh CLI), wired for shared-memory tensors, health checks, Jaeger and the members'
+certificates (the `mesh-ca` one-shot's volume; its command run here writes a set the
+members load). Docker itself cannot run here; no container is started."""
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ COMPOSE = Path(__file__).resolve().parents[2] / "compose"
 FILE, GPU_FILE = COMPOSE / "docker-compose.yml", COMPOSE / "docker-compose.gpu.yml"
 DEFAULT, IN_COMPOSE = COMPOSE / "deployments" / "local.yaml", COMPOSE / "deployments" / "compose.yaml"
 CACHE = "/cache"  # STARMESH_CACHE in the containers: init builds $STARMESH_CACHE/tiny/KIND there
+MESH = "/etc/starmesh/mesh"  # the `mesh` volume: the members' CA and certificate (mesh-ca writes it)
 
 
 def _services(path: Path = FILE) -> dict:
@@ -69,6 +72,7 @@ def _launcher_commands(spec: Deployment, deployment: str) -> dict[str, list[str]
     bound to 0.0.0.0 and given the checkpoints in the compose volume."""
     cluster = Cluster(spec, deployment, log=lambda line: None)
     cluster.checkpoints = {n: Path(CACHE) / "tiny" / ck["tiny"] for n, ck in spec.checkpoints.items()}
+    cluster.mesh_dir = Path(MESH)  # where start() would have written them
     out = {}
     for s in spec.services.values():
         for endpoint, metrics in zip(s.replicas, s.metrics):
@@ -78,7 +82,8 @@ def _launcher_commands(spec: Deployment, deployment: str) -> dict[str, list[str]
             out[host] = ["serve", s.component, "--port", port, *proc.args]
     host, _, port = spec.conductor.rpartition(":")
     out[host] = ["conductor", "--port", port, "--deployment", deployment, "--host", "0.0.0.0",
-                 *cluster._metrics_args("conductor", f"0.0.0.0:{spec.conductor_metrics.rpartition(':')[2]}")]
+                 *cluster._metrics_args("conductor", f"0.0.0.0:{spec.conductor_metrics.rpartition(':')[2]}"),
+                 *cluster._mesh_args()]
     return out
 
 
@@ -123,7 +128,8 @@ def test_compose_services_share_memory_health_and_tracing():
         host_ids.add(env["STARMESH_HOST_ID"])  # one transport host: shm, not Mooncake
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://jaeger:4317", name
         port = _parsed(service["command"])["port"]
-        assert service["healthcheck"]["test"] == ["CMD", "starmesh", "health", f"127.0.0.1:{port}"], name
+        member = [] if name == "conductor" else ["--mesh-tls", MESH]  # the conductor's port is the clients'
+        assert service["healthcheck"]["test"] == ["CMD", "starmesh", "health", f"127.0.0.1:{port}", *member], name
         assert build_parser().parse_args(service["healthcheck"]["test"][2:]).command == "health"
     assert len(host_ids) == 1
     jaeger = services["jaeger"]
@@ -179,3 +185,35 @@ def test_dockerfile_installs_cpu_torch_before_the_project():
     torch_at = text.index('--index-url "${TORCH_INDEX}" "${TORCH_SPEC}"')
     assert torch_at < text.index('pip install ".[${EXTRAS}]"')
     assert 'ENTRYPOINT ["starmesh"]' in text
+
+
+def test_compose_members_read_the_certificates_mesh_ca_writes_once(tmp_path):
+    """mesh-ca's own command writes a set (0700 directory, 0600 files) that a member
+    loads; a second run keeps it (a restart keeps the mesh's CA). Every member mounts the
+    volume read-only and waits for mesh-ca; the gateway, a client of the conductor's
+    port, holds no member key."""
+    from runtime.tls import MEMBER_NAME, member_tls
+
+    services = _services()
+    mesh_ca = services["mesh-ca"]
+    assert mesh_ca["volumes"] == [f"mesh:{MESH}"] and mesh_ca["restart"] == "no"
+    argv = mesh_ca["entrypoint"]
+    assert argv[:3] == ["python", "-m", "cluster.mesh_ca"] and argv[3] == MESH
+    directory = tmp_path / "mesh"
+    command = [sys.executable, *argv[1:3], str(directory), *argv[4:]]  # its python: this checkout's
+    run = lambda: subprocess.run(command, capture_output=True, text=True, timeout=60)  # noqa: E731
+    first = run()
+    assert first.returncode == 0, first.stderr
+    ca = (directory / "ca.pem").read_bytes()
+    assert oct(directory.stat().st_mode & 0o777) == "0o700"
+    assert {f.name: oct(f.stat().st_mode & 0o777) for f in directory.iterdir()} == {
+        "ca.pem": "0o600", "member.pem": "0o600", "member.key": "0o600"}
+    assert b"PRIVATE KEY" not in first.stdout.encode() + first.stderr.encode()  # never printed
+    tls = member_tls(directory)
+    assert tls.server_name == MEMBER_NAME and tls.has_identity and tls.ca_pem == ca
+    assert run().returncode == 0 and (directory / "ca.pem").read_bytes() == ca  # kept
+    for name, service in _starmesh(services).items():
+        assert f"mesh:{MESH}:ro" in service["volumes"], name
+        assert service["depends_on"]["mesh-ca"] == {"condition": "service_completed_successfully"}, name
+        assert _parsed(service["command"])["mesh_tls"] == MESH, name
+    assert services["gateway"]["volumes"] == []

@@ -64,11 +64,12 @@ def test_every_processs_metrics_pass_the_lints(colocated):
 
 def test_status_lists_each_processs_metrics_url(colocated, capsys):
     capsys.readouterr()
-    main(["status", "--deployment", colocated.path, "--json"])
+    members = ["--mesh-tls", str(colocated.mesh_dir)]  # no `starmesh up` publishes them for this cluster
+    main(["status", "--deployment", colocated.path, "--json", *members])
     rows = json.loads(capsys.readouterr().out)
     assert {row["service"]: row["metrics"] for row in rows} == {
         name: url for name, url in colocated.metrics.items() if name != "conductor"}
-    assert main(["status", "--deployment", colocated.path]) == 0
+    assert main(["status", "--deployment", colocated.path, *members]) == 0
     text = capsys.readouterr().out
     assert f"metrics {colocated.metrics['conductor']}" in text.splitlines()[-1]
     assert all(f"metrics {row['metrics']}" in text for row in rows)

@@ -1,5 +1,7 @@
 """Two conductors over the same services: each completes 8 concurrent requests, and
-both conductors' requests get the results one conductor gives alone."""
+both conductors' requests get the results one conductor gives alone, also when both
+name their requests by the same ids at once (request ids on a service are scoped to the
+stream that opened them: neither conductor's request blocks or takes the other's)."""
 from __future__ import annotations
 
 import asyncio
@@ -16,17 +18,19 @@ PARAMS = {"max_new_tokens": 8, "max_frames": 24}
 PROMPTS = ["hi", "abc", "Tell me", "sing"]
 
 
-async def _burst(address: str) -> list:
-    return await asyncio.gather(*(speak(address, "qwen3-omni", chat_prompt(PROMPTS[i % 4]), PARAMS)
-                                  for i in range(8)))
+async def _burst(address: str, prefix: str = "") -> list:
+    """prefix: the requests' ids are prefix0..prefix7 ("": fresh ones)."""
+    return await asyncio.gather(*(speak(address, "qwen3-omni", chat_prompt(PROMPTS[i % 4]), PARAMS,
+                                        request_id=f"{prefix}{i}" if prefix else "") for i in range(8)))
 
 
 async def _both(first: str, second: str):
-    return await asyncio.gather(_burst(first), _burst(second))
+    return await asyncio.gather(_burst(first, "shared-"), _burst(second, "shared-"))
 
 
 def test_two_conductors_share_the_services(colocated):
-    second = ServiceProcess("", ["--deployment", colocated.path], name="conductor-2", port=free_port(),
+    members = ["--mesh-tls", str(colocated.mesh_dir)]  # a member: the services trust no one else
+    second = ServiceProcess("", ["--deployment", colocated.path, *members], name="conductor-2", port=free_port(),
                             command="conductor", log=lambda line: None).start()
     try:
         first_results, second_results = asyncio.run(_both(colocated.conductor_address, second.address))

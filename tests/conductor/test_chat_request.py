@@ -13,7 +13,7 @@ from conductor.input_limits import InputLimits
 from conductor.model_info import model_info
 from conductor.placement import Placement
 from core.errors import InvalidArgument
-from engine.models.qwen3_omni.tiny import chat_prompt, write_omni_tokenizer
+from engine.models.qwen3_omni.tiny import chat_prompt
 from cluster.registry import build_model
 from protos.starmesh.v1 import conductor_pb2 as pb
 
@@ -25,15 +25,6 @@ IMAGE_NODES = ["clip_l", "clip_g", "t5", "join_text", "init_latent", "decode", "
 def _placement(nodes, **extra) -> Placement:
     return Placement.from_dict({"services": {"s": {"replicas": ["127.0.0.1:1"]}}, "placement": {n: "s" for n in nodes},
                                 **extra})
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    directory = tmp_path_factory.mktemp("tok")
-    write_omni_tokenizer(directory)
-    return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
 
 
 @pytest.fixture(scope="module")

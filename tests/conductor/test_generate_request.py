@@ -63,7 +63,8 @@ def test_tensors_are_bounded_by_bytes_rank_and_count_and_named_once(models):
     _refused(models, req, "inputs[prompt]", "1025", "max_input_bytes")
     _refused(models, pb.GenerateRequest(model="sd3", inputs=[_uint8("p", 1, [1] * 5)]), "inputs[p].shape", "max_rank")
     _refused(models, pb.GenerateRequest(model="sd3", inputs=[_uint8(f"p{i}", 1) for i in range(4)]), "max_inputs")
-    _refused(models, pb.GenerateRequest(model="sd3", inputs=[_uint8("p", 1), _uint8("p", 1)]), "inputs[p]", "twice")
+    req = pb.GenerateRequest(model="sd3", inputs=[_uint8("prompt", 1), _uint8("prompt", 1)])
+    _refused(models, req, "inputs[prompt]", "twice")
     req = pb.GenerateRequest(model="text", input_ids=[1], inputs=[_uint8("input_ids", 1)])
     _refused(models, req, "inputs[input_ids]", "also sent as input_ids")
     huge = tensor_pb2.TensorRef(dtype=tensor_pb2.DTYPE_UINT8, shape=[0, 1 << 40, 1 << 40], inline_bytes=b"")
@@ -72,7 +73,7 @@ def test_tensors_are_bounded_by_bytes_rank_and_count_and_named_once(models):
 
 
 def test_the_request_as_a_whole_is_bounded(models):
-    req = pb.GenerateRequest(model="sd3", inputs=[_uint8("prompt", 1000), _uint8("b", 1000)], text="x" * 100)
+    req = pb.GenerateRequest(model="sd3", inputs=[_uint8("prompt", 1000)], text="x" * 1100)
     _refused(models, req, "request", "max_request_bytes")
 
 
@@ -141,3 +142,11 @@ def test_usage_counts_prompt_ids_sent_as_ids_or_as_a_client_tensor():
     assert _num_ids({"input_ids": (torch.zeros(4, dtype=torch.int32),)}) == 4
     assert _num_ids({"input_ids": (inline_ref(torch.zeros(3)),)}) == 3
     assert _num_ids({}) == 0
+
+
+def test_a_tensor_is_bounded_by_its_dtype_and_shape_before_its_bytes_are_read(models):
+    """A float32 [512] claims 2048 bytes, past the 1024 limit: refused by that, whatever
+    its inline bytes hold (here none), so an oversized tensor is never copied out."""
+    claim = tensor_pb2.TensorRef(dtype=tensor_pb2.DTYPE_FLOAT32, shape=[512], inline_bytes=b"")
+    req = pb.GenerateRequest(model="sd3", inputs=[tensor_pb2.NamedTensor(name="prompt_embeds", tensor=claim)])
+    _refused(models, req, "inputs[prompt_embeds] is 2048 bytes", "max_input_bytes")

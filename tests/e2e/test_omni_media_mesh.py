@@ -59,6 +59,14 @@ def png_bytes(width: int, height: int) -> bytes:
     return out.getvalue()
 
 
+def jpeg_bytes(width: int, height: int) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(out, "JPEG")
+    return out.getvalue()
+
+
 # case -> (WAV, PNG, GIF, text)
 CASES = {"audio": (wav_bytes(2.0), None, None, ""), "image": (None, png_bytes(56, 42), None, "What is it?"),
          "both": (wav_bytes(1.0), png_bytes(28, 28), None, "And this?"),
@@ -207,10 +215,11 @@ def test_two_models_share_one_encoder_service(mesh, expected):
 @pytest.mark.parametrize("audio, image, video, field", [
     (b"", None, None, "messages[0].content[0].audio.data is empty"),
     (b"OggS not a wav", None, None, "messages[0].content[0].audio: unsupported"),
-    (None, b"\x89PNG\r\n\x1a\n truncated", None, "open.inputs[image]"),
+    (None, b"\x89PNG\r\n\x1a\n truncated", None, "messages[0].content[0].image: "),
+    (None, jpeg_bytes(1, 20000), None, "messages[0].content[0].image is 1 x 20000 pixels"),
     (None, None, b"\x89PNG\r\n\x1a\n", "messages[0].content[0].video: unsupported"),
-    (None, None, gif_bytes(4)[:80], "open.inputs[video]"),
-    (None, None, gif_bytes(1), "open.inputs[video] has 1 frame(s)"),
+    (None, None, gif_bytes(4)[:80], "messages[0].content[0].video"),
+    (None, None, gif_bytes(1), "messages[0].content[0].video has 1 frame(s)"),
 ])
 def test_bad_media_is_invalid_argument_naming_the_part(mesh, audio, image, video, field):
     with pytest.raises(grpc.aio.AioRpcError) as err:

@@ -5,9 +5,11 @@ Ctrl-C stops it all without an ERROR or a traceback in any process's output.
 The commands are read from the documents (tests/e2e/doc_examples.py), so an example that
 changes is tested as it now reads. What the test changes, and nothing else:
 
-- addresses: the default deployment runs on free ports, so `127.0.0.1:8000` (gateway),
-  `127.0.0.1:50050` (conductor) and `127.0.0.1:50051` (a service) become those, the
-  conductor's commands find it through $STARMESH_CONDUCTOR and `status` gets the file;
+- addresses: the default deployment runs on free ports, so `127.0.0.1:8000` (gateway)
+  and `127.0.0.1:50050` (conductor) become those, the conductor's commands find it
+  through $STARMESH_CONDUCTOR and `status` gets the file; `127.0.0.1:50051` is the
+  replica the README's `starmesh serve ... --port 50051` starts by hand, one served here
+  on a free port (a service of `up` serves its mesh's members only);
 - placeholders: `REQUEST_ID` is a request this test made, `DIR` of `generate` a tiny
   text checkpoint; the input files (q.wav, in.png, clip.gif, *.npy, reqs.jsonl) are made
   in the working directory the commands run in;
@@ -74,12 +76,14 @@ def _params(examples: list[Example]) -> list:
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory):
+    from cluster import supervision_file
     from tests.fixtures import registry
     from tests.fixtures.services import describe
 
     mesh = start_default_up(tmp_path_factory.mktemp("default-up"))
+    members = supervision_file.member_tls_of(mesh.conductor, Path(mesh.env["STARMESH_CACHE"]))  # `up` made them
     for address in mesh.services.values():  # its arenas outlive each test; their leases must not
-        registry.register(address, describe(address).arena)
+        registry.register(address, describe(address, members).arena, members)
     try:
         yield mesh
     finally:
@@ -117,11 +121,27 @@ def _shell(command: str, root: Path, up, timeout_s: float = SLOW_SPEECH_S) -> su
                           timeout=timeout_s)
 
 
-def as_run_here(example: Example, up) -> str:
+@pytest.fixture(scope="module")
+def served():
+    """The README's `starmesh serve <component> --port 50051`: one replica started by hand."""
+    from runtime.process import ServiceProcess
+    from tests.fixtures import registry
+    from tests.fixtures.services import describe
+
+    proc = ServiceProcess("tests.fixtures.components:make_sum").start()
+    registry.register(proc.address, describe(proc.address).arena)  # its arena outlives each test
+    try:
+        yield proc.address
+    finally:
+        registry.unregister(proc.address)
+        proc.stop()
+
+
+def as_run_here(example: Example, up, served: str = "") -> str:
     """The example with this run's addresses and placeholders (module docstring)."""
     text = example.text.replace(".venv/bin/starmesh", "starmesh")
     text = text.replace("127.0.0.1:8000", up.gateway).replace("127.0.0.1:50050", up.conductor)
-    text = text.replace("127.0.0.1:50051", up.services["thinker"]).replace("REQUEST_ID", "readme-trace")
+    text = text.replace("127.0.0.1:50051", served).replace("REQUEST_ID", "readme-trace")
     text = re.sub(r"\bstarmesh status\b", f"starmesh status --deployment {up.deployment}", text)
     text = text.replace("generate --checkpoint DIR", "generate --checkpoint text-dir")
     if shutil.which("aplay") is None:
@@ -140,13 +160,13 @@ def test_every_example_runs_here_or_is_covered_elsewhere():
 
 
 @pytest.mark.parametrize("example", _params(RUN))
-def test_the_example_runs_as_written(example, up, workdir):
+def test_the_example_runs_as_written(example, up, workdir, served):
     if example.text.startswith("grpcurl") and shutil.which("grpcurl") is None:
         pytest.skip("grpcurl is not installed here")
     if "starmesh gateway --conductor" in example.text:
         return _gateway_by_itself(example, up, workdir)
     before = _snapshot(workdir)
-    command = as_run_here(example, up)
+    command = as_run_here(example, up, served)
     if example.lang == "python":
         done = subprocess.run([sys.executable, "-c", command], cwd=workdir, env=_env(up, workdir),
                               capture_output=True, text=True, timeout=SLOW_SPEECH_S)

@@ -123,7 +123,8 @@ def test_up_serves_speech_from_a_deployment_with_tls_and_an_api_key(tiny_omni, t
     path.write_text(yaml.safe_dump(data))
     with Cluster(read_launchable(path), path, api_key=KEY, log=lambda line: None) as cluster:
         services = [proc.address for proc in cluster.services]
-        tls = cluster.tls
+        tls = cluster.service_tls  # the services trust the members' CA of this start, not the file's
+        assert tls is not cluster.tls and tls.server_name
         for address in services:
             registry.register(address, describe(address, tls).arena, tls)
         try:

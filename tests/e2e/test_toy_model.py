@@ -22,6 +22,7 @@ from client.call_failed import CallFailed
 from client.events import TextDelta, Usage
 from client.generate_call import GenerateCall
 from client.session import ConductorSession
+from cluster import supervision_file
 from cluster.registry import build_component, build_tiny
 from core.errors import InvalidArgument
 from runtime.items import NodeDone, NodeOutput, OpenNode
@@ -117,7 +118,8 @@ def test_starmesh_up_serves_the_toy_model_from_its_deployment_file(tmp_path):
     try:
         endpoints = printed_endpoints(wait_for_line(up, "Ctrl-C stops everything", 240))
         conductor = endpoints.pop("conductor")
-        arena = describe(endpoints["tagger"]).arena
+        members = supervision_file.member_tls_of(conductor, tmp_path / "cache")  # `up`'s member certificates
+        arena = describe(endpoints["tagger"], members).arena
         pids = children(up.pid)
         cards, events, short, refused = asyncio.run(_calls(conductor))
     finally:

@@ -1,5 +1,5 @@
-"""Every RPC a stranger can reach, fuzzed on a real mesh (bench.fuzz_mesh: three service
-processes, a conductor process, the trace store process): raw bytes, truncated,
+"""Every RPC a stranger can reach, fuzzed on a real mesh (bench.fuzz_mesh: a service
+process per component of every model, a conductor process, the trace store process): raw bytes, truncated,
 bit-flipped and mis-framed valid messages through a bytes-in stub, and well-formed
 hostile messages from hypothesis. Every answer is INVALID_ARGUMENT-class (OK where the
 message was legitimately valid), no process dies, every valid request is still served
@@ -16,7 +16,7 @@ from bench.fuzz_hostile import hostile_calls
 from bench.fuzz_mesh import FuzzMesh
 from bench.fuzz_mutations import mutated_calls
 from bench.fuzz_seeds import seeds
-from tests.fixtures import registry, tiny_sd3
+from tests.fixtures import registry, tiny_orpheus, tiny_sd3, tiny_vjepa2
 from tests.fixtures.services import describe as describe_service
 
 pytestmark = pytest.mark.timeout(600)
@@ -28,7 +28,9 @@ RSS_BOUND_MB = 200
 
 @pytest.fixture(scope="module")
 def session(tiny_omni):
-    with FuzzMesh({"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint()}) as mesh:
+    checkpoints = {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint(), "orpheus": tiny_orpheus.checkpoint(),
+                   "vjepa2": tiny_vjepa2.checkpoint()}
+    with FuzzMesh(checkpoints) as mesh:
         arenas = {a: describe_service(a).arena for a in mesh.services.values()}
         for address, arena in arenas.items():  # the leak check: fuzzing leaves no lease behind
             registry.register(address, arena)

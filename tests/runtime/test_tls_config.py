@@ -64,6 +64,9 @@ def test_a_deployments_tls_paths_are_relative_to_its_file(certs, tmp_path):
 
 
 def test_the_launcher_passes_tls_to_every_child_and_the_key_to_none_of_the_services(certs, tmp_path, monkeypatch):
+    """Members get the member certificates start() makes (here: a directory set as it
+    would), the conductor the file's TLS for its client port besides; under
+    `mesh_tls: false` the services get the file's TLS."""
     from cluster.launcher import Cluster
     from conductor.deployment_file import read_deployment
 
@@ -71,12 +74,42 @@ def test_the_launcher_passes_tls_to_every_child_and_the_key_to_none_of_the_servi
     make_certs(tmp_path / "certs")
     path = _deployment(tmp_path, {"cert": "certs/mesh.pem", "key": "certs/mesh.key", "ca": "certs/ca.pem"})
     deployment = read_deployment(path)
+    assert deployment.mesh_tls
     cluster = Cluster(deployment, path, api_key="k")
-    proc = cluster._service(deployment.services["s"], "s", "127.0.0.1:50070")
-    assert proc.args[proc.args.index("--tls-ca") + 1] == str(tmp_path / "certs" / "ca.pem")
-    assert "--tls-cert" in proc.args and "--tls-key" in proc.args
+    cluster.mesh_dir = tmp_path / "members"
+    proc, conductor = cluster._service(deployment.services["s"], "s", "127.0.0.1:50070"), cluster._conductor()
+    assert proc.args[proc.args.index("--mesh-tls") + 1] == str(tmp_path / "members") and "--tls-ca" not in proc.args
+    assert conductor.args[conductor.args.index("--tls-ca") + 1] == str(tmp_path / "certs" / "ca.pem")
+    assert conductor.args[conductor.args.index("--mesh-tls") + 1] == str(tmp_path / "members")
     assert "STARMESH_API_KEY" not in proc.env and "k" not in proc.args
-    proc._tmp.cleanup()
+    cluster.mesh_dir = None  # mesh_tls: false
+    plain = cluster._service(deployment.services["s"], "s", "127.0.0.1:50070")
+    assert plain.args[plain.args.index("--tls-ca") + 1] == str(tmp_path / "certs" / "ca.pem")
+    assert "--tls-cert" in plain.args and "--tls-key" in plain.args and "--mesh-tls" not in plain.args
+    for p in (proc, conductor, plain):
+        p._tmp.cleanup()
+
+
+def test_mesh_tls_is_a_boolean_and_member_files_are_checked(tmp_path, capsys):
+    from cli.main import main
+    from cluster.mesh_ca import member_files, write_member_files
+    from conductor.deployment_file import deployment_from_dict
+    from runtime.tls import MEMBER_NAME, member_tls
+
+    data = yaml.safe_load(_deployment(tmp_path, {}).read_text())
+    data.pop("tls")
+    assert deployment_from_dict({**data, "mesh_tls": False}).mesh_tls is False
+    with pytest.raises(GraphError, match="mesh_tls must be true or false, got 'no'"):
+        deployment_from_dict({**data, "mesh_tls": "no"})
+    directory = write_member_files(tmp_path / "members", member_files("t"))
+    tls = member_tls(directory)
+    assert tls.server_name == MEMBER_NAME and tls.channel_options() == [("grpc.ssl_target_name_override",
+                                                                          MEMBER_NAME)]
+    assert main(["serve", "echo", "--mesh-tls", str(directory), "--tls-ca", str(directory / "ca.pem")]) == 2
+    assert "--mesh-tls and --tls-cert/--tls-key/--tls-ca both" in capsys.readouterr().err  # one TLS per port
+    (directory / "member.pem").write_text("not a certificate")
+    with pytest.raises(InvalidArgument, match=rf"--mesh-tls {directory}: .*member.pem: not a PEM file"):
+        member_tls(directory)
 
 
 def test_the_bearer_check():

@@ -3,8 +3,8 @@ reported as InvalidArgument naming the field.
 
 Audio: WAV (PCM 8/16/24/32-bit, any channels, mixed down to mono) through the standard
 library's `wave`, resampled to the tower's rate. Images: PNG or JPEG through Pillow,
-converted to RGB. Limits are checked before the expensive step: an image's size from its
-header before its pixels are decoded, a clip's duration before it is resampled.
+converted to RGB. Limits are checked before the expensive step: an image's size and aspect
+ratio from its header before its pixels are decoded, a clip's duration before it is resampled.
 """
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ from core.errors import InvalidArgument
 from engine.models.qwen3_omni.resample import resample
 
 IMAGE_FORMATS = ("PNG", "JPEG")
+# The image processor's own bound (Qwen2-VL's smart_resize refuses a longer side over 200
+# times the shorter): checked from the header, a 1 x 20000 image is the client's error.
+MAX_ASPECT_RATIO = 200
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,15 @@ def open_pil(data: bytes, field: str, max_pixels: int, kind: str, one: str):
         raise InvalidArgument(f"{field}: not a readable {kind}: {type(e).__name__}") from None
 
 
+def check_aspect(width: int, height: int, field: str) -> None:
+    """width x height > 0, sides at most MAX_ASPECT_RATIO apart."""
+    if width == 0 or height == 0:
+        raise InvalidArgument(f"{field} has no pixels ({width} x {height})")
+    if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
+        raise InvalidArgument(f"{field} is {width} x {height} pixels: its longer side is over {MAX_ASPECT_RATIO} "
+                              "times its shorter one")
+
+
 def decode_image(data: bytes, field: str, limits: MediaLimits = MediaLimits()):
     """PNG/JPEG bytes -> an RGB PIL image."""
     check_bytes(data, field, limits)
@@ -98,8 +110,7 @@ def decode_image(data: bytes, field: str, limits: MediaLimits = MediaLimits()):
     width, height = image.size
     if width * height > limits.max_image_pixels:
         raise InvalidArgument(f"{field} is {width} x {height} pixels, over the limit of {limits.max_image_pixels}")
-    if width == 0 or height == 0:
-        raise InvalidArgument(f"{field} has no pixels ({width} x {height})")
+    check_aspect(width, height, field)
     try:
         image.load()
     except (OSError, ValueError, SyntaxError) as e:

@@ -11,6 +11,7 @@ and seconds per temporal patch, as transformers' Qwen2-VL video processor lays t
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,16 @@ from engine.models.qwen3_omni.media_decode import MediaLimits, check_bytes, deco
 from engine.models.qwen3_omni.video_frames import VideoConfig, decode_gif, video_config
 
 PROCESSOR_FILE = "preprocessor_config.json"
+
+
+@contextlib.contextmanager
+def _processor_refusal(field: str):
+    """The image processor's ValueError (a size it cannot resize to) as the client's error:
+    decoded pixels it refuses are what the client sent, not a fault of the service."""
+    try:
+        yield
+    except ValueError as e:
+        raise InvalidArgument(f"{field}: the image processor refuses it: {e}") from None
 
 
 def _image_processor(path: Path):
@@ -76,7 +87,9 @@ class MediaFeatures:
 
     def image(self, data: bytes, field: str) -> tuple[torch.Tensor, tuple[int, int, int]]:
         """PNG/JPEG bytes -> (pixel_values, grid)."""
-        return self.image_pil(decode_image(data, field, self.limits))
+        image = decode_image(data, field, self.limits)
+        with _processor_refusal(field):
+            return self.image_pil(image)
 
     def video_frames(self, frames: list) -> tuple[torch.Tensor, tuple[int, int, int]]:
         """Sampled RGB frames (one size) -> (pixel_values [t * h * w, patch_dim], grid (t, h, w)).
@@ -101,7 +114,8 @@ class MediaFeatures:
         """GIF bytes -> (pixel_values, grid, seconds per temporal patch)."""
         check_bytes(data, field, self.limits)
         frames = decode_gif(data, field, self.video_config, self.limits.max_video_frames, self.limits.max_image_pixels)
-        pixels, grid = self.video_frames(frames)
+        with _processor_refusal(field):
+            pixels, grid = self.video_frames(frames)
         return pixels, grid, self.video_config.seconds_per_grid
 
     @property

@@ -80,7 +80,7 @@ def sample_indices(total: int, video_fps: float, config: VideoConfig, field: str
 
 def decode_gif(data: bytes, field: str, config: VideoConfig, max_frames: int, max_pixels: int) -> list:
     """GIF bytes -> the sampled frames as RGB PIL images (all of the clip's size)."""
-    from engine.models.qwen3_omni.media_decode import open_pil
+    from engine.models.qwen3_omni.media_decode import check_aspect, open_pil
 
     clip = open_pil(data, field, max_pixels, "video", "a video frame")
     if clip.format != "GIF":
@@ -88,6 +88,7 @@ def decode_gif(data: bytes, field: str, config: VideoConfig, max_frames: int, ma
     width, height = clip.size
     if width * height > max_pixels or width == 0 or height == 0:
         raise InvalidArgument(f"{field} is {width} x {height} pixels a frame, outside 1..{max_pixels}")
+    check_aspect(width, height, f"{field}'s frame")
     try:
         total = clip.n_frames
         if total > max_frames:

@@ -14,6 +14,10 @@ from core.params import RequestParams, param
 MAX_STEPS = 1000  # the denoising loop's bound (pipelines.sd3.model)
 MAX_SIDE = 4096
 MAX_T5_LEN = 512  # diffusers' limit for max_sequence_length
+# The longest prompt the text encoders read, in UTF-8 bytes: far past the 77 CLIP and 512 T5
+# tokens they keep (the rest is cut after tokenizing), so bounding the bytes first refuses
+# only prompts whose tokenization alone would cost the text service seconds (~3 s a MiB).
+MAX_PROMPT_BYTES = 64 << 10
 
 
 @dataclass(frozen=True)
