@@ -37,7 +37,7 @@ from bench.output import print_table, write_json
 from bench.up_process import UpProcess
 
 VICTIM = "talker"
-QUICK = {"rounds": 1, "num_speech": 2, "hogs": 4, "busy_s": 10.0}
+QUICK = {"rounds": 1, "num_speech": 1, "hogs": 2, "busy_s": 5.0}
 
 
 def start_up(work_dir: str) -> UpProcess:

@@ -58,9 +58,12 @@ async def unless_disconnected(request: Request, work: Awaitable, route: str, met
     try:
         await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        watch.cancel()
         if not task.done():
             task.cancel()
-        watch.cancel()
+            # wait for it to unwind: until then it may still be inside what it iterates
+            # (the conductor call's event stream), which the caller closes next
+            await asyncio.wait({task})
     if task.cancelled() or not task.done():
         metrics.disconnects.labels(route).inc()
         raise ClientGone()

@@ -100,3 +100,19 @@ def test_timed_generate_matches_generate_and_orders_first_audio(runner):
         assert torch.equal(ours.codes, ref.codes)
         assert torch.equal(ours.audio, ref.audio)
     assert len(first_ms) == len(reqs) and all(0 < t <= total_ms for t in first_ms)
+
+
+def test_a_warm_prefix_cache_changes_nothing(reference, runner):
+    """The same request again, its prompt now in both engines' prefix caches: the text ids,
+    codes and waveform still equal transformers' (the talker's thinker rows for the cached
+    positions come from the rows kept with the blocks)."""
+    case = "text_by_length_talker_eos"
+    text, max_text, max_frames, stop = CASES[case]
+    ref = reference.generate(chat_prompt(text), max_text, max_frames, stop)
+    runner.generate([_request("warm-0", case)])
+    hits = [e.cache_stats()["prefix_hit_tokens_total"] for e in (runner.thinker, runner.talker)]
+    warm = runner.generate([_request("warm-1", case)])[0]
+    after = [e.cache_stats()["prefix_hit_tokens_total"] for e in (runner.thinker, runner.talker)]
+    assert after[0] > hits[0] and after[1] > hits[1]  # both engines reused blocks
+    assert warm.text_ids == ref["text_ids"] and torch.equal(warm.codes, ref["codes"])
+    torch.testing.assert_close(warm.audio, ref["audio"], atol=1e-4, rtol=0)
