@@ -56,6 +56,9 @@ class RequestRun:
         if cached is not None:  # with the prompt's length in the engine (a continued context's included)
             self.report["cached_prompt_tokens"] = int(cached)
             self.report["prompt_tokens"] = int(metadata.get("prompt_tokens", 0))
+            if self.spans:  # the request's trace says how much of its prompt the cache gave
+                self.spans[0].set_attributes({"starmesh.cached_prompt_tokens": int(cached),
+                                              "starmesh.prompt_tokens": self.report["prompt_tokens"]})
         summary = metadata.get("prefix_summary")
         if summary is not None and target is not None:  # what its replica holds now
             self.report["prefix_summary"] = (target.name, summary)

@@ -115,3 +115,22 @@ def test_the_replica_with_the_longest_cached_prefix_is_preferred_load_breaking_t
     contexts.end({"prefix_summary": ("h:1", _summary(prompt))})  # h:1 now holds all of it
     contexts.begin("r9", {}, (), selector, prompt)
     assert selector.choose("r9", node, "w").endpoint == "h:1"
+
+
+def test_the_request_span_says_how_many_prompt_tokens_the_cache_gave():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from conductor.request_run import RequestRun
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    run = RequestRun("r1", {}, {}, "w", None)
+    run.spans.append(provider.get_tracer("t").start_span("request"))
+    run.note("prefill", {"cached_prompt_tokens": 48, "prompt_tokens": 53}, None)
+    run.spans[0].end()
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes["starmesh.cached_prompt_tokens"] == 48 and span.attributes["starmesh.prompt_tokens"] == 53
+    assert run.report == {"cached_prompt_tokens": 48, "prompt_tokens": 53}
