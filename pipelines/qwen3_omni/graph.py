@@ -38,7 +38,9 @@ def speech_graph(chunk_size: int = 300, left_context: int = 25, first_chunk: int
                  max_text_tokens: int = 4096, max_frames: int = 4096, name: str = "qwen3_omni",
                  media: bool = False) -> WalkGraph:
     nodes = [
-        GraphNode("prefill", ("input_ids",), ROWS, stateful=True),
+        # prompt_ids: the whole prompt in the thinker (a continued context's tokens first),
+        # which is what the talker's prompt rows stand for
+        GraphNode("prefill", ("input_ids",), (*ROWS, "prompt_ids"), stateful=True),
         GraphNode("decode", ("token",), ROWS, stateful=True),
         GraphNode("talker", ("prompt_ids", "prompt_embeds", "embeds"), ("codes",), stateful=True),
         GraphNode("code2wav", ("codes",), ("audio",)),
@@ -48,7 +50,7 @@ def speech_graph(chunk_size: int = 300, left_context: int = 25, first_chunk: int
     frames = LeftContext(chunk_size, left_context, first=first_chunk)
     walk = Walk("speak", Sequential("prefill", decode, talk, "code2wav"), [
         E("input.input_ids", "prefill.input_ids"),
-        E("input.input_ids", "talker.prompt_ids"),
+        E("prefill.prompt_ids", "talker.prompt_ids"),
         E("prefill.token", "decode.token"),
         E("prefill.embeds", "talker.prompt_embeds"),
         StreamingGraphEdge("decode.embeds", "talker.embeds", chunk_policy=FixedChunk(1),

@@ -88,6 +88,11 @@ class ThinkerComponent:
         if item.pace is not None:
             self.engine.set_pace(item.request_id, item.pace)
         self.engine.add_request(item.request_id, prompt, params, media=media, context=engine_context(item))
+        if item.node == "prefill" or item.contexts:
+            # The prompt in the engine (a continued context's tokens first): what the rows the
+            # prompt's first token brings stand for. A media prompt's hook gave the new part's.
+            whole = self.engine.scheduler.find(item.request_id).prompt_ids if item.contexts else prompt
+            run.prompt["prompt_ids"] = torch.tensor(whole, dtype=torch.int64)
         self.runs[item.request_id] = run
 
     def _open_decode(self, item: OpenNode) -> None:

@@ -172,3 +172,41 @@ def test_dead_code2wav_fails_its_request_and_the_rest_keep_serving(mesh, expecte
     # the conductor's health watch retries with backoff: wait until it sees the codec serve again
     assert wait_until(lambda: not mesh.conductor.hosted.selectors["omni"].unserved(), 30)
     _check(run(speak(mesh.conductor.address, "omni", chat_prompt(PROMPTS[0]), PARAMS)), expected[0])
+
+
+def _voice(mesh, ids, **params):
+    """(text ids, float32 samples, Usage) of one greedy voice request through the conductor."""
+    from client.events import AudioChunk, TextDelta, Usage
+    from client.generate_call import GenerateCall
+    from client.session import ConductorSession
+
+    async def main():
+        async with ConductorSession(mesh.conductor.address) as session:
+            call = GenerateCall("omni", input_ids=tuple(ids), params={**PARAMS, **params},
+                                output_modalities=("text", "audio"))
+            text, audio, usage = [], [], None
+            async for ev in session.generate(call):
+                if isinstance(ev, TextDelta):
+                    text += ev.token_ids
+                elif isinstance(ev, AudioChunk):
+                    audio.append(ev.array())
+                elif isinstance(ev, Usage):
+                    usage = ev
+            return text, audio, usage
+
+    return run(main())
+
+
+def test_a_continued_voice_turn_equals_the_conversation_resent(mesh):
+    """A second turn continued from the first's kept context: the thinker prefills only the
+    new turn, and the talker is given the whole conversation's ids and rows, so the text and
+    audio equal those of the whole conversation sent again."""
+    import numpy as np
+
+    first, second = chat_prompt(PROMPTS[2]), chat_prompt(PROMPTS[3])
+    said, _, kept = _voice(mesh, first, keep_context=True)
+    text, audio, usage = _voice(mesh, second, context_id=kept.context_id)
+    assert usage.cached_prompt_tokens >= len(first) + len(said) - 1
+    again_text, again_audio, _ = _voice(mesh, first + said + second)
+    assert text == again_text and len(audio) == len(again_audio)
+    assert np.array_equal(np.concatenate(audio), np.concatenate(again_audio))
