@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from conductor.prefix_directory import PrefixDirectory
-from core.bearer import AUTHORIZATION, SCHEME
+from core.bearer import AUTHORIZATION, bearer_token
 from core.context_use import END_USER, ContextUse, new_context_id
 
 MAX_END_USER = 256  # bytes of an end-user name kept in an owner
@@ -28,8 +28,9 @@ def owner_of(metadata: Iterable[tuple[str, Any]] | None) -> str:
     """The owner of the contexts a call makes or reads, from its metadata."""
     key, user = "", ""
     for k, v in metadata or ():
-        if k == AUTHORIZATION and isinstance(v, str) and v[:len(SCHEME)].lower() == SCHEME.lower():
-            key = hashlib.sha256(v[len(SCHEME):].strip().encode()).hexdigest()[:32]
+        token = bearer_token(v) if k == AUTHORIZATION and isinstance(v, str) else None
+        if token is not None:
+            key = hashlib.sha256(token.encode()).hexdigest()[:32]
         elif k == END_USER and isinstance(v, str):
             user = v[:MAX_END_USER]
     return f"{key}/{user}"
@@ -77,16 +78,20 @@ class KeptContexts:
         self.prefixes = prefixes or PrefixDirectory()
 
     def begin(self, request_id: str, params: Mapping[str, Any], metadata, selector,
-              prompt_ids: Sequence[int] = ()) -> tuple[ContextUse, ...]:
+              prompt_ids: Callable[[], Sequence[int]] = tuple) -> tuple[ContextUse, ...]:
         """The request's context uses, after holding it (selector: its model's
         ReplicaSelector, None in-process) to the replicas that keep the context it continues
-        or, naming none, to those whose caches hold most of `prompt_ids`."""
+        or, naming none, to those whose caches hold most of its prompt. prompt_ids() reads
+        the prompt: only called when a summary is known and a service has a replica to
+        choose, so one-replica deployments never read or hash prompts for it."""
         uses = uses_for(params, owner_of(metadata))
         if selector is not None:
             if uses and uses[0].read_id:
                 selector.hold(request_id, self.directory.holders(uses[0].read_id))
-            elif prompt_ids:
-                selector.hold(request_id, self.prefixes.longest(prompt_ids))
+            elif len(self.prefixes) and selector.has_choice():
+                ids = prompt_ids()
+                if ids:
+                    selector.hold(request_id, self.prefixes.longest(ids))
         return uses
 
     def end(self, report: Mapping[str, Any]) -> None:

@@ -37,6 +37,10 @@ class PrefixDirectory:
     def forget(self, endpoint: str) -> None:
         self._held.pop(endpoint, None)
 
+    def __len__(self) -> int:
+        """Replicas whose summary is held."""
+        return len(self._held)
+
     def longest(self, prompt_ids: Sequence[int]) -> frozenset[str]:
         """The replicas holding the most leading blocks of the prompt (none when no
         replica holds its first block)."""

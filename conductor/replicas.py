@@ -155,6 +155,11 @@ class ReplicaSelector:
             self._retired.discard(endpoint)
             self._down.discard(endpoint)
 
+    def has_choice(self) -> bool:
+        """Whether a service here has more than one replica to choose from (not draining)."""
+        with self._lock:
+            return any(sum(r not in self._retired for r in load) > 1 for load in self._load.values())
+
     def members(self, service: str) -> tuple[str, ...]:
         """The replicas of `service` that new requests may be sent to (not draining)."""
         with self._lock:

@@ -83,7 +83,7 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
                                    prompt_tokens=_num_ids(parsed.inputs))
             request_id, events.report = parsed.request_id, report
             uses = self.service.contexts.begin(request_id, parsed.params, context.invocation_metadata(), selector,
-                                               _prompt_ids(parsed.inputs))
+                                               lambda: _prompt_ids(parsed.inputs))
             hold = TextHold(model.max_held_text if hold_text and events.wants_audio else 0)
             playback = Playback(model.sample_rate, time.time(), model.ttfa_target_s) \
                 if model.pacing and model.sample_rate else None

@@ -25,11 +25,18 @@ def check_bearer(header_value: str | None, api_key: str) -> None:
         raise ValueError("api_key is empty: a front door without a key checks nothing")
     if not header_value:
         raise Unauthenticated(f"missing {AUTHORIZATION} metadata: send '{AUTHORIZATION}: Bearer <api key>'")
-    scheme, token = header_value[:len(SCHEME)], header_value[len(SCHEME):].strip()
-    if scheme.lower() != SCHEME.lower():
+    token = bearer_token(header_value)
+    if token is None:
         raise Unauthenticated(f"{AUTHORIZATION} metadata: expected the Bearer scheme")
     if not hmac.compare_digest(token.encode(), api_key.encode()):
         raise Unauthenticated(f"{AUTHORIZATION} metadata: wrong api key")
+
+
+def bearer_token(header_value: str) -> str | None:
+    """The token of "Bearer <token>" (the scheme in any case), None for another scheme."""
+    if header_value[:len(SCHEME)].lower() != SCHEME.lower():
+        return None
+    return header_value[len(SCHEME):].strip()
 
 
 def bearer_metadata(api_key: str) -> tuple[tuple[str, str], ...]:

@@ -109,12 +109,27 @@ def test_the_replica_with_the_longest_cached_prefix_is_preferred_load_breaking_t
     contexts = KeptContexts(prefixes=prefixes)
     picks = []
     for i in range(4):
-        contexts.begin(f"r{i}", {}, (), selector, prompt)
+        contexts.begin(f"r{i}", {}, (), selector, lambda: prompt)
         picks.append(selector.choose(f"r{i}", node, "w").endpoint)
     assert sorted(picks) == ["h:2", "h:2", "h:3", "h:3"]  # the two holders, the less loaded first
     contexts.end({"prefix_summary": ("h:1", _summary(prompt))})  # h:1 now holds all of it
-    contexts.begin("r9", {}, (), selector, prompt)
+    contexts.begin("r9", {}, (), selector, lambda: prompt)
     assert selector.choose("r9", node, "w").endpoint == "h:1"
+
+
+def test_a_service_with_one_replica_never_reads_the_prompt_for_its_choice():
+    from conductor.prefix_directory import PrefixDirectory
+
+    prefixes = PrefixDirectory()
+    prefixes.publish("h:1", _summary(list(range(8))))
+    placement = Placement.from_dict({"services": {"lm": {"replicas": ["h:1"]}}, "placement": {"prefill": "lm"}})
+    selector = ReplicaSelector(placement)
+
+    def unread():
+        raise AssertionError("the prompt was read for a choice there is not")
+
+    KeptContexts(prefixes=prefixes).begin("r1", {}, (), selector, unread)
+    assert not selector.has_choice() and not selector._affinity
 
 
 def test_the_request_span_says_how_many_prompt_tokens_the_cache_gave():
