@@ -87,7 +87,7 @@ class Executor:
     async def generate_batches(self, request_id: str, inputs: dict[str, tuple], params=None,
                                wanted: frozenset[str] = frozenset(), playback=None,
                                silent: frozenset[str] = frozenset(), contexts: tuple = (),
-                       report: dict | None = None) -> AsyncIterator[list[tuple[str, Any]]]:
+                               report: dict | None = None) -> AsyncIterator[list[tuple[str, Any]]]:
         """Runs a request through its walks; yields lists of (output name, value) as
         produced: everything that arrived together (never an empty list).
         `wanted`: the output kinds it asks for (graph.walk.FirstWalk; empty: all);
