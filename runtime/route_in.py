@@ -113,6 +113,8 @@ class InboundRoutes:
         self.unclaimed: OrderedDict[int, list] = OrderedDict()  # route id -> [(stream, name, push, tensors)]
         self.chunk_runs: dict[RunKey, tuple[InRoute, int]] = {}  # chunk run -> (route, its new items)
         self.by_run: dict[RunKey, InRoute] = {}  # (request, node, base iteration) -> its route
+        # route id -> (stream, error) of a batch refused whole before the route's grant
+        self.refused: OrderedDict[int, tuple[str, Exception]] = OrderedDict()
 
     def accept(self, owner: str, item: AcceptRoute) -> list:
         """Grants the route; returns the pushes that arrived before the grant."""
@@ -122,6 +124,18 @@ class InboundRoutes:
         self.by_run[(item.run.request_id, item.run.node, item.run.iteration)] = route
         return [(stream, name, push if push.request_id else self.identify(route, push), tensors)
                 for stream, name, push, tensors in self.unclaimed.pop(rid, [])]
+
+    def refuse_ungranted(self, stream_id: str, rid: int, error: Exception) -> None:
+        """A batch refused whole named this route before its grant reached us (the grant
+        and the batch travel on different streams): the grant, when it comes, fails."""
+        self.refused[rid] = (stream_id, error)
+        self.refused.move_to_end(rid)
+        while len(self.refused) > MAX_UNCLAIMED_TOKENS:
+            self.refused.popitem(last=False)
+
+    def refusal(self, token: str) -> tuple[str, Exception] | None:
+        """(stream, error) of a batch refused before this route's grant, once."""
+        return self.refused.pop(route_id(token), None)
 
     def identify(self, route: InRoute, push: PushChunk) -> PushChunk:
         """A batch entry's push with its route's identity (request, node, iteration, port)."""
@@ -229,7 +243,7 @@ class InboundRoutes:
             assert route.num_running == running, (route.accept.token, route.num_running, running)
         assert all(r in self.routes.values() for r in self.by_run.values())
         assert len(self.by_id) == len(self.routes) and all(route_id(t) in self.by_id for t in self.routes)
-        assert len(self.unclaimed) <= MAX_UNCLAIMED_TOKENS
+        assert len(self.unclaimed) <= MAX_UNCLAIMED_TOKENS and len(self.refused) <= MAX_UNCLAIMED_TOKENS
 
 
 def summary(route: InRoute) -> dict:

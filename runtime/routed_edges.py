@@ -62,8 +62,20 @@ class RoutedEdges:
         self.table.adopt(stream_id, run.request_id, run.consumer_host_ids)
         if not item.push:  # the chunk runs' own routes (two routed edges in a row)
             self.out.open(run.request_id, run.node, run.iteration, run.routes)
-        for sender, name, push, tensors in self.inb.accept(stream_id, item):
+        held = self.inb.accept(stream_id, item)
+        refused = self.inb.refusal(item.token)
+        if refused is not None:
+            self._refuse(refused[0], self.inb.routes[item.token], refused[1])
+        for sender, name, push, tensors in held:
             self._apply(sender, name, push, tensors)
+
+    def _refuse(self, stream_id: str, route: InRoute, e: StarmeshError) -> None:
+        """A batch from stream_id naming this route was refused whole: its request fails
+        on both sides, unless another stream sends on the route or it has ended."""
+        if route.sender in ("", stream_id) and self.table.owner(route.request_id) == route.owner:
+            run = route.accept.run
+            self.emit(stream_id, NodeError(run.request_id, run.node, e.status, str(e), run.iteration))
+            self.fail(run.request_id, run.node, e.status, str(e), run.iteration)
 
     def push(self, stream_id: str, field: str, item: PushChunk) -> None:
         self._apply(stream_id, self.names.get(stream_id, stream_id), item, None, field)
@@ -74,12 +86,12 @@ class RoutedEdges:
         try:
             rows, shared, checked = resolve_rows(self.transport, batch, f"{field}.batch")
         except StarmeshError as e:  # nothing in it can be trusted: every request it names fails
-            named = {r: self.inb.by_id.get(r) for r in batch.route_ids()}  # each route once
-            for route in [r for r in named.values() if r is not None]:
-                if route.sender in ("", stream_id) and self.table.owner(route.request_id) == route.owner:
-                    run = route.accept.run
-                    self.emit(stream_id, NodeError(run.request_id, run.node, e.status, str(e), run.iteration))
-                    self.fail(run.request_id, run.node, e.status, str(e), run.iteration)
+            for rid in dict.fromkeys(batch.route_ids()):  # each route once, in order
+                route = self.inb.by_id.get(rid)
+                if route is None:
+                    self.inb.refuse_ungranted(stream_id, rid, e)
+                else:
+                    self._refuse(stream_id, route, e)
             return
         self._batch = (rows,) if hasattr(self.component, "push_rows") else None
         try:

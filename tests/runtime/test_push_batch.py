@@ -207,6 +207,24 @@ def test_a_batch_whose_columns_disagree_fails_the_requests_it_names_on_both_side
         assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
 
 
+def test_a_batch_refused_before_its_grant_fails_the_request_when_the_grant_comes(server):
+    """The grant and the batch travel on different streams: a batch refused whole may name
+    a route not granted yet, and that request fails at its grant, not never."""
+    with RunStream(server.address) as conductor, RunStream(server.address) as producer:
+        good = _batch(["r-bad-early"])
+        record = RECORD.unpack(good.entries)
+        producer.send(PushBatch(RECORD.pack(record[0], record[1], 3, *record[3:]), good.produced_us, good.rows))
+        assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)  # sent first: read first, in practice
+        conductor.send(grant("r-bad-early", token="tok-r-bad-early"))
+        [to_producer] = producer.events()
+        [to_conductor] = conductor.events()
+        for ev in (to_producer, to_conductor):
+            assert isinstance(ev, NodeError) and ev.request_id == "r-bad-early" and ev.status == "INVALID_ARGUMENT"
+            assert "items[0].batch: the entries take 3 rows, rows holds 1" in ev.message
+        conductor.send(Cancel("r-bad-early"))
+        assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
+
+
 def test_an_end_without_rows_travels_after_its_own_routes_rows():
     """Batches of one step are applied in turn: a route's end marker in another batch than
     its last rows would end the stream before them."""
