@@ -117,10 +117,14 @@ class CausalLM(nn.Module):
             if i < len(additions) and additions[i][0].numel():
                 rows, values = additions[i]
                 x = x.index_put((rows,), x[rows] + values.to(x.dtype))  # a new tensor: captured keeps its own
-        x = self.model.norm(x)
+        x = self.final_norm(x, experts)
         if capture_layer == num_layers:
             captured = x
         return x, captured
+
+    def final_norm(self, x: torch.Tensor, experts: TokenExperts | None) -> torch.Tensor:
+        """x [T, hidden] after the last layer -> normed (a family with a norm per expert overrides it)."""
+        return self.model.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] fp32
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight

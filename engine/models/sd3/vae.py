@@ -48,11 +48,14 @@ class Sd3Vae:
         return (decoded * 0.5 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).float().cpu()  # [B, H, W, 3] in [0, 1]
 
     @torch.inference_mode()
-    def encode(self, images: torch.Tensor) -> torch.Tensor:
+    def encode(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """images [B, H, W, 3] in [0, 1] -> latents [B, C, H / f, W / f] float32, on CPU:
-        the mode of the latent distribution (deterministic), scaled as decode unscales."""
+        the mode of the latent distribution (deterministic), scaled as decode unscales.
+        generator: a posterior sample instead, mean + std * noise with the noise drawn from
+        it (diffusers' DiagonalGaussianDistribution.sample)."""
         pixels = images.permute(0, 3, 1, 2).to(self.device, self.vae.dtype) * 2 - 1  # [B, 3, H, W] in [-1, 1]
         posterior = self.vae.encode(pixels, return_dict=False)[0]
-        latents = (posterior.mode() - self.shift_factor) * self.scaling_factor        # [B, C, h, w]
+        z = posterior.mode() if generator is None else posterior.sample(generator)
+        latents = (z - self.shift_factor) * self.scaling_factor                       # [B, C, h, w]
         return latents.float().cpu()
 
