@@ -31,6 +31,9 @@ def add_parser(sub) -> None:
                    help="how long a request body may take to arrive whole (default 120 s; 408 past it)")
     p.add_argument("--grace-s", type=float, default=10.0,
                    help="on SIGTERM, how long open responses may finish (default 10 s)")
+    p.add_argument("--realtime-send-queue-mb", type=float, default=8.0,
+                   help="/v1/realtime: events queued for a client that does not read before it is disconnected "
+                        "(default 8 MiB)")
     add_tls_args(p, "the connection to the conductor (--tls-ca to check it, --tls-cert/--tls-key for mutual TLS)")
     p.set_defaults(func=run)
 
@@ -39,13 +42,15 @@ def run(args: argparse.Namespace) -> int:
     from client.connection import Connection
     from core.errors import StarmeshError
     from gateway.config import GatewayConfig
+    from gateway.realtime_config import RealtimeConfig
     from gateway.server import serve
 
     try:
         in_flight_mb = args.max_bodies_in_flight_mb
         in_flight_mb = max(64.0, args.max_body_mb) if in_flight_mb is None else in_flight_mb
+        realtime = RealtimeConfig(max_send_queue_bytes=int(args.realtime_send_queue_mb * (1 << 20)))
         config = GatewayConfig(args.host, args.port, args.timeout, int(args.max_body_mb * (1 << 20)), args.grace_s,
-                               int(in_flight_mb * (1 << 20)), args.body_timeout_s)
+                               int(in_flight_mb * (1 << 20)), args.body_timeout_s, realtime)
         connection = Connection(conductor_address(args), "", tls_from_args(args))
     except (ValueError, StarmeshError) as e:
         print(f"starmesh gateway: {e}", file=sys.stderr)

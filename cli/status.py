@@ -39,8 +39,25 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for row in rows:
         print(_line(row))
-    print(f"{'conductor':<12} {spec.conductor:<22} metrics {metrics_url(spec.conductor_metrics) or '-'}")
+    url = metrics_url(spec.conductor_metrics)
+    print(f"{'conductor':<12} {spec.conductor:<22} sessions {_open_sessions(url)} metrics {url or '-'}")
     return 0 if all(r["health"] == "SERVING" for r in rows) else 1
+
+
+def _open_sessions(url: str) -> str:
+    """The conductor's open Sessions streams (its starmesh_sessions_open gauge, every
+    model), "-" when its /metrics cannot be read."""
+    import urllib.request
+
+    if not url:
+        return "-"
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as reply:
+            text = reply.read().decode()
+    except (OSError, ValueError):
+        return "-"
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("starmesh_sessions_open{")]
+    return str(int(sum(values)))
 
 
 def _supervision(entry: dict | None) -> dict:

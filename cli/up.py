@@ -108,6 +108,8 @@ def _write_prometheus_config(stack, path: str) -> None:
 def _print_endpoints(stack) -> None:
     for name, address in stack.cluster.endpoints().items():
         print(f"  {name:<14} {address:<22} metrics {stack.cluster.metrics.get(name, '-')}")
+        if name == "gateway":  # its voice page (gateway/static), served at /
+            print(f"  {'voice page':<14} {address}/  (talk to a speaking model in the browser)")
     if stack.store is not None:
         print(f"  {'trace store':<14} OTLP {stack.store.otlp_address}, query {stack.store.http_address}")
     if stack.ui is not None:

@@ -21,7 +21,7 @@ with it the request in the mesh.
 """
 from __future__ import annotations
 
-from typing import AsyncIterator
+from typing import Any, AsyncIterator, Mapping
 
 from client.call_failed import call_failed
 from client.connection import Connection
@@ -97,6 +97,24 @@ class ConductorSession:
             raise call_failed(e) from None
         finally:
             await events.aclose()
+
+    def conversation(self, model: str, output_modalities: tuple[str, ...] = ("audio",), instructions: str = "",
+                     voice: str = "", input_sample_rate: int = 0, params: Mapping[str, Any] | None = None,
+                     turn_detection=None, authorization: str = "", end_user: str = ""):
+        """A Sessions.Session stream as a client.conversation.Conversation (`async with`);
+        turn_detection: a starmesh.v1.TurnDetection for server VAD, None for none."""
+        from client.conversation import _MODALITY, Conversation
+        from protos.starmesh.v1 import session_pb2 as pb
+
+        config = pb.SessionConfig(model=model, instructions=instructions, voice=voice,
+                                  input_sample_rate=input_sample_rate,
+                                  output_modalities=[_MODALITY[m] for m in output_modalities])
+        if turn_detection is not None:
+            config.turn_detection.CopyFrom(turn_detection)
+        if params:
+            config.params.update(dict(params))
+        metadata = self._metadata(authorization) + (((END_USER, end_user),) if end_user else ())
+        return Conversation(self._channel, metadata, config)
 
     async def models(self, authorization: str = "", timeout_s: float = 10.0) -> dict[str, ModelCard]:
         """name -> ModelCard of every served model, in the conductor's order."""

@@ -180,6 +180,13 @@ class Executor:
     def _flush(self) -> None:
         self.rounds.flush()
 
+    def send_now(self, targets, item) -> None:
+        """An item outside any request (runtime.items.ContextOp) to each of `targets`, at
+        once; on each target's stream it goes after what was sent there before."""
+        for target in targets:
+            self._send(target, item)
+        self._flush()
+
     def close(self) -> None:
         """Sends what still lingers (the clean-up of finished requests)."""
         self.rounds.flush_all()

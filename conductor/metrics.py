@@ -53,6 +53,27 @@ class ConductorMetrics:
     def edge_observer(self, model: str):
         return lambda edge, seconds: self.edge_latency.labels(model, edge).observe(seconds)
 
+    def watch_sessions(self, sessions, models) -> None:
+        """Exports the open sessions (id -> conductor.session_core.Session) per model of
+        `models` (names; "" counts those not configured yet), read at scrape time."""
+        self.registry.register(_SessionsCollector(sessions, tuple(models)))
+
+
+class _SessionsCollector:
+    def __init__(self, sessions, models: tuple[str, ...]) -> None:
+        self.sessions, self.models = sessions, models
+
+    def collect(self):
+        family = GaugeMetricFamily("starmesh_sessions_open", "open Sessions streams (conversations) by model",
+                                   labels=["model"])
+        counts = dict.fromkeys(("", *self.models), 0)
+        for session in list(self.sessions.values()):
+            name = session.model.name if session.model is not None else ""
+            counts[name] = counts.get(name, 0) + 1
+        for model, n in counts.items():
+            family.add_metric([model], n)
+        yield family
+
 
 class _AdmissionCollector:
     def __init__(self, admission, models: tuple[str, ...]) -> None:

@@ -36,6 +36,8 @@ from conductor.generate_request import served_model
 from conductor.input_limits import InputLimits
 from conductor.request_intake import IntakeConfig, RequestIntake
 from conductor.kept_contexts import KeptContexts
+from conductor.session_limits import SessionLimits
+from conductor.session_servicer import SESSIONS_SERVICE, SessionsServicer, add_sessions
 from conductor.text_hold import TextHold
 from conductor.tokenizer import load_tokenizer
 from runtime.grpc_status import map_errors
@@ -62,10 +64,13 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             async for batch in batches:
                 yield pb.GenerateEventBatch(events=batch)
 
-    async def _batches(self, request: pb.GenerateRequest, context, hold_text: bool = True):
+    async def _batches(self, request: pb.GenerateRequest, context, hold_text: bool = True,
+                       report: dict | None = None):
         """The request's GenerateEvents, as lists of those made from outputs that arrived
         together (never empty); Usage last. hold_text: a request that gets audio sends its
-        text deltas with its next batch (conductor.text_hold; the model's max_held_text)."""
+        text deltas with its next batch (conductor.text_hold; the model's max_held_text);
+        report: filled with what its nodes said of kept contexts, and `keeping`, the id its
+        result is kept under (a caller that cancels it may release that id)."""
         model = served_model(self.service.served, request.model)
         executor = self.service.executors.get(model.name)
         if executor is None:
@@ -73,7 +78,7 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
         t0 = time.perf_counter()
         meter = RequestMeter(self.service.metrics, model, t0)
         outcome = "failed"
-        selector, report = self.service.selectors.get(model.name), {}
+        selector, report = self.service.selectors.get(model.name), {} if report is None else report
         request_id = ""
         try:
             tokenizer = self.service.tokenizers.get(model.name)
@@ -84,6 +89,7 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             request_id, events.report = parsed.request_id, report
             uses = self.service.contexts.begin(request_id, parsed.params, context.invocation_metadata(), selector,
                                                lambda: _prompt_ids(parsed.inputs))
+            report["keeping"] = uses[0].keep_id if uses else ""
             hold = TextHold(model.max_held_text if hold_text and events.wants_audio else 0)
             playback = Playback(model.sample_rate, time.time(), model.ttfa_target_s) \
                 if model.pacing and model.sample_rate else None
@@ -176,17 +182,19 @@ class ConductorService:
     tls: the runtime.tls.TlsConfig of the Run streams to replicas (None: plaintext);
     api_key: the token every Conductor call must carry (conductor/auth.py); "" for none."""
 
-    service_names = (CONDUCTOR_SERVICE,)
+    service_names = (CONDUCTOR_SERVICE, SESSIONS_SERVICE)
 
     def __init__(self, models: list[ServedModel], telemetry=None, metrics: ConductorMetrics | None = None,
                  limits: InputLimits | None = None, tls=None, api_key: str = "",
                  admission: Admission | None = None, run_timeout_s: float = 10.0,
-                 max_message_bytes: int = 64 << 20, intake: IntakeConfig | None = None) -> None:
+                 max_message_bytes: int = 64 << 20, intake: IntakeConfig | None = None,
+                 sessions: SessionLimits | None = None) -> None:
         """limits: what one request may carry (conductor.input_limits); intake: how many
         requests are parsed at once, off the event loop (conductor.request_intake); admission: every
         request limit (default limits per model when None); run_timeout_s: a request a
         replica stopped listing in its heartbeats fails then; max_message_bytes: the
-        message limit of the Run streams to replicas (no frame passes it)."""
+        message limit of the Run streams to replicas (no frame passes it); sessions: what
+        the Sessions service's conversations may hold (conductor.session_limits)."""
         self.models = models
         self.served = {m.name: m for m in models}
         self.limits = limits or InputLimits()
@@ -203,6 +211,8 @@ class ConductorService:
         self.executors: dict[str, Executor] = {}
         self.selectors = {m.name: ReplicaSelector(m.placement) for m in models}
         self.contexts = KeptContexts()
+        self.session_limits = sessions or SessionLimits()
+        self.sessions: SessionsServicer | None = None  # once registered on a server
         endpoints = {r for m in models for spec in m.placement.services.values() for r in spec.replicas}
         self.replica_health = ReplicaHealth(endpoints, self._replica_changed, tls)
         self.targets: dict[str, ReplicaTargets] = {}  # model -> its executor's streams
@@ -217,7 +227,12 @@ class ConductorService:
         self._set_health = None
 
     def register(self, server: grpc.aio.Server) -> None:
-        conductor_pb2_grpc.add_ConductorServicer_to_server(ConductorServicer(self), server)
+        conductor = ConductorServicer(self)
+        conductor_pb2_grpc.add_ConductorServicer_to_server(conductor, server)
+        self.sessions = SessionsServicer(self, conductor, self.session_limits)  # a turn is a Generate request
+        add_sessions(server, self.sessions)
+        if self.metrics is not None:
+            self.metrics.watch_sessions(self.sessions.open, self.served)
 
     def bind_health(self, set_status) -> None:
         """set_status(name, is_serving): the server's health service, for the per-model names."""

@@ -3,7 +3,8 @@
     app = make_app(Connection("127.0.0.1:50050"), GatewayConfig())   # uvicorn serves it
 
 Routes: POST /v1/audio/speech, /v1/chat/completions, /v1/images/generations; GET
-/v1/models, /v1/models/{model}, /health (no token), /metrics. The caller's
+/v1/models, /v1/models/{model}, /health (no token), /metrics; the WebSocket
+/v1/realtime; the voice page at / (its files under /static, no token). The caller's
 `Authorization` header goes to the conductor as is: the conductor checks it.
 """
 from __future__ import annotations
@@ -53,9 +54,12 @@ def make_app(connection: Connection, config: GatewayConfig = GatewayConfig(),
 
     app = FastAPI(title="starmesh gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     _errors(app)
-    from gateway import routes
+    from gateway import realtime_route, routes, voice_page
 
     app.include_router(routes.router)
+    app.include_router(realtime_route.router)
+    app.include_router(voice_page.router)
+    app.mount("/static", voice_page.static_files(), name="static")
     # added last, outermost: the metrics count the body limit's refusals too
     app.add_middleware(BodyLimit, max_body_bytes=config.max_body_bytes,
                        budget=BodyBudget(config.max_bodies_in_flight_bytes, metrics.body_bytes),

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.realtime_config import RealtimeConfig
+
 DEFAULT_ADDRESS = "127.0.0.1:8000"
 
 
@@ -13,7 +15,7 @@ class GatewayConfig:
     (413 past it, whatever its framing); max_bodies_in_flight_bytes: the bytes of request
     bodies held at once across all connections (429 past it); body_timeout_s: how long a
     body may take to arrive whole (408 past it); grace_s: how long SIGTERM lets open
-    responses finish."""
+    responses finish; realtime: the bounds of a /v1/realtime connection."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -22,6 +24,7 @@ class GatewayConfig:
     grace_s: float = 10.0
     max_bodies_in_flight_bytes: int = 64 << 20
     body_timeout_s: float = 120.0
+    realtime: RealtimeConfig = RealtimeConfig()
 
     def __post_init__(self) -> None:
         if not self.host:

@@ -1,6 +1,7 @@
 """The gateway's Prometheus metrics (GET /metrics): requests by route and HTTP status,
 their latency and time to first byte, requests in flight, client disconnects, the bytes
-of request bodies held, and the standard process_* and python_* collectors."""
+of request bodies held, open Realtime connections and how they ended, and the standard
+process_* and python_* collectors."""
 from __future__ import annotations
 
 from prometheus_client import (CollectorRegistry, Counter, Gauge, GCCollector, Histogram, PlatformCollector,
@@ -31,6 +32,12 @@ class GatewayMetrics:
         self.body_bytes = Gauge("starmesh_gateway_body_bytes_in_flight",
                                 "bytes of request bodies held, across all connections (capped: 429 past the cap)",
                                 registry=r)
+        self.realtime_sessions = Gauge("starmesh_gateway_realtime_sessions", "open /v1/realtime connections",
+                                       registry=r)
+        self.realtime_closes = Counter("starmesh_gateway_realtime_closes",
+                                       "/v1/realtime connections ended, by how (client_closed, conductor_ended, "
+                                       "client_not_reading, or the error code that ended it)", ["outcome"],
+                                       registry=r)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -36,14 +36,21 @@ def serve(connection: Connection, config: GatewayConfig, on_ready=None) -> None:
     asyncio.run(_serve(connection, config, on_ready))
 
 
+def uvicorn_config(app, config: GatewayConfig):
+    import uvicorn
+
+    return uvicorn.Config(app, loop="asyncio", http="httptools", lifespan="on", access_log=False, log_level="warning",
+                          timeout_graceful_shutdown=config.grace_s, ws="websockets-sansio",
+                          ws_max_size=config.realtime.max_frame_bytes,
+                          ws_per_message_deflate=False)  # audio in base64 barely compresses: no CPU spent on it
+
+
 async def _serve(connection: Connection, config: GatewayConfig, on_ready) -> None:
     import uvicorn
 
     sock = bind(config.host, config.port)
     port = sock.getsockname()[1]
-    uv = uvicorn.Config(make_app(connection, config), loop="asyncio", http="httptools", lifespan="on",
-                        access_log=False, log_level="warning", timeout_graceful_shutdown=config.grace_s)
-    server = uvicorn.Server(uv)
+    server = uvicorn.Server(uvicorn_config(make_app(connection, config), config))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not task.done():
         await asyncio.sleep(0.02)  # uvicorn has no started event; its startup takes milliseconds

@@ -69,6 +69,11 @@ class Colocated:
             if hasattr(component, "repace"):
                 component.repace(request_id, origin_s)
 
+    def context_op(self, op) -> None:
+        for component in self.components:
+            if hasattr(component, "context_op"):
+                component.context_op(op)
+
     def has_work(self) -> bool:
         return any(c.has_work() for c in self.components)
 

@@ -25,6 +25,7 @@ from runtime.items import (
     StreamInput,
     Credit,
     ConsumedLease,
+    ContextOp,
     InboundItem,
     NodeDone,
     NodeError,
@@ -194,7 +195,8 @@ def item_from_proto(msg: pb.RunItem, field: str, received_us: float = 0.0) -> In
     message was read (a push keeps it: the consumer's share of the edge's latency)."""
     kind = msg.WhichOneof("kind")
     if kind is None:
-        raise InvalidArgument(f"{field}: none of open, push, batch, cancel, release, credit, accept, repace is set")
+        raise InvalidArgument(f"{field}: none of open, push, batch, cancel, release, credit, accept, repace, "
+                              "context_op is set")
     sub = getattr(msg, kind)
     try:
         if kind == "open":
@@ -211,6 +213,8 @@ def item_from_proto(msg: pb.RunItem, field: str, received_us: float = 0.0) -> In
             return _accept_from_proto(sub, f"{field}.accept")
         if kind == "repace":
             return _repace_from_proto(sub, f"{field}.repace")
+        if kind == "context_op":
+            return ContextOp(sub.context_id, sub.owner, sub.keep_tokens)
         return Release(sub.request_id, tuple(sub.lease_ids[:]))
     except ValueError as e:  # dataclass validation ("open.request_id is empty")
         raise InvalidArgument(f"{field}.{e}") from None
@@ -291,6 +295,9 @@ def items_to_proto(items: Iterable[InboundItem], sender: str = "") -> pb.RunRequ
             it.cancel.request_id, it.cancel.reason = item.request_id, item.reason
         elif isinstance(item, Repace):
             it.repace.request_id, it.repace.origin_unix_s = item.request_id, item.origin_s
+        elif isinstance(item, ContextOp):
+            op = it.context_op
+            op.context_id, op.owner, op.keep_tokens = item.context_id, item.owner, item.keep_tokens
         elif isinstance(item, Release):
             it.release.request_id = item.request_id
             it.release.lease_ids.extend(item.lease_ids)

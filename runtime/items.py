@@ -179,7 +179,17 @@ class Credit:
     iteration: tuple[int, ...] = ()
 
 
-InboundItem = Union[OpenNode, PushChunk, Cancel, Release, Credit, AcceptRoute, Repace, "PushBatch"]
+@dataclass(frozen=True)
+class ContextOp:
+    """A kept context of `owner`, outside any request: released (keep_tokens 0) or cut back
+    to its first keep_tokens tokens (a session's conversation rolled back or closed)."""
+
+    context_id: str
+    owner: str
+    keep_tokens: int = 0
+
+
+InboundItem = Union[OpenNode, PushChunk, Cancel, Release, Credit, AcceptRoute, Repace, "PushBatch", ContextOp]
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from runtime.grpc_status import failure
 from runtime.heartbeat import QueuedOpens, known_requests
 from runtime.inbox import Inbox
 from runtime.item_proto import Rejected
-from runtime.items import (AcceptRoute, Cancel, Credit, NodeDone, NodeError, NodeOutput, OpenNode, OutboundEvent,
-                           PushChunk, Release, Repace)
+from runtime.items import (AcceptRoute, Cancel, ContextOp, Credit, NodeDone, NodeError, NodeOutput, OpenNode,
+                           OutboundEvent, PushChunk, Release, Repace)
 from runtime.loop_calls import LoopCalls
 from runtime.outbox import Outbox, Sink
 from runtime.parts import resolve_inputs
@@ -205,6 +205,8 @@ class StepLoop:
             self._repace(item)
         elif isinstance(item, Release):
             self._release(field, item)
+        elif isinstance(item, ContextOp):
+            self._context_op(field, item)
         elif isinstance(item, Credit) and not self.routed.grant(item):
             self._credits.grant(item)
 
@@ -275,6 +277,17 @@ class StepLoop:
                 hook(item.request_id, item.origin_s)
             except Exception:
                 log.exception("component.repace(%r) failed", item.request_id)
+
+    def _context_op(self, field: str, item: ContextOp) -> None:
+        """A kept context released or cut back (`context_op`, optional: components whose
+        engine keeps contexts); a component without one has none to touch."""
+        hook = getattr(self.component, "context_op", None)
+        if hook is None:
+            return
+        try:
+            hook(item)
+        except StarmeshError as e:  # a context already dropped (its TTL, the limits) has nothing left to do
+            log.info("%s.context_op: %s", field, e)
 
     def _release(self, field: str, item: Release) -> None:
         try:

@@ -64,6 +64,19 @@ if ! command -v g++ >/dev/null || ! command -v ninja >/dev/null; then
   fi
 fi
 
+# chromium and its driver: the voice page's browser test (tests/gateway/test_realtime_voice_page.py)
+# drives Debian's headless chromium; nothing is downloaded at test time. Installed once:
+# a second run finds the binary and installs nothing.
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing chromium chromium-driver (the voice page's browser test)"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      chromium chromium-driver >/dev/null) || echo "setup: could not install chromium; its test will skip" >&2
+  else
+    echo "setup: chromium is missing (sudo apt-get install chromium chromium-driver); its test will skip" >&2
+  fi
+fi
+
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt)
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then

@@ -5,7 +5,7 @@ import sys
 
 from google.protobuf import descriptor_pb2
 
-from protos.starmesh.v1 import component_pb2, conductor_pb2, tensor_pb2
+from protos.starmesh.v1 import component_pb2, conductor_pb2, session_pb2, tensor_pb2
 
 
 def _normalized(proto: descriptor_pb2.FileDescriptorProto) -> descriptor_pb2.FileDescriptorProto:
@@ -29,7 +29,7 @@ def test_committed_stubs_match_proto_sources(tmp_path):
     )
     fresh = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
     fresh_by_name = {f.name: f for f in fresh.file}
-    committed = {m.DESCRIPTOR.name: m for m in (component_pb2, conductor_pb2, tensor_pb2)}
+    committed = {m.DESCRIPTOR.name: m for m in (component_pb2, conductor_pb2, session_pb2, tensor_pb2)}
     assert set(fresh_by_name) == set(committed), "a .proto file has no committed stub (run scripts/gen_protos.sh)"
     for name, module in committed.items():
         proto = descriptor_pb2.FileDescriptorProto()

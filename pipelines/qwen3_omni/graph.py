@@ -42,7 +42,9 @@ def speech_graph(chunk_size: int = 300, left_context: int = 25, first_chunk: int
         # which is what the talker's prompt rows stand for
         GraphNode("prefill", ("input_ids",), (*ROWS, "prompt_ids"), stateful=True),
         GraphNode("decode", ("token",), ROWS, stateful=True),
-        GraphNode("talker", ("prompt_ids", "prompt_embeds", "embeds"), ("codes",), stateful=True),
+        # prompt_hidden: the accept-layer rows the talker reads at audio/image positions, which a
+        # continued context may hold though the new turn has none
+        GraphNode("talker", ("prompt_ids", "prompt_embeds", "prompt_hidden", "embeds"), ("codes",), stateful=True),
         GraphNode("code2wav", ("codes",), ("audio",)),
     ]
     decode = DynamicLoop(DECODE_LOOP, "decode", max_iters=max_text_tokens, stop=StopRule("decode.token"))
@@ -53,6 +55,7 @@ def speech_graph(chunk_size: int = 300, left_context: int = 25, first_chunk: int
         E("prefill.prompt_ids", "talker.prompt_ids"),
         E("prefill.token", "decode.token"),
         E("prefill.embeds", "talker.prompt_embeds"),
+        E("prefill.hidden", "talker.prompt_hidden"),
         StreamingGraphEdge("decode.embeds", "talker.embeds", chunk_policy=FixedChunk(1),
                            continue_after_producer_done=True),
         StreamingGraphEdge("talker.codes", "code2wav.codes", chunk_policy=frames,

@@ -128,6 +128,14 @@ class ThinkerComponent:
     def repace(self, request_id: str, origin_s: float) -> None:
         self.engine.repace(request_id, origin_s)
 
+    def context_op(self, op) -> None:
+        """A kept context released (keep_tokens 0) or cut back to its first keep_tokens
+        tokens (runtime.items.ContextOp); NotFound when it is gone."""
+        if op.keep_tokens:
+            self.engine.contexts.truncate(op.context_id, op.owner, op.keep_tokens)
+        else:
+            self.engine.contexts.release(op.context_id, op.owner)
+
     def has_work(self) -> bool:
         return bool(self._events) or self.engine.has_work()
 

@@ -72,4 +72,5 @@ def test_status_lists_each_processs_metrics_url(colocated, capsys):
     assert main(["status", "--deployment", colocated.path, *members]) == 0
     text = capsys.readouterr().out
     assert f"metrics {colocated.metrics['conductor']}" in text.splitlines()[-1]
+    assert "sessions 0 " in text.splitlines()[-1]  # its open Sessions streams (starmesh_sessions_open)
     assert all(f"metrics {row['metrics']}" in text for row in rows)

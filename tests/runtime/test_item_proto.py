@@ -7,7 +7,7 @@ import torch
 from protos.starmesh.v1 import component_pb2
 from runtime import item_proto as wire
 from core.pace import Pace
-from runtime.items import (Cancel, ConsumedLease, NodeDone, NodeError, NodeOutput, OpenNode, PushChunk, Release,
+from runtime.items import (Cancel, ConsumedLease, ContextOp, NodeDone, NodeError, NodeOutput, OpenNode, PushChunk, Release,
                            Repace, StopRule)
 from tests.fixtures.components import inline_ref
 from core.errors import InvalidArgument
@@ -28,6 +28,7 @@ def test_inbound_items_round_trip():
         Cancel("r", "client went away"),
         Release("r", (1, 2, 3)),
         Repace("r", 1.7e9 + 1.5),
+        ContextOp("ctx_" + "a" * 32, "owner/user", 42),
     ]
     back = [item for _field, item in wire.request_from_proto(wire.items_to_proto(items))]
     assert back == items

@@ -137,6 +137,16 @@ class ContextUse(_message.Message):
     slot: str
     def __init__(self, read_id: _Optional[str] = ..., keep_id: _Optional[str] = ..., owner: _Optional[str] = ..., slot: _Optional[str] = ...) -> None: ...
 
+class ContextOp(_message.Message):
+    __slots__ = ("context_id", "owner", "keep_tokens")
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    KEEP_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    context_id: str
+    owner: str
+    keep_tokens: int
+    def __init__(self, context_id: _Optional[str] = ..., owner: _Optional[str] = ..., keep_tokens: _Optional[int] = ...) -> None: ...
+
 class Pace(_message.Message):
     __slots__ = ("origin_unix_s", "item_s", "first_item", "lead_items")
     ORIGIN_UNIX_S_FIELD_NUMBER: _ClassVar[int]
@@ -242,7 +252,7 @@ class Credit(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., port: _Optional[str] = ..., amount: _Optional[int] = ...) -> None: ...
 
 class RunItem(_message.Message):
-    __slots__ = ("open", "push", "cancel", "release", "credit", "accept", "repace", "batch")
+    __slots__ = ("open", "push", "cancel", "release", "credit", "accept", "repace", "batch", "context_op")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
@@ -251,6 +261,7 @@ class RunItem(_message.Message):
     ACCEPT_FIELD_NUMBER: _ClassVar[int]
     REPACE_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_OP_FIELD_NUMBER: _ClassVar[int]
     open: OpenNode
     push: PushChunk
     cancel: Cancel
@@ -259,7 +270,8 @@ class RunItem(_message.Message):
     accept: AcceptRoute
     repace: Repace
     batch: PushBatch
-    def __init__(self, open: _Optional[_Union[OpenNode, _Mapping]] = ..., push: _Optional[_Union[PushChunk, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., accept: _Optional[_Union[AcceptRoute, _Mapping]] = ..., repace: _Optional[_Union[Repace, _Mapping]] = ..., batch: _Optional[_Union[PushBatch, _Mapping]] = ...) -> None: ...
+    context_op: ContextOp
+    def __init__(self, open: _Optional[_Union[OpenNode, _Mapping]] = ..., push: _Optional[_Union[PushChunk, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., accept: _Optional[_Union[AcceptRoute, _Mapping]] = ..., repace: _Optional[_Union[Repace, _Mapping]] = ..., batch: _Optional[_Union[PushBatch, _Mapping]] = ..., context_op: _Optional[_Union[ContextOp, _Mapping]] = ...) -> None: ...
 
 class RunRequest(_message.Message):
     __slots__ = ("items", "sender")

@@ -24,43 +24,44 @@ _sym_db = _symbol_database.Default()
 
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from protos.starmesh.v1 import conductor_pb2 as protos_dot_starmesh_dot_v1_dot_conductor__pb2
+from protos.starmesh.v1 import tensor_pb2 as protos_dot_starmesh_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n protos/starmesh/v1/session.proto\x12\x0bstarmesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\"protos/starmesh/v1/conductor.proto\"\xef\x02\n\x0cSessionInput\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12/\n\tconfigure\x18\x02 \x01(\x0b\x32\x1a.starmesh.v1.SessionConfigH\x00\x12\x16\n\x0c\x61ppend_audio\x18\x03 \x01(\x0cH\x00\x12\x16\n\x0c\x63ommit_audio\x18\x04 \x01(\x08H\x00\x12\x15\n\x0b\x63lear_audio\x18\x05 \x01(\x08H\x00\x12/\n\x0b\x63reate_item\x18\x06 \x01(\x0b\x32\x18.starmesh.v1.SessionItemH\x00\x12\x32\n\rtruncate_item\x18\x07 \x01(\x0b\x32\x19.starmesh.v1.ItemTruncateH\x00\x12\x15\n\x0b\x64\x65lete_item\x18\x08 \x01(\tH\x00\x12\x36\n\x0f\x63reate_response\x18\t \x01(\x0b\x32\x1b.starmesh.v1.ResponseCreateH\x00\x12\x19\n\x0f\x63\x61ncel_response\x18\n \x01(\tH\x00\x42\x06\n\x04kind\"\x88\x02\n\rSessionConfig\x12\r\n\x05model\x18\x01 \x01(\t\x12\x14\n\x0cinstructions\x18\x02 \x01(\t\x12\x30\n\x11output_modalities\x18\x03 \x03(\x0e\x32\x15.starmesh.v1.Modality\x12\r\n\x05voice\x18\x04 \x01(\t\x12\x32\n\x0eturn_detection\x18\x05 \x01(\x0b\x32\x1a.starmesh.v1.TurnDetection\x12\x19\n\x11input_sample_rate\x18\x06 \x01(\r\x12\'\n\x06params\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x19\n\x11no_turn_detection\x18\x08 \x01(\x08\"\x8f\x01\n\rTurnDetection\x12\x11\n\tthreshold\x18\x01 \x01(\x02\x12\x19\n\x11prefix_padding_ms\x18\x02 \x01(\r\x12\x1b\n\x13silence_duration_ms\x18\x03 \x01(\r\x12\x17\n\x0f\x63reate_response\x18\x04 \x01(\x08\x12\x1a\n\x12interrupt_response\x18\x05 \x01(\x08\"|\n\x0bSessionItem\x12\n\n\x02id\x18\x01 \x01(\t\x12\x18\n\x10previous_item_id\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12)\n\x07\x63ontent\x18\x04 \x03(\x0b\x32\x18.starmesh.v1.ContentPart\x12\x0e\n\x06status\x18\x05 \x01(\t\"L\n\x0cItemTruncate\x12\x0f\n\x07item_id\x18\x01 \x01(\t\x12\x15\n\rcontent_index\x18\x02 \x01(\r\x12\x14\n\x0c\x61udio_end_ms\x18\x03 \x01(\r\"\x81\x01\n\x0eResponseCreate\x12\x30\n\x11output_modalities\x18\x01 \x03(\x0e\x32\x15.starmesh.v1.Modality\x12\x14\n\x0cinstructions\x18\x02 \x01(\t\x12\'\n\x06params\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xf9\x04\n\x0cSessionEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12,\n\x07session\x18\x02 \x01(\x0b\x32\x19.starmesh.v1.SessionStateH\x00\x12\x31\n\x0espeech_started\x18\x03 \x01(\x0b\x32\x17.starmesh.v1.SpeechMarkH\x00\x12\x31\n\x0espeech_stopped\x18\x04 \x01(\x0b\x32\x17.starmesh.v1.SpeechMarkH\x00\x12\x30\n\x0f\x61udio_committed\x18\x05 \x01(\x0b\x32\x15.starmesh.v1.ItemMarkH\x00\x12\x17\n\raudio_cleared\x18\x06 \x01(\x08H\x00\x12.\n\nitem_added\x18\x07 \x01(\x0b\x32\x18.starmesh.v1.SessionItemH\x00\x12-\n\titem_done\x18\x08 \x01(\x0b\x32\x18.starmesh.v1.SessionItemH\x00\x12\x33\n\x0eitem_truncated\x18\t \x01(\x0b\x32\x19.starmesh.v1.ItemTruncateH\x00\x12\x16\n\x0citem_deleted\x18\n \x01(\tH\x00\x12\x35\n\x10response_created\x18\x0b \x01(\x0b\x32\x19.starmesh.v1.ResponseMarkH\x00\x12-\n\x06output\x18\x0c \x01(\x0b\x32\x1b.starmesh.v1.ResponseOutputH\x00\x12\x32\n\rresponse_done\x18\r \x01(\x0b\x32\x19.starmesh.v1.ResponseDoneH\x00\x12*\n\x05\x65rror\x18\x0e \x01(\x0b\x32\x19.starmesh.v1.SessionErrorH\x00\x42\x06\n\x04kind\"_\n\x0cSessionState\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12*\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1a.starmesh.v1.SessionConfig\x12\x0f\n\x07\x63reated\x18\x03 \x01(\x08\"/\n\nSpeechMark\x12\x10\n\x08\x61udio_ms\x18\x01 \x01(\r\x12\x0f\n\x07item_id\x18\x02 \x01(\t\"5\n\x08ItemMark\x12\x0f\n\x07item_id\x18\x01 \x01(\t\x12\x18\n\x10previous_item_id\x18\x02 \x01(\t\"4\n\x0cResponseMark\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\x12\x0f\n\x07item_id\x18\x02 \x01(\t\"\xbe\x01\n\x0eResponseOutput\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\x12\x0f\n\x07item_id\x18\x02 \x01(\t\x12&\n\x04text\x18\x03 \x01(\x0b\x32\x16.starmesh.v1.TextDeltaH\x00\x12(\n\x05\x61udio\x18\x04 \x01(\x0b\x32\x17.starmesh.v1.AudioChunkH\x00\x12,\n\ntranscript\x18\x05 \x01(\x0b\x32\x16.starmesh.v1.TextDeltaH\x00\x42\x06\n\x04part\"\x8e\x01\n\x0cResponseDone\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12!\n\x05usage\x18\x03 \x01(\x0b\x32\x12.starmesh.v1.Usage\x12&\n\x04item\x18\x04 \x01(\x0b\x32\x18.starmesh.v1.SessionItem\x12\x0e\n\x06reason\x18\x05 \x01(\t\"N\n\x0cSessionError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05param\x18\x03 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\t2O\n\x08Sessions\x12\x43\n\x07Session\x12\x19.starmesh.v1.SessionInput\x1a\x19.starmesh.v1.SessionEvent(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n protos/starmesh/v1/session.proto\x12\x0bstarmesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\"protos/starmesh/v1/conductor.proto\x1a\x1fprotos/starmesh/v1/tensor.proto\"\xef\x02\n\x0cSessionInput\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12/\n\tconfigure\x18\x02 \x01(\x0b\x32\x1a.starmesh.v1.SessionConfigH\x00\x12\x16\n\x0c\x61ppend_audio\x18\x03 \x01(\x0cH\x00\x12\x16\n\x0c\x63ommit_audio\x18\x04 \x01(\x08H\x00\x12\x15\n\x0b\x63lear_audio\x18\x05 \x01(\x08H\x00\x12/\n\x0b\x63reate_item\x18\x06 \x01(\x0b\x32\x18.starmesh.v1.SessionItemH\x00\x12\x32\n\rtruncate_item\x18\x07 \x01(\x0b\x32\x19.starmesh.v1.ItemTruncateH\x00\x12\x15\n\x0b\x64\x65lete_item\x18\x08 \x01(\tH\x00\x12\x36\n\x0f\x63reate_response\x18\t \x01(\x0b\x32\x1b.starmesh.v1.ResponseCreateH\x00\x12\x19\n\x0f\x63\x61ncel_response\x18\n \x01(\tH\x00\x42\x06\n\x04kind\"\x88\x02\n\rSessionConfig\x12\r\n\x05model\x18\x01 \x01(\t\x12\x14\n\x0cinstructions\x18\x02 \x01(\t\x12\x30\n\x11output_modalities\x18\x03 \x03(\x0e\x32\x15.starmesh.v1.Modality\x12\r\n\x05voice\x18\x04 \x01(\t\x12\x32\n\x0eturn_detection\x18\x05 \x01(\x0b\x32\x1a.starmesh.v1.TurnDetection\x12\x19\n\x11input_sample_rate\x18\x06 \x01(\r\x12\'\n\x06params\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x19\n\x11no_turn_detection\x18\x08 \x01(\x08\"\x8f\x01\n\rTurnDetection\x12\x11\n\tthreshold\x18\x01 \x01(\x02\x12\x19\n\x11prefix_padding_ms\x18\x02 \x01(\r\x12\x1b\n\x13silence_duration_ms\x18\x03 \x01(\r\x12\x17\n\x0f\x63reate_response\x18\x04 \x01(\x08\x12\x1a\n\x12interrupt_response\x18\x05 \x01(\x08\"|\n\x0bSessionItem\x12\n\n\x02id\x18\x01 \x01(\t\x12\x18\n\x10previous_item_id\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12)\n\x07\x63ontent\x18\x04 \x03(\x0b\x32\x18.starmesh.v1.ContentPart\x12\x0e\n\x06status\x18\x05 \x01(\t\"L\n\x0cItemTruncate\x12\x0f\n\x07item_id\x18\x01 \x01(\t\x12\x15\n\rcontent_index\x18\x02 \x01(\r\x12\x14\n\x0c\x61udio_end_ms\x18\x03 \x01(\r\"\x96\x01\n\x0eResponseCreate\x12\x30\n\x11output_modalities\x18\x01 \x03(\x0e\x32\x15.starmesh.v1.Modality\x12\x14\n\x0cinstructions\x18\x02 \x01(\t\x12\'\n\x06params\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0braw_outputs\x18\x04 \x03(\t\"\xf9\x04\n\x0cSessionEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12,\n\x07session\x18\x02 \x01(\x0b\x32\x19.starmesh.v1.SessionStateH\x00\x12\x31\n\x0espeech_started\x18\x03 \x01(\x0b\x32\x17.starmesh.v1.SpeechMarkH\x00\x12\x31\n\x0espeech_stopped\x18\x04 \x01(\x0b\x32\x17.starmesh.v1.SpeechMarkH\x00\x12\x30\n\x0f\x61udio_committed\x18\x05 \x01(\x0b\x32\x15.starmesh.v1.ItemMarkH\x00\x12\x17\n\raudio_cleared\x18\x06 \x01(\x08H\x00\x12.\n\nitem_added\x18\x07 \x01(\x0b\x32\x18.starmesh.v1.SessionItemH\x00\x12-\n\titem_done\x18\x08 \x01(\x0b\x32\x18.starmesh.v1.SessionItemH\x00\x12\x33\n\x0eitem_truncated\x18\t \x01(\x0b\x32\x19.starmesh.v1.ItemTruncateH\x00\x12\x16\n\x0citem_deleted\x18\n \x01(\tH\x00\x12\x35\n\x10response_created\x18\x0b \x01(\x0b\x32\x19.starmesh.v1.ResponseMarkH\x00\x12-\n\x06output\x18\x0c \x01(\x0b\x32\x1b.starmesh.v1.ResponseOutputH\x00\x12\x32\n\rresponse_done\x18\r \x01(\x0b\x32\x19.starmesh.v1.ResponseDoneH\x00\x12*\n\x05\x65rror\x18\x0e \x01(\x0b\x32\x19.starmesh.v1.SessionErrorH\x00\x42\x06\n\x04kind\"_\n\x0cSessionState\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12*\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1a.starmesh.v1.SessionConfig\x12\x0f\n\x07\x63reated\x18\x03 \x01(\x08\"/\n\nSpeechMark\x12\x10\n\x08\x61udio_ms\x18\x01 \x01(\r\x12\x0f\n\x07item_id\x18\x02 \x01(\t\"5\n\x08ItemMark\x12\x0f\n\x07item_id\x18\x01 \x01(\t\x12\x18\n\x10previous_item_id\x18\x02 \x01(\t\"4\n\x0cResponseMark\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\x12\x0f\n\x07item_id\x18\x02 \x01(\t\"\xe7\x01\n\x0eResponseOutput\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\x12\x0f\n\x07item_id\x18\x02 \x01(\t\x12&\n\x04text\x18\x03 \x01(\x0b\x32\x16.starmesh.v1.TextDeltaH\x00\x12(\n\x05\x61udio\x18\x04 \x01(\x0b\x32\x17.starmesh.v1.AudioChunkH\x00\x12,\n\ntranscript\x18\x05 \x01(\x0b\x32\x16.starmesh.v1.TextDeltaH\x00\x12\'\n\x03raw\x18\x06 \x01(\x0b\x32\x18.starmesh.v1.NamedTensorH\x00\x42\x06\n\x04part\"\x8e\x01\n\x0cResponseDone\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12!\n\x05usage\x18\x03 \x01(\x0b\x32\x12.starmesh.v1.Usage\x12&\n\x04item\x18\x04 \x01(\x0b\x32\x18.starmesh.v1.SessionItem\x12\x0e\n\x06reason\x18\x05 \x01(\t\"N\n\x0cSessionError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05param\x18\x03 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\t2O\n\x08Sessions\x12\x43\n\x07Session\x12\x19.starmesh.v1.SessionInput\x1a\x19.starmesh.v1.SessionEvent(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.starmesh.v1.session_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SESSIONINPUT']._serialized_start=116
-  _globals['_SESSIONINPUT']._serialized_end=483
-  _globals['_SESSIONCONFIG']._serialized_start=486
-  _globals['_SESSIONCONFIG']._serialized_end=750
-  _globals['_TURNDETECTION']._serialized_start=753
-  _globals['_TURNDETECTION']._serialized_end=896
-  _globals['_SESSIONITEM']._serialized_start=898
-  _globals['_SESSIONITEM']._serialized_end=1022
-  _globals['_ITEMTRUNCATE']._serialized_start=1024
-  _globals['_ITEMTRUNCATE']._serialized_end=1100
-  _globals['_RESPONSECREATE']._serialized_start=1103
-  _globals['_RESPONSECREATE']._serialized_end=1232
-  _globals['_SESSIONEVENT']._serialized_start=1235
-  _globals['_SESSIONEVENT']._serialized_end=1868
-  _globals['_SESSIONSTATE']._serialized_start=1870
-  _globals['_SESSIONSTATE']._serialized_end=1965
-  _globals['_SPEECHMARK']._serialized_start=1967
-  _globals['_SPEECHMARK']._serialized_end=2014
-  _globals['_ITEMMARK']._serialized_start=2016
-  _globals['_ITEMMARK']._serialized_end=2069
-  _globals['_RESPONSEMARK']._serialized_start=2071
-  _globals['_RESPONSEMARK']._serialized_end=2123
-  _globals['_RESPONSEOUTPUT']._serialized_start=2126
-  _globals['_RESPONSEOUTPUT']._serialized_end=2316
-  _globals['_RESPONSEDONE']._serialized_start=2319
-  _globals['_RESPONSEDONE']._serialized_end=2461
-  _globals['_SESSIONERROR']._serialized_start=2463
-  _globals['_SESSIONERROR']._serialized_end=2541
-  _globals['_SESSIONS']._serialized_start=2543
-  _globals['_SESSIONS']._serialized_end=2622
+  _globals['_SESSIONINPUT']._serialized_start=149
+  _globals['_SESSIONINPUT']._serialized_end=516
+  _globals['_SESSIONCONFIG']._serialized_start=519
+  _globals['_SESSIONCONFIG']._serialized_end=783
+  _globals['_TURNDETECTION']._serialized_start=786
+  _globals['_TURNDETECTION']._serialized_end=929
+  _globals['_SESSIONITEM']._serialized_start=931
+  _globals['_SESSIONITEM']._serialized_end=1055
+  _globals['_ITEMTRUNCATE']._serialized_start=1057
+  _globals['_ITEMTRUNCATE']._serialized_end=1133
+  _globals['_RESPONSECREATE']._serialized_start=1136
+  _globals['_RESPONSECREATE']._serialized_end=1286
+  _globals['_SESSIONEVENT']._serialized_start=1289
+  _globals['_SESSIONEVENT']._serialized_end=1922
+  _globals['_SESSIONSTATE']._serialized_start=1924
+  _globals['_SESSIONSTATE']._serialized_end=2019
+  _globals['_SPEECHMARK']._serialized_start=2021
+  _globals['_SPEECHMARK']._serialized_end=2068
+  _globals['_ITEMMARK']._serialized_start=2070
+  _globals['_ITEMMARK']._serialized_end=2123
+  _globals['_RESPONSEMARK']._serialized_start=2125
+  _globals['_RESPONSEMARK']._serialized_end=2177
+  _globals['_RESPONSEOUTPUT']._serialized_start=2180
+  _globals['_RESPONSEOUTPUT']._serialized_end=2411
+  _globals['_RESPONSEDONE']._serialized_start=2414
+  _globals['_RESPONSEDONE']._serialized_end=2556
+  _globals['_SESSIONERROR']._serialized_start=2558
+  _globals['_SESSIONERROR']._serialized_end=2636
+  _globals['_SESSIONS']._serialized_start=2638
+  _globals['_SESSIONS']._serialized_end=2717
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,6 @@
 from google.protobuf import struct_pb2 as _struct_pb2
 from protos.starmesh.v1 import conductor_pb2 as _conductor_pb2
+from protos.starmesh.v1 import tensor_pb2 as _tensor_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -91,14 +92,16 @@ class ItemTruncate(_message.Message):
     def __init__(self, item_id: _Optional[str] = ..., content_index: _Optional[int] = ..., audio_end_ms: _Optional[int] = ...) -> None: ...
 
 class ResponseCreate(_message.Message):
-    __slots__ = ("output_modalities", "instructions", "params")
+    __slots__ = ("output_modalities", "instructions", "params", "raw_outputs")
     OUTPUT_MODALITIES_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
+    RAW_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     output_modalities: _containers.RepeatedScalarFieldContainer[_conductor_pb2.Modality]
     instructions: str
     params: _struct_pb2.Struct
-    def __init__(self, output_modalities: _Optional[_Iterable[_Union[_conductor_pb2.Modality, str]]] = ..., instructions: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    raw_outputs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, output_modalities: _Optional[_Iterable[_Union[_conductor_pb2.Modality, str]]] = ..., instructions: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., raw_outputs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SessionEvent(_message.Message):
     __slots__ = ("event_id", "session", "speech_started", "speech_stopped", "audio_committed", "audio_cleared", "item_added", "item_done", "item_truncated", "item_deleted", "response_created", "output", "response_done", "error")
@@ -167,18 +170,20 @@ class ResponseMark(_message.Message):
     def __init__(self, response_id: _Optional[str] = ..., item_id: _Optional[str] = ...) -> None: ...
 
 class ResponseOutput(_message.Message):
-    __slots__ = ("response_id", "item_id", "text", "audio", "transcript")
+    __slots__ = ("response_id", "item_id", "text", "audio", "transcript", "raw")
     RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
     ITEM_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     TRANSCRIPT_FIELD_NUMBER: _ClassVar[int]
+    RAW_FIELD_NUMBER: _ClassVar[int]
     response_id: str
     item_id: str
     text: _conductor_pb2.TextDelta
     audio: _conductor_pb2.AudioChunk
     transcript: _conductor_pb2.TextDelta
-    def __init__(self, response_id: _Optional[str] = ..., item_id: _Optional[str] = ..., text: _Optional[_Union[_conductor_pb2.TextDelta, _Mapping]] = ..., audio: _Optional[_Union[_conductor_pb2.AudioChunk, _Mapping]] = ..., transcript: _Optional[_Union[_conductor_pb2.TextDelta, _Mapping]] = ...) -> None: ...
+    raw: _tensor_pb2.NamedTensor
+    def __init__(self, response_id: _Optional[str] = ..., item_id: _Optional[str] = ..., text: _Optional[_Union[_conductor_pb2.TextDelta, _Mapping]] = ..., audio: _Optional[_Union[_conductor_pb2.AudioChunk, _Mapping]] = ..., transcript: _Optional[_Union[_conductor_pb2.TextDelta, _Mapping]] = ..., raw: _Optional[_Union[_tensor_pb2.NamedTensor, _Mapping]] = ...) -> None: ...
 
 class ResponseDone(_message.Message):
     __slots__ = ("response_id", "status", "usage", "item", "reason")
