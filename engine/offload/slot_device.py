@@ -11,9 +11,11 @@ torch.cuda is touched only by CudaDevice, so this module imports on CPU-only bui
 """
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -40,12 +42,15 @@ class Ready:
 
 
 class CopyThread:
-    """One daemon thread running submitted functions in order."""
+    """One daemon thread running submitted functions in order. Stopped at interpreter exit
+    when still running: a daemon thread caught inside a torch copy by finalization aborts
+    the process (a model whose offload was never disabled primes its first block at load)."""
 
     def __init__(self, name: str) -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
+        _RUNNING.add(self)
 
     def submit(self, fn: Callable[[], Any]) -> Ready:
         ready = Ready()
@@ -73,8 +78,18 @@ class CopyThread:
         self.submit(lambda: None).wait()
 
     def stop(self) -> None:
+        _RUNNING.discard(self)
         self._queue.put(None)
         self._thread.join(timeout=30)
+
+
+_RUNNING: "weakref.WeakSet[CopyThread]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running() -> None:
+    for thread in list(_RUNNING):
+        thread.stop()
 
 
 class CpuDevice:

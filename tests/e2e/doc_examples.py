@@ -1,6 +1,7 @@
-"""The examples of the README's "Using it" section and of docs/gateway.md, as written: each
-shell command of a fenced `sh` block (a line ending in a backslash continues it; blank
-and comment-only lines are dropped) and each fenced `python` block whole."""
+"""The examples of the README and of every docs/*.md, as written: each shell command of a
+fenced `sh` or `bash` block (a line ending in a backslash continues it; blank and
+comment-only lines are dropped) and each fenced `python` block whole. A block fenced as
+anything else (`text`, `yaml`, none) is not an example: output, a config excerpt."""
 from __future__ import annotations
 
 import re
@@ -9,6 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 _FENCE = re.compile(r"^```(\w*)\s*$")
+SHELL = ("sh", "bash")
 
 
 @dataclass(frozen=True)
@@ -16,6 +18,13 @@ class Example:
     source: str   # file and line, e.g. "README.md:52"
     lang: str     # "sh" or "python"
     text: str     # one shell command (continuation lines kept) or a whole python block
+
+    @property
+    def command(self) -> str:
+        """What runs: the text without the venv's path and trailing comments, spaces collapsed
+        (README.md and a doc giving the same command give the same one)."""
+        lines = [re.sub(r"\s+#[^'\"]*$", "", line) for line in self.text.replace(".venv/bin/", "").splitlines()]
+        return " ".join(" ".join(lines).split())
 
     @property
     def id(self) -> str:
@@ -66,12 +75,20 @@ def examples(path: Path, heading: str | None = None) -> list[Example]:
     name = path.relative_to(REPO).as_posix()
     out = []
     for lang, start, body in fenced_blocks(text, first):
-        if lang == "sh":
+        if lang in SHELL:
             out += [Example(f"{name}:{n}", "sh", cmd) for n, cmd in shell_commands(body, start)]
         elif lang == "python":
             out.append(Example(f"{name}:{start}", "python", "\n".join(body)))
     return out
 
 
+def distinct(examples: list[Example]) -> list[Example]:
+    """The first of each command (Example.command) in order."""
+    seen: set[str] = set()
+    return [e for e in examples if not (e.command in seen or seen.add(e.command))]
+
+
 def documented_examples() -> list[Example]:
-    return examples(REPO / "README.md", "Using it") + examples(REPO / "docs" / "gateway.md")
+    """Every example: the README's, then each doc's in name order."""
+    docs = sorted((REPO / "docs").glob("*.md"))
+    return [e for path in [REPO / "README.md", *docs] for e in examples(path)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 import wave
 from pathlib import Path
 
@@ -35,6 +36,17 @@ def make_inputs(root: Path) -> None:
         np.save(root / name, (0.1 * rng.standard_normal((8, 7))).astype("float32"))
     lines = [{"input_ids": [1, 2, 3], "max_new_tokens": 4}, {"input_ids": [4, 5], "max_new_tokens": 3}]
     (root / "reqs.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def checkout_commands(root: Path) -> Path:
+    """root/.bin holding `starmesh`, `python3` and `python` that are this checkout's (a
+    link to the venv's interpreter would leave the venv): the directory to put first on PATH."""
+    bin_dir = root / ".bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, run in (("starmesh", "-m cli "), ("python3", ""), ("python", "")):
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" {run}"$@"\n')
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
 
 
 def output_files_ok(command: str, root: Path, before: dict[str, float]) -> bool:

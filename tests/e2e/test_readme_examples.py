@@ -1,22 +1,32 @@
-"""Every example of the README's "Using it" section and of docs/gateway.md runs as written
-against one `starmesh up` of the default deployment (tests/e2e/default_up.py), then a
-Ctrl-C stops it all without an ERROR or a traceback in any process's output.
+"""Every example of the README and of docs/*.md runs as written against one `starmesh up`
+of the default deployment (tests/e2e/default_up.py), then a Ctrl-C stops it all without
+an ERROR or a traceback in any process's output.
 
 The commands are read from the documents (tests/e2e/doc_examples.py), so an example that
-changes is tested as it now reads. What the test changes, and nothing else:
+changes is tested as it now reads. What the test changes, and nothing else
+(tests/e2e/example_placeholders.py):
 
-- addresses: the default deployment runs on free ports, so `127.0.0.1:8000` (gateway)
-  and `127.0.0.1:50050` (conductor) become those, the conductor's commands find it
-  through $STARMESH_CONDUCTOR and `status` gets the file; `127.0.0.1:50051` is the
-  replica the README's `starmesh serve ... --port 50051` starts by hand, one served here
-  on a free port (a service of `up` serves its mesh's members only);
+- addresses: the default deployment runs on free ports, so `127.0.0.1:8000` (gateway),
+  `127.0.0.1:50050` (conductor), `--conductor HOST:PORT` and each service's shipped
+  address become those, the conductor's commands find it through $STARMESH_CONDUCTOR and
+  `status` gets the file; `127.0.0.1:50051` is the replica the README's `starmesh serve
+  ... --port 50051` starts by hand, one served here on a free port (a service of `up`
+  serves its mesh's members only);
 - placeholders: `REQUEST_ID` is a request this test made, `DIR` of `generate` a tiny
-  text checkpoint; the input files (q.wav, in.png, clip.gif, *.npy, reqs.jsonl) are made
-  in the working directory the commands run in;
+  text checkpoint, `DIR` of `serve` the tiny Qwen3-Omni checkpoint `up` built, the
+  example directory of `up`'s member certificates the one this `up` wrote, and
+  `/var/cache/starmesh` a directory of the run, `--deployment FILE` this run's default
+  deployment and `--image IMAGE` an image name; the input files (q.wav, in.png,
+  clip.gif, *.npy, reqs.jsonl) are made in the working directory the commands run in,
+  beside the checkout's compose/;
+  a `ckpt/NAME` an example reads is made first by the documented `make-tiny` that
+  writes it;
+- a server (`starmesh serve`, `gateway`) runs on a free port until it answers its health
+  probe, then SIGTERM must stop it cleanly (tests/e2e/served_example.py);
 - a player the machine lacks (`| aplay ...`) is left off and the bytes are checked.
 
 An example that needs another deployment or a server of its own is listed in ELSEWHERE
-with the test that covers it; an example neither run nor listed fails the test. One that
+with the test that runs it; an example neither run nor listed fails the test. One that
 runs but does not yet do what it says is in KNOWN_GAPS, a strict xfail: its fix shows.
 """
 from __future__ import annotations
@@ -33,20 +43,32 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.default_up import READY, Output, start_default_up, trouble
-from tests.e2e.doc_examples import REPO, Example, documented_examples
-from tests.e2e.readme_inputs import make_inputs, output_files_ok
+from tests.e2e.default_up import READY, start_default_up, trouble
+from tests.e2e.doc_examples import REPO, Example, distinct, documented_examples
+from tests.e2e.example_placeholders import as_run_here
+from tests.e2e.readme_inputs import checkout_commands, make_inputs, output_files_ok
+from tests.e2e.served_example import grpc_serving, http_healthy, is_server, serve_as_written
 
 pytestmark = pytest.mark.timeout(900)
 
 EXAMPLES = documented_examples()
 # (what identifies the example, why it does not run here, the test that covers it)
 ELSEWHERE = [
+    (r"setup\.sh && \.venv/bin/starmesh demo", "a fresh machine's set-up", "tests/cli/test_demo_clean.py"),
+    (r"setup\.sh && HF_HUB_OFFLINE=1 \.venv/bin/python -m pytest", "the whole suite: CI runs exactly this",
+     ".ci/run"),
     (r"up --deployment compose/deployments/colocated\.yaml", "another deployment",
      "tests/cluster/test_deployments.py"),
     (r"serve <component", "a template, not a command", "tests/cli/test_serve_cli.py"),
-    (r"STARMESH_API_KEY=s3cret|--tls-", "a TLS deployment with certificates", "tests/e2e/test_tls.py"),
-    (r"serve thinker --checkpoint DIR", "a server of its own", "tests/e2e/test_thinker_service.py"),
+    (r"STARMESH_API_KEY=s3cret|--tls-|^openssl |tls_config\(", "a deployment with certificates and an API key",
+     "tests/e2e/test_tls_examples.py"),
+    (r"^python -m bench\.", "a benchmark (minutes): its --quick mode runs there", "tests/bench/test_quick_modes.py"),
+    (r"^docker-compose ", "docker and a network to build the images: the file is validated there",
+     "tests/cluster/test_compose.py"),
+    (r"^kubectl ", "a Kubernetes cluster: the manifests it applies are checked there",
+     "tests/cluster/test_render_kubernetes.py"),
+    (r"convert snac ~/snac_24khz", "released SNAC weights (a download): converted there as released",
+     "tests/cli/test_orpheus_cli.py"),
 ]
 # (what identifies the example, why it does not do what it says yet): strict, so a fix shows
 KNOWN_GAPS: list[tuple[str, str]] = []
@@ -54,7 +76,7 @@ SLOW_SPEECH_S = 240.0
 
 
 def _elsewhere(example: Example) -> tuple[str, str, str] | None:
-    return next((e for e in ELSEWHERE if re.search(e[0], example.text)), None)
+    return next((e for e in ELSEWHERE if re.search(e[0], example.text, re.M)), None)
 
 
 def _is_up(example: Example) -> bool:
@@ -62,7 +84,7 @@ def _is_up(example: Example) -> bool:
     return re.fullmatch(r"(\.venv/bin/)?starmesh up\s*(#.*)?", example.text.strip()) is not None
 
 
-RUN = [e for e in EXAMPLES if not _is_up(e) and _elsewhere(e) is None]
+RUN = distinct([e for e in EXAMPLES if not _is_up(e) and _elsewhere(e) is None])  # a command given twice runs once
 
 
 def _params(examples: list[Example]) -> list:
@@ -95,15 +117,13 @@ def up(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, up) -> Path:
-    """Where the examples run: their input files, a `starmesh` and `python3` on PATH that
-    are this checkout's, a tiny text checkpoint for `generate`, one traced request."""
+    """Where the examples run: their input files, the checkout's compose/, a `starmesh`,
+    `python3` and `python` on PATH that are this checkout's, a tiny text checkpoint for
+    `generate`, one traced request."""
     root = tmp_path_factory.mktemp("examples")
     make_inputs(root)
-    bin_dir = root / ".bin"
-    bin_dir.mkdir()
-    (bin_dir / "starmesh").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m cli "$@"\n')
-    (bin_dir / "starmesh").chmod(0o755)
-    (bin_dir / "python3").symlink_to(sys.executable)
+    checkout_commands(root)
+    (root / "compose").symlink_to(REPO / "compose", target_is_directory=True)  # the checkout's deployment files
     done = _shell("starmesh make-tiny qwen3 text-dir", root, up)
     assert done.returncode == 0, done.stderr
     done = _shell("starmesh speak --model qwen3-omni --text Hello -o traced.wav --request-id readme-trace", root, up)
@@ -137,34 +157,30 @@ def served():
         proc.stop()
 
 
-def as_run_here(example: Example, up, served: str = "") -> str:
-    """The example with this run's addresses and placeholders (module docstring)."""
-    text = example.text.replace(".venv/bin/starmesh", "starmesh")
-    text = text.replace("127.0.0.1:8000", up.gateway).replace("127.0.0.1:50050", up.conductor)
-    text = text.replace("127.0.0.1:50051", served).replace("REQUEST_ID", "readme-trace")
-    text = re.sub(r"\bstarmesh status\b", f"starmesh status --deployment {up.deployment}", text)
-    text = text.replace("generate --checkpoint DIR", "generate --checkpoint text-dir")
-    if shutil.which("aplay") is None:
-        text = re.sub(r"\s*\|\s*aplay\b[^\n]*", " -o played.pcm", text)
-    return text
-
-
 def test_every_example_runs_here_or_is_covered_elsewhere():
+    from tests.bench.test_quick_modes import HEADLINES
+
     assert sum(_is_up(e) for e in EXAMPLES) == 2  # the README's and docs/gateway.md's: the fixture
     for pattern, _why, covered_by in ELSEWHERE:
         assert (REPO / covered_by).is_file(), covered_by
-        assert any(re.search(pattern, e.text) for e in EXAMPLES), f"no example matches {pattern!r} any more"
+        assert any(re.search(pattern, e.text, re.M) for e in EXAMPLES), f"no example matches {pattern!r} any more"
     for pattern, _why in KNOWN_GAPS:
         assert any(re.search(pattern, e.text) for e in RUN), f"no example matches {pattern!r} any more"
-    assert len(RUN) >= 25, [e.id for e in RUN]
+    benchmarks = {m for e in EXAMPLES for m in re.findall(r"^python -m bench\.(\w+)", e.text)}
+    assert benchmarks and benchmarks <= set(HEADLINES), benchmarks - set(HEADLINES)  # each one's quick mode runs
+    assert len(RUN) >= 50, [e.id for e in RUN]
 
 
 @pytest.mark.parametrize("example", _params(RUN))
 def test_the_example_runs_as_written(example, up, workdir, served):
-    if example.text.startswith("grpcurl") and shutil.which("grpcurl") is None:
-        pytest.skip("grpcurl is not installed here")
-    if "starmesh gateway --conductor" in example.text:
-        return _gateway_by_itself(example, up, workdir)
+    tool = example.text.split()[0]
+    if tool in ("grpcurl", "grpc_health_probe") and shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed here")
+    _make_what_it_reads(example, up, workdir)
+    if is_server(example.text):
+        probe = http_healthy if "starmesh gateway" in example.text else grpc_serving()
+        serve_as_written(as_run_here(example, up), workdir, _env(up, workdir), probe)
+        return
     before = _snapshot(workdir)
     command = as_run_here(example, up, served)
     if example.lang == "python":
@@ -206,24 +222,16 @@ def _http_error(stdout: str) -> bool:
         return False
 
 
-def _gateway_by_itself(example: Example, up, root: Path) -> None:
-    """`starmesh gateway ...` as written, on a free port: it serves /health, and SIGTERM
-    stops it without an error."""
-    import httpx
-
-    from cluster.launcher import free_ports
-
-    port = free_ports(1)[0]
-    command = as_run_here(example, up).replace("--port 8000", f"--port {port}")
-    proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=root, env=_env(up, root), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    output = Output(proc)
-    try:
-        output.wait_for(f":{port}", 60)
-        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).status_code == 200
-    finally:
-        text = output.stop(signal.SIGTERM)
-    assert proc.returncode == 0 and not trouble(text), text
+def _make_what_it_reads(example: Example, up, root: Path) -> None:
+    """Each `ckpt/NAME` the example reads, made by the documented `make-tiny` that writes it
+    (when no example before it did)."""
+    for name in sorted(set(re.findall(r"\bckpt/(\w+)", example.text))):
+        maker = rf"make-tiny \S+ ckpt/{name}\b"
+        if (root / "ckpt" / name).exists() or re.search(maker, example.text):
+            continue
+        made = next(e for e in EXAMPLES if re.search(maker, e.text))
+        done = _shell(as_run_here(made, up), root, up)
+        assert done.returncode == 0, f"{made.source}: {done.stderr[-3000:]}"
 
 
 def test_a_request_past_the_context_names_the_callers_field(up):
