@@ -19,6 +19,10 @@ from core.errors import GraphError
 
 __all__ = ["resolve", "tiny"]
 
+# A checkpoint directory holds one of these: a transformers model, a diffusers pipeline,
+# or BAGEL's release layout.
+CHECKPOINT_MARKERS = ("config.json", "model_index.json", "llm_config.json")
+
 
 def resolve(spec: dict, log=lambda msg: print(msg, file=sys.stderr, flush=True), build: bool = True) -> Path | None:
     """The checkpoint directory for one `checkpoints:` entry (building a tiny one if
@@ -26,8 +30,8 @@ def resolve(spec: dict, log=lambda msg: print(msg, file=sys.stderr, flush=True),
     no build (a bad path or an unknown kind is still a GraphError)."""
     if "path" in spec:
         path = Path(spec["path"]).expanduser()
-        if not (path / "config.json").is_file() and not (path / "model_index.json").is_file():
-            raise GraphError(f"checkpoint {path} has no config.json / model_index.json")
+        if not any((path / marker).is_file() for marker in CHECKPOINT_MARKERS):
+            raise GraphError(f"checkpoint {path} has no {' / '.join(CHECKPOINT_MARKERS)}")
         return path
     return tiny(spec["tiny"], log, build)
 

@@ -107,8 +107,12 @@ MODELS: tuple[ModelEntry, ...] = (
     ModelEntry(
         "vjepa2-ac", "pipelines.vjepa2_ac.model:world_model", "engine.models.vjepa2_ac.tiny:make_tiny_vjepa2",
         components={"world": "services.vjepa2_ac.world:WorldComponent.from_checkpoint"}),
-    ModelEntry(  # its walks (pipelines/bagel/) are not written yet: make-tiny works, serving does not
-        "bagel", "pipelines.bagel.model:bagel_model", "engine.models.bagel.tiny:make_tiny_bagel"),
+    ModelEntry(
+        "bagel", "pipelines.bagel.model:bagel_model", "engine.models.bagel.tiny:make_tiny_bagel",
+        components={"bagel_backbone": "services.bagel.component:BagelComponent.from_checkpoint",
+                    "bagel": "services.bagel.colocated:make_bagel"},
+        hooks={"encoder": "services.bagel.vit_tower:encoder_hook", "vae": "services.bagel.vae_hook:vae_hook"},
+        runner="pipelines.bagel.runner:BagelRunner"),
     ModelEntry(
         "toy-tagger", "pipelines.toy_tagger.model:tagger_model", "engine.models.toy_tagger.tiny:make_tiny_tagger",
         components={"tagger": "services.toy_tagger.component:TaggerComponent.from_checkpoint"}),

@@ -4,7 +4,9 @@ on a StatelessEngine.
     decode   latent [1, C, h, w] -> image uint8 [H, W, 3] (RGB), and with params.return_float
              the float image [H, W, 3] in [0, 1] before the uint8 conversion
     encode   image uint8 [H, W, 3] (RGB), or float [H, W, 3] in [0, 1] -> latent [1, C, h, w]
-             (what decode takes back and a DiT denoises: an image to edit, a reference)
+             (what decode takes back and a DiT denoises: an image to edit, a reference): the
+             distribution's mode, or a posterior sample from Generator(params.posterior_seed)
+             when the model's params have one (each such encode its own run)
 
 Decodes of equal latent shapes batch; encodes of equal image sizes batch.
 """
@@ -86,13 +88,18 @@ class VaeComponent(StatelessComponent):
         params = self.parse_params(item.params)
         if item.node == "encode":
             image = image_input(inputs, item.node, self.model.scale_factor)  # [1, H, W, 3]
-            return ("encode", tuple(image.shape)), image
+            # a model whose params name a posterior seed gets a seeded sample of each image
+            seed = getattr(params, "posterior_seed", None)
+            return ("encode", tuple(image.shape), seed), image
         latent = latent_input(inputs, item.node, self.model.latent_channels)
         return ("decode", tuple(latent.shape)), (latent, bool(getattr(params, "return_float", False)))
 
     @torch.inference_mode()
     def run(self, key: Hashable, payloads: list[Any]) -> list[dict[str, Any]]:
         if key[0] == "encode":
+            seed = key[2]
+            if seed is not None:  # a fresh generator each: every image gets its solo sample
+                return [{"latent": self.model.encode(p, torch.Generator().manual_seed(seed))} for p in payloads]
             latents = self.model.encode(torch.cat(payloads))  # [B, C, h, w]
             return [{"latent": latents[i:i + 1].clone()} for i in range(len(payloads))]
         images = self.model.decode(torch.cat([p[0] for p in payloads]))  # [B, H, W, 3] in [0, 1]

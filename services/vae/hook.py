@@ -24,9 +24,9 @@ class Autoencoder(Protocol):
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """latents [B, C, h, w] -> images [B, H, W, 3] float32 in [0, 1], on CPU."""
 
-    def encode(self, images: torch.Tensor) -> torch.Tensor:
+    def encode(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """images [B, H, W, 3] float32 in [0, 1] -> latents [B, C, h, w] float32, on CPU
-        (deterministic: the latent distribution's mode)."""
+        (the latent distribution's mode; with a generator, a posterior sample drawn from it)."""
 
 
 @dataclass(frozen=True)

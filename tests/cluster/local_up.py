@@ -19,7 +19,7 @@ from client.speech import speak
 from cluster import supervision_file
 from cluster.shipped_deployments import rewrite_shipped
 from engine.models.qwen3_omni.tiny import chat_prompt
-from tests.fixtures import registry, tiny_orpheus, tiny_sd3, tiny_vjepa2
+from tests.fixtures import registry, tiny_bagel, tiny_orpheus, tiny_sd3, tiny_vjepa2
 from tests.fixtures.exposition_lint import scrape
 from tests.fixtures.processes import children, printed_endpoints, wait_for_line
 from tests.fixtures.services import describe
@@ -60,7 +60,7 @@ class LocalUp:
 
 def start_local_up(tiny_omni, directory: Path) -> LocalUp:
     checkpoints = {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint(), "vjepa2": tiny_vjepa2.checkpoint(),
-                   "orpheus": tiny_orpheus.checkpoint()}
+                   "orpheus": tiny_orpheus.checkpoint(), "bagel": tiny_bagel.checkpoint()}
     path = rewrite_shipped("local", checkpoints, directory=str(directory))
     env = {**os.environ, "STARMESH_CACHE": str(directory / "cache")}
     up = subprocess.Popen([sys.executable, "-m", "cli", "up", "--deployment", str(path), "--verbose",

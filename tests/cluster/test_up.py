@@ -17,7 +17,7 @@ from tests.fixtures.processes import port_open as _port_open
 pytestmark = pytest.mark.timeout(400)
 
 PHASES = ("interpreter and imports of `up`", "deployment file", "trace store", "port check", "checkpoints",
-          "launch", "10 services + gateway -> SERVING", "conductor -> SERVING", "children CPU", "total")
+          "launch", "13 services + gateway -> SERVING", "conductor -> SERVING", "children CPU", "total")
 
 
 def test_up_serves_speech_and_image_then_stops_clean(local_up, tmp_path):
@@ -54,7 +54,8 @@ def _gateway_ready(url: str) -> bool:
     import httpx
 
     health = httpx.get(f"{url}/health", timeout=30)
-    return health.status_code == 200 and set(health.json()["models"]) == {"qwen3-omni", "sd3", "orpheus", "vjepa2-ac"}
+    models = {"qwen3-omni", "sd3", "orpheus", "vjepa2-ac", "bagel"}
+    return health.status_code == 200 and set(health.json()["models"]) == models
 
 
 def _rollout(conductor: str, tmp_path) -> None:

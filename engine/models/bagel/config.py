@@ -43,10 +43,15 @@ class BagelDefaults:
     qk_norm: bool = True
     tie_word_embeddings: bool = False
     layer_module: str = MOT_LAYER
+    # the image resize rules (engine/models/bagel/preprocess.py): sides in pixels
+    vae_image_max: int = 1024
+    vae_image_min: int = 512
+    vit_image_max: int = 980
+    vit_image_min: int = 224
 
     def __post_init__(self) -> None:
         for name in ("vit_max_num_patch_per_side", "max_latent_size", "latent_patch_size", "latent_channels",
-                     "vae_downsample"):
+                     "vae_downsample", "vae_image_max", "vae_image_min", "vit_image_max", "vit_image_min"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise InvalidArgument(f"BagelDefaults.{name} must be an integer > 0, got {value!r}")
@@ -55,6 +60,9 @@ class BagelDefaults:
         for name in ("vit_drop_last_layer", "vit_rope", "qk_norm", "tie_word_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgument(f"BagelDefaults.{name} must be true or false, got {getattr(self, name)!r}")
+        for side in ("vae", "vit"):
+            if getattr(self, f"{side}_image_min") > getattr(self, f"{side}_image_max"):
+                raise InvalidArgument(f"BagelDefaults.{side}_image_min must be <= {side}_image_max")
         if self.layer_module != MOT_LAYER:
             raise InvalidArgument(f"BagelDefaults.layer_module {self.layer_module!r}: only {MOT_LAYER!r} is supported")
 
@@ -67,6 +75,13 @@ class BagelDefaults:
     def patch_latent_dim(self) -> int:
         """Values of one latent token: p * p * latent_channels (64 upstream)."""
         return self.latent_patch_size ** 2 * self.latent_channels
+
+    def resize_rules(self, vit_patch_size: int = 14):
+        """(VAE-side, ViT-side) preprocess.ResizeRule of these sizes."""
+        from engine.models.bagel.preprocess import ResizeRule
+
+        return (ResizeRule(self.vae_image_max, self.vae_image_min, self.latent_downsample),
+                ResizeRule(self.vit_image_max, self.vit_image_min, vit_patch_size))
 
     def vit_options(self) -> dict[str, Any]:
         """These defaults as the vision side's keywords (vit_config.VitConfig.from_siglip)."""

@@ -1,0 +1,133 @@
+"""BAGEL's backbone as a stateless component on its own paged KV pool (BagelKV).
+
+Beside the thinker rather than on it: the thinker's LLM engine schedules token
+sequences, while BAGEL's steps carry per-row experts, image segments, rope positions of
+their own and queries that read a context without writing it; BagelKV drives the same
+KVPool and ModelRunner with those.
+
+    image_in            media, media_parts -> image float [H, W, 3] in [0, 1] (the one image
+                        of an edit, VAE-resized, for the VAE's encode)
+    prefill_chat        prompt -> ready [1]                       (text only, text wanted)
+    prefill_und         prompt + the encoder's outputs -> ready   (images through the ViT only)
+    answer              ready -> text int64 [n]                   (greedy, up to max_new_tokens)
+    prefill_t2i[_cfg]   prompt -> size int64 [2] (height, width)
+    prefill_edit[_cfg]  prompt + the encoder's outputs + latent [1, C, h, w] -> size
+    plan                size -> text (the plan with params.think, else empty), size
+    init_latent         size -> latent [1, C, h, w] (randn from Generator(params.seed))
+    velocity_<context>  latent, size -> v [1, N, p*p*C] (empty when the step does not need it)
+    combine             latent, size, gen, cfg_text, cfg_img -> latent, step [k+1, steps-1], done [1]
+
+A prefill node builds the request's contexts once per replica (the first of a request's
+prefill nodes here does; the other finds them) and claims those its replica's velocity
+nodes read: `gen` (prefill_*), `cfg_text` and `cfg_img` (prefill_*_cfg). The velocity
+node of the last step gives its context up; when every claimed one is, the request's
+blocks go back (and at the latest when the conductor's Cancel ends the request here).
+Velocity runs of any requests and contexts queued together are one forward.
+
+Kept contexts (engine/models/bagel/kept.py): a request whose params say keep_context is
+kept here under the conductor's id when it is done here (the run that kept it says
+`context_kept` in its output's metadata); one naming context_id starts from it. The
+steps run on the CPU path (the CUDA step path does not carry their features yet).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Hashable
+
+import torch
+
+from core.errors import InvalidArgument
+from engine.models.bagel.kv_contexts import BagelKV
+from engine.models.bagel.params import BagelParams
+from engine.stateless_engine import StatelessConfig
+from runtime.items import NodeOutput, OpenNode
+from runtime.stateless_component import StatelessComponent
+from services.bagel.model_nodes import BagelNodes
+from services.bagel.requests import RequestTable
+
+VELOCITY = ("velocity_gen", "velocity_cfg_text", "velocity_cfg_img")
+PREFILLS = ("prefill_chat", "prefill_und", "prefill_t2i", "prefill_t2i_cfg", "prefill_edit", "prefill_edit_cfg")
+
+
+class BagelComponent(StatelessComponent):
+    name = "bagel"
+    nodes = ("image_in", *PREFILLS, "answer", "plan", "init_latent", *VELOCITY, "combine")
+
+    def __init__(self, parts, kv: BagelKV, config: StatelessConfig = StatelessConfig()) -> None:
+        super().__init__(config)
+        self.table = RequestTable(kv, parts.markers)
+        self.impl = BagelNodes(parts, kv, self.table)
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: str, dtype: str | None = None, device: str = "cpu", num_blocks: int = 2048,
+                        block_size: int = 16, max_batch_size: int = 16) -> "BagelComponent":
+        from services.bagel.parts import backbone_parts
+
+        parts = backbone_parts(checkpoint, dtype, device)
+        kv = BagelKV(parts.backbone, num_blocks=num_blocks, block_size=block_size, device=device)
+        return cls(parts, kv, StatelessConfig(max_batch_size=max_batch_size))
+
+    def prepare(self, item: OpenNode, inputs: dict[str, Any]) -> tuple[Hashable, Any]:
+        params = BagelParams.from_params(item.params)
+        node = item.node
+        if node in VELOCITY or node == "combine":
+            k = self._step_index(item, params)
+            return (node if node == "combine" else "velocity",), self.impl.loop_payload(item, inputs, params, k)
+        if node in PREFILLS or node == "image_in":
+            return ("prefill", node), self.impl.prefill_payload(item, inputs, params)
+        if node in ("answer", "plan"):  # one request's decode per run: it changes the request's state
+            return ("decode", item.request_id), (item, params)
+        return ("init_latent",), (item, params, inputs)
+
+    @staticmethod
+    def _step_index(item: OpenNode, params: BagelParams) -> int:
+        if not item.iteration:
+            raise InvalidArgument(f"open.iteration: node {item.node} runs inside the denoising loop (no step index)")
+        k = item.iteration[-1]
+        if k >= params.steps - 1:
+            raise InvalidArgument(f"open.iteration: step {k} is past params.steps - 1 ({params.steps - 1} updates)")
+        return k
+
+    @torch.inference_mode()
+    def run(self, key: Hashable, payloads: list[Any]) -> list[dict[str, Any]]:
+        if key[0] == "velocity":
+            return self.impl.velocities(payloads)
+        if key[0] == "combine":
+            return [self.impl.combine(*p) for p in payloads]
+        if key[0] == "prefill":
+            return [self.impl.prefill(*p) for p in payloads]
+        if key[0] == "decode":
+            return [self.impl.decode(*p) for p in payloads]
+        return [self.impl.init_latent(*p) for p in payloads]
+
+    def step(self) -> list:
+        self.table.kept.table.expire()  # kept contexts past their TTL go (a sweep at most each second)
+        return super().step()
+
+    def events_for(self, result) -> list:
+        """A run that kept the request's contexts says so (the conductor's Usage.context_id
+        and where a follow-up goes)."""
+        events = super().events_for(result)
+        item = result.item.tag
+        kept = self.table.kept_by.pop((item.request_id, item.node, item.iteration), None)
+        if kept and events and isinstance(events[0], NodeOutput):
+            events[0] = dataclasses.replace(events[0], metadata={"context_kept": kept})
+        return events
+
+    def cancel(self, request_id: str) -> None:
+        super().cancel(request_id)
+        self.table.drop(request_id)
+        for key in [k for k in self.table.kept_by if k[0] == request_id]:
+            del self.table.kept_by[key]
+
+    def load(self) -> dict:
+        kv = self.table.kv
+        return {"queued": self.engine.num_queued, "requests": len(self.table.requests),
+                "contexts_kept": len(self.table.kept), "kept_blocks": self.table.kept.num_blocks,
+                "kv_used_blocks": kv.pool.num_used_blocks, "kv_free_blocks": kv.pool.num_free_blocks,
+                "rows_written": kv.rows_written, "rows_queried": kv.rows_queried}
+
+    def close(self) -> None:
+        for request_id in list(self.table.requests):
+            self.table.drop(request_id)
+        super().close()
