@@ -48,6 +48,8 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "rollout": ("speedup_h2", "flop_ratio_h2", "rollouts_per_s_b1", "rollouts_per_s_b8", "plan_sharing_speedup"),
     "routed_item": ("runtime_us_per_item", "component_us_per_item", "runtime_over_component"),
     "session_vad": ("vad_cpu_per_audio_s", "vad_cpu_ms_per_append"),
+    "realtime": ("ttfa_turn10_over_turn1", "baseline_ttfa_turn10_over_turn1", "barge_in_stop_ms_p50",
+                 "sessions_c8_viability", "added_ttfa_ms_p50"),
     "prefix": ("ttft_hit_over_miss", "chat_turn10_over_turn1_ttft", "baseline_chat_turn10_over_turn1_ttft",
                "shared_prefix_throughput_ratio", "cache_overhead"),
     "speech": ("c1.ttfa_ms_p50", "c1.ttfa_ratio", "c1.audio_s_per_s", "c1.mesh_over_inprocess", "targets",
