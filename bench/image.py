@@ -42,6 +42,7 @@ import tempfile
 import time
 
 from bench.output import print_table, write_json
+from bench.service_mesh import ServiceMesh
 
 PROMPT = "a watercolour fox in a snowy forest at dawn"
 
@@ -134,41 +135,23 @@ def run_diffusers(ckpt: str, args) -> dict:
             "diffusers_img_per_s": args.concurrency / (time.perf_counter() - t0)}
 
 
-class Mesh:
+class Mesh(ServiceMesh):
     """Two service processes and a conductor (in this process) serving sd3 and sd3_cfgp."""
 
     def __init__(self, ckpt: str, threads: int) -> None:
-        self.ckpt, self.threads = ckpt, threads
-
-    def __enter__(self) -> "Mesh":
-        from concurrent.futures import ThreadPoolExecutor
-
-        from conductor.service import ConductorService
-        from pipelines.sd3.model import served_model
-        from runtime.background import BackgroundServer
         from runtime.process import ServiceProcess
 
-        common = ["--checkpoint", self.ckpt, "--torch-threads", str(self.threads), "--log-level", "WARNING"]
-        self.procs = [ServiceProcess("sd3", common, name="sd3", start_timeout_s=180),
-                      ServiceProcess("dit", common, name="dit_b", start_timeout_s=180)]
-        try:
-            with ThreadPoolExecutor(2) as pool:
-                list(pool.map(ServiceProcess.start, self.procs))
-        except BaseException:
-            for proc in self.procs:
-                proc.stop()
-            raise
-        main, dit_b = (p.address for p in self.procs)
-        models = [served_model("sd3", main, main, main), served_model("sd3_cfgp", main, main, main, dit_b),
-                  served_model("sd3_fused", main, main, main, fused=True)]
-        self.conductor = BackgroundServer(ConductorService(models))
-        self.conductor.start()
-        return self
+        common = ["--checkpoint", ckpt, "--torch-threads", str(threads), "--log-level", "WARNING"]
+        super().__init__([ServiceProcess("sd3", common, name="sd3", start_timeout_s=180),
+                          ServiceProcess("dit", common, name="dit_b", start_timeout_s=180)], self._models)
 
-    def __exit__(self, *exc) -> None:
-        self.conductor.stop()
-        for proc in self.procs:
-            proc.stop()
+    @staticmethod
+    def _models(addresses: list[str]) -> list:
+        from pipelines.sd3.model import served_model
+
+        main, dit_b = addresses
+        return [served_model("sd3", main, main, main), served_model("sd3_cfgp", main, main, main, dit_b),
+                served_model("sd3_fused", main, main, main, fused=True)]
 
     async def request(self, stub, model: str, p: dict) -> tuple[float, list[float]]:
         """(latency ms, arrival times of the step events)."""

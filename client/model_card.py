@@ -85,3 +85,26 @@ def cards_from_proto(reply) -> dict[str, ModelCard]:
                               tuple(m.voices), m.voice_param, {p.name: param(p) for p in m.params}, m.sample_rate,
                               tuple(m.inputs), {o.name: o.kind for o in m.outputs})
             for m in reply.models}
+
+
+def param_from_text(spec: ParamCard, text: str):
+    """A param's value written as text (a CLI's KEY=VALUE, a multipart form field) read
+    as the card's type: "8" -> 8 for an int, "true" -> True for a bool; ValueError saying
+    which type. Range and finiteness are the caller's checks (gateway.param_check)."""
+    try:
+        if spec.type == "int":
+            return int(text)
+        if spec.type == "float":
+            return float(text)
+    except ValueError:
+        raise ValueError(f"{spec.name} is {'an' if spec.type == 'int' else 'a'} {spec.type}, got {text!r}") from None
+    if spec.type == "bool":
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"{spec.name} is a bool (true or false), got {text!r}")
+        return text.lower() in ("true", "1")
+    if spec.type == "ids":
+        try:
+            return [int(t) for t in text.split(",") if t.strip()]
+        except ValueError:
+            raise ValueError(f"{spec.name} is a list of ids (1,2,3), got {text!r}") from None
+    return text

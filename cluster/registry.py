@@ -19,7 +19,9 @@ without importing every model):
 - client_preset: (voice or None, whether the client tokenizes) -> the params a client's
   request starts from (e.g. a released model's sampling defaults);
 - in_process: (graph builder (name) -> (graph, inner loops), components factory
-  (checkpoint) -> components) when every node can run in one process.
+  (checkpoint) -> components) when every node can run in one process;
+- client_params: a CLI option -> the model's param of that meaning, where the names
+  differ (`starmesh imagine --guidance` is BAGEL's `cfg_text_scale`).
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ class ModelEntry:
     client_prompt: str | None = None
     client_preset: str | None = None
     in_process: tuple[str, str] | None = None
+    client_params: Mapping[str, str] = field(default_factory=dict)
     has_folders: bool = True  # False: an architecture of the engine's table, served by shared parts only
 
     def __post_init__(self) -> None:
@@ -65,7 +68,7 @@ class ModelEntry:
             if shared not in SHARED_COMPONENTS:
                 raise ValueError(f"ModelEntry {self.name}: hook for {shared!r}, not a shared component "
                                  f"({sorted(SHARED_COMPONENTS)})")
-        for key in ("tiny_options", "components", "hooks"):
+        for key in ("tiny_options", "components", "hooks", "client_params"):
             object.__setattr__(self, key, MappingProxyType(dict(getattr(self, key))))
 
     @property
@@ -112,7 +115,7 @@ MODELS: tuple[ModelEntry, ...] = (
         components={"bagel_backbone": "services.bagel.component:BagelComponent.from_checkpoint",
                     "bagel": "services.bagel.colocated:make_bagel"},
         hooks={"encoder": "services.bagel.vit_tower:encoder_hook", "vae": "services.bagel.vae_hook:vae_hook"},
-        runner="pipelines.bagel.runner:BagelRunner"),
+        runner="pipelines.bagel.runner:BagelRunner", client_params={"guidance": "cfg_text_scale"}),
     ModelEntry(
         "toy-tagger", "pipelines.toy_tagger.model:tagger_model", "engine.models.toy_tagger.tiny:make_tiny_tagger",
         components={"tagger": "services.toy_tagger.component:TaggerComponent.from_checkpoint"}),

@@ -79,6 +79,7 @@ def prompt_inputs(req, model: ServedModel, tokenizer, params: Mapping[str, Any],
         ids, _ = input_ids_tensor(fmt.ids(tokenizer, messages, params), limits)
         return {fmt.input_name: (ids,), **media.inputs()}
     data = fmt.text(messages).encode()
-    return {fmt.input_name: (torch.frombuffer(bytearray(data), dtype=torch.uint8),)}  # not a list of 2^21 ints
+    prompt = torch.frombuffer(bytearray(data), dtype=torch.uint8)  # not a list of 2^21 ints
+    return {fmt.input_name: (prompt,), **media.inputs()}
 
 

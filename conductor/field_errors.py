@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from typing import Collection
 
-_FIELD_STATUSES = ("INVALID_ARGUMENT", "OUT_OF_RANGE")
-_NODE = re.compile(r"^node [^:\s]+: ")
+_FIELD_STATUSES = ("INVALID_ARGUMENT", "OUT_OF_RANGE", "NOT_FOUND")  # NOT_FOUND: an unknown params.context_id
+_NODE = re.compile(r"^(?:node [^:\s]+: )+")  # the service's and the executor's "node NAME: "
 _ITEM = re.compile(r"^items\[\d+\](?:\.\w+)* \(node [^)]+\): ")
 _PARAM = re.compile(r"^params\.\w+\b")
 _MEDIA = re.compile(r"^open\.inputs\[(audio|image|video)\](?:\[(\d+)\])?")

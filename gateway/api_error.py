@@ -36,7 +36,7 @@ HTTP_OF = {
     "UNIMPLEMENTED": (501, "invalid_request_error"),
 }
 # how a conductor message starts when it names a request field
-_FIELD = re.compile(r"^(params\.\w+|messages(\[\d+\](\.\w+(\[\d+\])?)*)?|output_modalities(\[\d+\])?|text|model"
+_FIELD = re.compile(r"^(params\.\w+(?:/\w+)?|messages(\[\d+\](\.\w+(\[\d+\])?)*)?|output_modalities(\[\d+\])?|text|model"
                     r"|input_ids)")
 
 
@@ -79,7 +79,7 @@ def from_call_failed(e: CallFailed, fields: Mapping[str, str] = {}) -> ApiError:
         headers = {"Retry-After": str(max(1, math.ceil(e.retry_after_ms / 1000))),
                    "retry-after-ms": str(e.retry_after_ms)}  # what the openai SDK reads first
     param, message = None, e.message
-    if status in (400, 413):
+    if status in (400, 404, 413):
         found = _FIELD.match(message)
         if found:
             name = found.group(1)

@@ -1,9 +1,13 @@
 """POST /v1/chat/completions: messages in, text (and audio) out, as OpenAI's chat API.
 
-`modalities` ["text"] (the default) or ["text", "audio"] with `audio: {voice, format}`.
-The text is the message's `content` (streamed as `delta.content`); the audio rides
-beside it in `message.audio` ({id, data: base64, expires_at, transcript}), streamed as
-`delta.audio.data` deltas of 16-bit PCM (format pcm16 or wav: the header first).
+`modalities` ["text"] (the default), ["text", "audio"] with `audio: {voice, format}`, or
+["image"] (a model that draws: BAGEL). The text is the message's `content` (streamed as
+`delta.content`); the audio rides beside it in `message.audio` ({id, data: base64,
+expires_at, transcript}), streamed as `delta.audio.data` deltas of 16-bit PCM (format
+pcm16 or wav: the header first). An image comes back in `message.images`, a list of
+`{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}` (the shape
+OpenRouter's image models answer in; OpenAI's chat API defines no image output),
+streamed as one `delta.images` chunk when the image is done.
 `max_tokens` / `max_completion_tokens`, `temperature`, `top_p` and `seed` map to the
 model's params of those names (max_new_tokens for the first two). Content parts: text,
 `input_audio` and `image_url` data URLs (gateway.content_parts).
@@ -14,7 +18,7 @@ import base64
 import time
 from dataclasses import dataclass, field
 
-from client.events import AudioChunk, TextDelta, Usage
+from client.events import AudioChunk, Image, TextDelta, Usage
 from client.generate_call import GenerateCall, Message
 from client.model_card import ModelCard
 from gateway.api_error import bad_field
@@ -33,9 +37,9 @@ STREAM_AUDIO_FORMATS = ("pcm16", "wav")
 def chat_call(body: ChatBody, card: ModelCard, request_id: str) -> tuple[GenerateCall, dict[str, str]]:
     modalities = tuple(body.modalities or ("text",))
     for i, m in enumerate(modalities):
-        if m not in ("text", "audio") or not card.makes(m):
+        if m not in ("text", "audio", "image") or not card.makes(m):
             raise bad_field("modalities", f"modalities[{i}] {m!r}: model {card.name!r} makes "
-                                          f"{[x for x in card.output_modalities if x != 'image']}")
+                                          f"{list(card.output_modalities)}")
     if "audio" in modalities and body.audio is None:
         raise bad_field("audio", "audio is required when modalities include 'audio' ({voice, format})")
     if body.n != 1:
@@ -81,9 +85,10 @@ def _messages(body: ChatBody) -> tuple[Message, ...]:
 
 @dataclass
 class ChatResult:
-    """What a chat request made: its text, 16-bit PCM and usage."""
+    """What a chat request made: its text, 16-bit PCM, images (PNG) and usage."""
     text: list[str] = field(default_factory=list)
     pcm: list[bytes] = field(default_factory=list)
+    images: list[bytes] = field(default_factory=list)
     sample_rate: int = 0
     usage: Usage = field(default_factory=Usage)
 
@@ -93,6 +98,8 @@ class ChatResult:
         elif isinstance(ev, AudioChunk):
             self.pcm.append(pcm16(ev.samples))
             self.sample_rate = ev.sample_rate
+        elif isinstance(ev, Image):
+            self.images.append(ev.data)
         elif isinstance(ev, Usage):
             self.usage = ev
 
@@ -103,6 +110,10 @@ def finish_reason(body: ChatBody, card: ModelCard, usage: Usage) -> str:
     if limit is None and "max_new_tokens" in card.params:
         limit = card.params["max_new_tokens"].default
     return "length" if limit and usage.completion_tokens >= int(limit) else "stop"
+
+
+def image_part(png: bytes) -> dict:
+    return {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}}
 
 
 def usage_json(usage: Usage) -> dict:
@@ -127,6 +138,8 @@ async def chat_response(body: ChatBody, card: ModelCard, request_id: str, primed
         data = encode(fmt, b"".join(result.pcm), result.sample_rate or card.sample_rate)
         message["audio"] = {"id": f"audio-{request_id}", "data": base64.b64encode(data).decode(),
                             "expires_at": int(time.time()) + 3600, "transcript": text}
+    if result.images:
+        message["images"] = [image_part(png) for png in result.images]
     return {"id": f"chatcmpl-{request_id}", "object": "chat.completion", "created": int(time.time()),
             "model": card.name, "choices": [{"index": 0, "message": message, "logprobs": None,
                                              "finish_reason": finish_reason(body, card, result.usage)}],
@@ -151,6 +164,8 @@ async def chat_stream(body: ChatBody, card: ModelCard, request_id: str, primed: 
             yield chunk({"content": ev.text})
         elif isinstance(ev, AudioChunk):
             yield chunk({"audio": {"id": audio_id, "data": base64.b64encode(pcm16(ev.samples)).decode()}})
+        elif isinstance(ev, Image):
+            yield chunk({"images": [image_part(ev.data)]})
         elif isinstance(ev, Usage):
             usage = ev
     yield chunk({}, finish_reason(body, card, usage))

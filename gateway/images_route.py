@@ -10,17 +10,18 @@ import base64
 import time
 
 from client.events import Image
-from client.generate_call import GenerateCall
+from client.generate_call import GenerateCall, Media, Message
 from client.model_card import ModelCard
 from gateway.api_error import ApiError, bad_field
 from gateway.bodies import ImageBody
-from gateway.extensions import request_params
+from gateway.extensions import end_user, request_params
 
 ACCEPTED_QUALITY = (None, "auto", "standard")
 ACCEPTED_STYLE = (None, "natural", "vivid")
 
 
-def image_calls(body: ImageBody, card: ModelCard, request_id: str) -> list[GenerateCall]:
+def image_calls(body: ImageBody, card: ModelCard, request_id: str, images: tuple[Media, ...] = ()) -> list[GenerateCall]:
+    """One call per image asked for; `images`: the images an edit sends before the prompt."""
     if not card.makes("image"):
         raise bad_field("model", f"model {card.name!r} makes no images (it makes {list(card.output_modalities)})")
     if body.response_format != "b64_json":
@@ -36,9 +37,18 @@ def image_calls(body: ImageBody, card: ModelCard, request_id: str) -> list[Gener
     calls = []
     for i in range(body.n):
         each = {**params, "seed": seed + i} if body.n > 1 else params
-        calls.append(GenerateCall(card.name, text=body.prompt, params=each, output_modalities=("image",),
-                                  request_id=f"{request_id}-{i}" if body.n > 1 else request_id))
+        prompt = {"messages": (Message("user", (*images, body.prompt)),)} if images else {"text": body.prompt}
+        calls.append(GenerateCall(card.name, **prompt, params=each, output_modalities=("image",),
+                                  request_id=f"{request_id}-{i}" if body.n > 1 else request_id,
+                                  end_user=end_user(body.user)))
     return calls
+
+
+def size_fields(body: ImageBody) -> dict[str, str]:
+    """The conductor's names for what `size` set -> "size" (for its errors), when it is set."""
+    if body.size in (None, "auto"):
+        return {}
+    return {"params.width": "size", "params.height": "size", "params.width/height": "size"}
 
 
 def _size(size: str) -> tuple[int, int]:

@@ -12,7 +12,8 @@ from gateway.api_error import ApiError
 from gateway.app import authorization, gateway_of, new_request_id
 from gateway.bodies import ChatBody, ImageBody, SpeechBody
 from gateway.chat_route import chat_call, chat_response, chat_stream
-from gateway.images_route import image_calls, images_response
+from gateway.image_edits_route import IMAGE_FIELDS_OF, edit_body, edit_calls, edit_form
+from gateway.images_route import image_calls, images_response, size_fields
 from gateway.metrics import CONTENT_TYPE_LATEST
 from gateway.responses import streamed, unless_disconnected
 from gateway.speech_route import media_type, speech_bytes, speech_call
@@ -54,9 +55,22 @@ async def images(body: ImageBody, request: Request) -> Response:
     gw, auth, request_id = gateway_of(request), authorization(request), new_request_id()
     card = (await gw.catalog.card(body.model, auth) if body.model is not None
             else await gw.catalog.only("image", auth))
-    calls = image_calls(body, card, request_id)
-    answer = await unless_disconnected(request, images_response(calls, lambda c: gw.calls.start(c, auth)),
+    calls, names = image_calls(body, card, request_id), size_fields(body)
+    answer = await unless_disconnected(request, images_response(calls, lambda c: gw.calls.start(c, auth, names)),
                                        "/v1/images/generations", gw.metrics)
+    return JSONResponse(answer, headers={"x-request-id": request_id})
+
+
+@router.post("/v1/images/edits")
+async def image_edits(request: Request) -> Response:
+    gw, auth, request_id = gateway_of(request), authorization(request), new_request_id()
+    fields, images = await edit_form(await request.form())
+    card = (await gw.catalog.card(fields["model"], auth) if "model" in fields
+            else await gw.catalog.only("image", auth))
+    body = edit_body(fields, card)
+    calls, names = edit_calls(body, card, request_id, images), {**IMAGE_FIELDS_OF, **size_fields(body)}
+    answer = await unless_disconnected(request, images_response(calls, lambda c: gw.calls.start(c, auth, names)),
+                                       "/v1/images/edits", gw.metrics)
     return JSONResponse(answer, headers={"x-request-id": request_id})
 
 

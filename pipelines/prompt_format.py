@@ -39,7 +39,14 @@ class Utf8Prompt:
     needs_tokenizer: bool = False
 
     def text(self, messages: list[dict]) -> str:
-        text = "\n".join(m["content"] for m in messages if m["role"] == "user")
+        """The user turns' text; a turn with media parts ([{"type": ...}]) gives its text parts."""
+        text = "\n".join(_text_of(m["content"]) for m in messages if m["role"] == "user")
         if not text:
             raise InvalidArgument("messages: no user text (this model reads the user turns as its prompt)")
         return text
+
+
+def _text_of(content) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(p["text"] for p in content if p["type"] == "text")

@@ -25,6 +25,8 @@ RUN_TIMEOUT_S = 150  # a quick run takes seconds to a minute on a loaded 2-core 
 # module -> headline keys of its JSON ("a.b": key b of the object under key a)
 HEADLINES: dict[str, tuple[str, ...]] = {
     "ab": ("figures.runtime_us_per_item.head_over_base",),
+    "bagel": ("t2i_cfg_parallel_speedup", "edit_cfg_parallel_speedup", "t2i_mesh_over_inprocess_p50",
+              "und_batch16_over_sequential", "followup_first_step_speedup", "followup_prefill_tokens_saved"),
     "chaos": ("requests_failed_unrelated", "leaked_blocks", "leaked_segments", "fuzz_bad_statuses",
               "overload_refused", "tls_hop_over_plain"),
     "chaos_front_door": ("expensive_request_victims_failed", "unauth_flood_rss_growth_mb"),

@@ -1,8 +1,10 @@
 """A real mesh behind a real gateway for the gateway tests: Qwen3-Omni (thinker;
 talker + codec co-located; its audio and vision towers on an encoder service) served as
 `omni` and as `omni-one` (no encoder; one request at a time, none waiting: a second is
-refused for capacity), SD3 (fused, one process) as `sd3`, a
-conductor that requires an API key, and `starmesh gateway` in its own process."""
+refused for capacity), SD3 (fused, one process) as `sd3`, BAGEL (`starmesh serve bagel`:
+backbone, ViT and VAE in one process, the tiny checkpoint of tests/fixtures/tiny_bagel.py)
+as `bagel`, a conductor that requires an API key, and `starmesh gateway` in its own
+process."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +13,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from tests.fixtures import tiny_sd3
+from tests.fixtures import tiny_bagel, tiny_sd3
 from tests.fixtures.services import REPO, conductor_over
 
 KEY = "gateway-test-key"
@@ -32,21 +34,23 @@ class GatewayMesh:
 def gateway_mesh(tiny_omni):
     from conductor.admission import Admission, AdmissionConfig
     from pipelines.qwen3_omni.model import speakers, speech_model, speech_placement
+    from pipelines.bagel.model import served_model as bagel_model
     from pipelines.sd3.model import served_model
     from runtime.process import ServiceProcess
 
     def models(addresses):
-        thinker, talker, sd3, encoder = addresses
+        thinker, talker, sd3, encoder, bagel = addresses
         out = []
         for name, encoders in (("omni", [encoder]), ("omni-one", None)):
             speech = speech_model(name, speech_placement([thinker], [talker], encoder=encoders), 4, 2)
             out.append(dataclasses.replace(speech, tokenizer_dir=str(tiny_omni), voices=speakers(str(tiny_omni))))
-        return [*out, served_model("sd3", sd3, sd3, sd3, fused=True)]
+        return [*out, served_model("sd3", sd3, sd3, sd3, fused=True), bagel_model("bagel", bagel, bagel, bagel)]
 
     procs = [ServiceProcess("thinker", ["--checkpoint", str(tiny_omni)], name="thinker"),
              ServiceProcess("talker+codec", ["--checkpoint", str(tiny_omni)], name="talker+codec"),
              ServiceProcess("sd3", ["--checkpoint", tiny_sd3.checkpoint()], name="sd3", start_timeout_s=120),
-             ServiceProcess("encoder", ["--checkpoint", str(tiny_omni)], name="encoder")]
+             ServiceProcess("encoder", ["--checkpoint", str(tiny_omni)], name="encoder"),
+             ServiceProcess("bagel", ["--checkpoint", tiny_bagel.checkpoint()], name="bagel", start_timeout_s=120)]
     admission = Admission({"omni-one": AdmissionConfig(max_in_flight=1, max_waiting=0)})
     with conductor_over(procs, models, api_key=KEY, admission=admission) as address:
         gateway = ServiceProcess("", ["--conductor", address, "--host", "127.0.0.1"], name="gateway",

@@ -112,7 +112,7 @@ def _admitted(sdk) -> bool:
 def test_health_needs_no_token_and_metrics_count_requests(mesh, sdk):
     sdk.models.list()
     health = httpx.get(f"{mesh.url}/health", timeout=30)
-    assert health.status_code == 200 and health.json()["models"] == {m: "SERVING" for m in ("omni", "omni-one", "sd3")}
+    assert health.status_code == 200 and health.json()["models"] == {m: "SERVING" for m in ("omni", "omni-one", "sd3", "bagel")}
     assert httpx.get(f"{mesh.url}/health", params={"model": "nope"}, timeout=30).status_code == 404
     text = httpx.get(f"{mesh.url}/metrics", timeout=30).text
     assert 'starmesh_gateway_requests_total{route="/v1/models",status="200"}' in text

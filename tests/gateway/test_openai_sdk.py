@@ -121,7 +121,7 @@ def test_images_generate_equals_starmesh_imagine(sdk, mesh, tmp_path):
 
 
 def test_models_list_what_the_conductor_serves(sdk):
-    assert {m.id for m in sdk.models.list()} == {"omni", "omni-one", "sd3"}
+    assert {m.id for m in sdk.models.list()} == {"omni", "omni-one", "sd3", "bagel"}
     assert sdk.models.retrieve("sd3").id == "sd3"
 
 
