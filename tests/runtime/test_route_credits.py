@@ -55,9 +55,11 @@ def test_a_consumer_credits_half_a_window_at_a_time_and_settles_at_the_end():
             for k in range(5):  # one message each: the chunk runs end in separate engine steps
                 producer.send(push("r1", float(k), k))
             assert [c.amount for c in credits(producer)] == [4]  # the fifth is owed
+            outputs, done = [], None
+            while len(outputs) < 5:  # the fifth chunk run has ended (its output and end are one step's),
+                outputs += [e for e in conductor.events() if isinstance(e, NodeOutput)]  # so its credit is owed
             producer.send(push("r1", 5.0, 5, last=True))
             assert [c.amount for c in credits(producer)] == [2]  # the end settles everything owed
-            outputs, done = [], None
             while done is None:
                 events = conductor.events()
                 outputs += [e for e in events if isinstance(e, NodeOutput)]
