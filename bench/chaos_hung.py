@@ -37,7 +37,7 @@ from bench.output import print_table, write_json
 from bench.up_process import UpProcess
 
 VICTIM = "talker"
-QUICK = {"rounds": 1, "num_speech": 1, "hogs": 2, "busy_s": 5.0}
+QUICK = {"rounds": 1, "num_speech": 1, "hogs": 2, "busy_s": 1.0}  # the busy round: one wave at least
 
 
 def start_up(work_dir: str) -> UpProcess:
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="SIGSTOP rounds, and as many SIGKILL rounds")
     p.add_argument("--hogs", type=int, default=8, help="CPU hogs of the busy round (0: no busy round)")
     p.add_argument("--busy-s", type=float, default=20.0, help="how long the busy round runs requests")
-    p.add_argument("--quick", action="store_true", help="smoke run: one round each, 2 requests, 4 hogs for 10 s")
+    p.add_argument("--quick", action="store_true", help="smoke run: one round each, 1 request, 2 hogs for 1 s")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.perf_counter()
