@@ -192,37 +192,38 @@ def test_a_batch_entry_before_its_grant_waits_for_it(server):
         assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
 
 
+def _lying_batch(request_id: str, num_rows: int) -> PushBatch:
+    """A one-entry batch whose entry claims num_rows rows while its rows hold 1."""
+    good = _batch([request_id])
+    record = RECORD.unpack(good.entries)
+    return PushBatch(RECORD.pack(record[0], record[1], num_rows, *record[3:]), good.produced_us, good.rows)
+
+
+def _failed_on_both_sides(server, conductor, producer, request_id: str, num_rows: int) -> None:
+    [to_producer] = producer.events()
+    [to_conductor] = conductor.events()
+    for ev in (to_producer, to_conductor):
+        assert isinstance(ev, NodeError) and ev.request_id == request_id and ev.status == "INVALID_ARGUMENT"
+        assert f"items[0].batch: the entries take {num_rows} rows, rows holds 1" in ev.message
+    conductor.send(Cancel(request_id))
+    assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
+
+
 def test_a_batch_whose_columns_disagree_fails_the_requests_it_names_on_both_sides(server):
     with RunStream(server.address) as conductor, RunStream(server.address) as producer:
         conductor.send(grant("r-bad-batch", token="tok-r-bad-batch"))
-        good = _batch(["r-bad-batch"])
-        record = RECORD.unpack(good.entries)
-        producer.send(PushBatch(RECORD.pack(record[0], record[1], 2, *record[3:]), good.produced_us, good.rows))
-        [to_producer] = producer.events()
-        [to_conductor] = conductor.events()
-        for ev in (to_producer, to_conductor):
-            assert isinstance(ev, NodeError) and ev.request_id == "r-bad-batch" and ev.status == "INVALID_ARGUMENT"
-            assert "items[0].batch: the entries take 2 rows, rows holds 1" in ev.message
-        conductor.send(Cancel("r-bad-batch"))
-        assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
+        producer.send(_lying_batch("r-bad-batch", 2))
+        _failed_on_both_sides(server, conductor, producer, "r-bad-batch", 2)
 
 
 def test_a_batch_refused_before_its_grant_fails_the_request_when_the_grant_comes(server):
     """The grant and the batch travel on different streams: a batch refused whole may name
     a route not granted yet, and that request fails at its grant, not never."""
     with RunStream(server.address) as conductor, RunStream(server.address) as producer:
-        good = _batch(["r-bad-early"])
-        record = RECORD.unpack(good.entries)
-        producer.send(PushBatch(RECORD.pack(record[0], record[1], 3, *record[3:]), good.produced_us, good.rows))
+        producer.send(_lying_batch("r-bad-early", 3))
         assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)  # sent first: read first, in practice
         conductor.send(grant("r-bad-early", token="tok-r-bad-early"))
-        [to_producer] = producer.events()
-        [to_conductor] = conductor.events()
-        for ev in (to_producer, to_conductor):
-            assert isinstance(ev, NodeError) and ev.request_id == "r-bad-early" and ev.status == "INVALID_ARGUMENT"
-            assert "items[0].batch: the entries take 3 rows, rows holds 1" in ev.message
-        conductor.send(Cancel("r-bad-early"))
-        assert wait_until(lambda: describe(server.address).num_open_requests == 0, 10)
+        _failed_on_both_sides(server, conductor, producer, "r-bad-early", 3)
 
 
 def test_an_end_without_rows_travels_after_its_own_routes_rows():
