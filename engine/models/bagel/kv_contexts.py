@@ -89,11 +89,8 @@ class BagelKV:
     def fork(self, source: Tag, tag: Tag) -> KVContext:
         """tag (replaced if it exists) shares every block of source."""
         src = self.get(source)
-        if tag in self.contexts:
-            self.free(tag)
-        self.pool.incref(src.block_table)
-        ctx = self.contexts[tag] = KVContext(tag, src.rope, list(src.block_table), src.num_cached_tokens)
-        return ctx
+        self.free(tag)
+        return self.adopt(tag, src.block_table, src.num_cached_tokens, src.rope)
 
     def adopt(self, tag: Tag, blocks: list[int], num_tokens: int, rope: int) -> KVContext:
         """tag reads `blocks` (num_tokens rows, next rope position `rope`), one more
