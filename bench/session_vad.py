@@ -23,7 +23,7 @@ def _audio(seconds: float) -> bytes:
 
 
 def measure(seconds: float, rounds: int) -> dict:
-    from conductor.session_events import TurnDetection
+    from core.session_events import TurnDetection
     from conductor.session_vad import SpeechDetector
 
     audio, chunk = _audio(seconds), 24000 * 2 // 10

@@ -10,9 +10,10 @@ new. Opened from a ConductorSession:
             await conv.commit_audio()
             answer = await conv.respond()
 
-Events come as starmesh.v1.SessionEvent messages; `respond` gathers one response's into
-an `Answer`. An `error` event of an input raises SessionError (a CallFailed with `param`) (code, message naming the
-field) from the call that waits for it; leaving the block ends the session, and the
+Events come as starmesh.v1.SessionEvent messages (ConductorSession.session_stream gives
+the same stream in plain data); `respond` gathers one response's into an `Answer`. An
+`error` event answering an input raises SessionError (a CallFailed whose `param` names
+the field) from the call that waits for it; leaving the block ends the session, and the
 conductor releases what it kept.
 """
 from __future__ import annotations
@@ -23,8 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from client.call_failed import CallFailed, call_failed
-
-_MODALITY = {"text": 1, "audio": 2}  # starmesh.v1.Modality
 
 
 @dataclass
@@ -155,10 +154,11 @@ class Conversation:
     async def start_response(self, output_modalities: tuple[str, ...] = (), params: Mapping[str, Any] | None = None,
                              instructions: str = "", raw_outputs: tuple[str, ...] = ()) -> Answer:
         """raw_outputs: walk outputs also sent as tensors (Answer.raw), e.g. ("codes",)."""
+        from client.session_proto import modality_number
         from protos.starmesh.v1 import session_pb2 as pb
 
-        req = pb.ResponseCreate(output_modalities=[_MODALITY[m] for m in output_modalities], instructions=instructions,
-                                raw_outputs=list(raw_outputs))
+        req = pb.ResponseCreate(output_modalities=[modality_number(m) for m in output_modalities],
+                                instructions=instructions, raw_outputs=list(raw_outputs))
         if params:
             req.params.update(dict(params))
         event_id = await self.send(create_response=req)

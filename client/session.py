@@ -1,5 +1,6 @@
 """A session with one conductor: the one place a Generate request is sent and its events
-read (client.events parses them), and ListModels asked.
+read (client.events parses them), ListModels asked and Sessions streams opened
+(`conversation` for the SDK, `session_stream` in plain data for a front end).
 
     async with ConductorSession(Connection("127.0.0.1:50050")) as session:
         cards = await session.models(authorization)
@@ -28,8 +29,10 @@ from client.connection import Connection
 from client.events import Event, event_from_proto
 from client.generate_call import GenerateCall
 from client.model_card import ModelCard, cards_from_proto
+from client.session_stream import SessionStream
 from core.bearer import AUTHORIZATION, bearer_metadata
 from core.context_use import END_USER
+from core.session_events import Input
 
 
 class ConductorSession:
@@ -98,17 +101,26 @@ class ConductorSession:
         finally:
             await events.aclose()
 
+    def session_stream(self, inputs: AsyncIterator[Input], authorization: str = "",
+                       end_user: str = "") -> SessionStream:
+        """A Sessions.Session stream in plain data (client.session_stream): `inputs` written
+        as they come, carrying the caller's `authorization` ("Bearer <key>", as the caller
+        sent it; none: the connection's key)."""
+        metadata = self._metadata(authorization) + (((END_USER, end_user),) if end_user else ())
+        return SessionStream(self._channel, metadata, inputs)
+
     def conversation(self, model: str, output_modalities: tuple[str, ...] = ("audio",), instructions: str = "",
                      voice: str = "", input_sample_rate: int = 0, params: Mapping[str, Any] | None = None,
                      turn_detection=None, authorization: str = "", end_user: str = ""):
         """A Sessions.Session stream as a client.conversation.Conversation (`async with`);
         turn_detection: a starmesh.v1.TurnDetection for server VAD, None for none."""
-        from client.conversation import _MODALITY, Conversation
+        from client.conversation import Conversation
+        from client.session_proto import modality_number
         from protos.starmesh.v1 import session_pb2 as pb
 
         config = pb.SessionConfig(model=model, instructions=instructions, voice=voice,
                                   input_sample_rate=input_sample_rate,
-                                  output_modalities=[_MODALITY[m] for m in output_modalities])
+                                  output_modalities=[modality_number(m) for m in output_modalities])
         if turn_detection is not None:
             config.turn_detection.CopyFrom(turn_detection)
         if params:

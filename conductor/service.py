@@ -17,7 +17,7 @@ import grpc
 
 from conductor.admission import Admission
 from conductor.auth import ApiKeyInterceptor
-from conductor.client_events import RequestEvents, numel
+from conductor.client_events import GenerateEvents, RequestEvents, numel
 from conductor.client_outputs import ClientOutputs
 from conductor.executor import Executor, RequestFailed
 from conductor.field_errors import client_failure
@@ -65,12 +65,13 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
                 yield pb.GenerateEventBatch(events=batch)
 
     async def _batches(self, request: pb.GenerateRequest, context, hold_text: bool = True,
-                       report: dict | None = None):
+                       report: dict | None = None, form=GenerateEvents):
         """The request's GenerateEvents, as lists of those made from outputs that arrived
         together (never empty); Usage last. hold_text: a request that gets audio sends its
         text deltas with its next batch (conductor.text_hold; the model's max_held_text);
         report: filled with what its nodes said of kept contexts, and `keeping`, the id its
-        result is kept under (a caller that cancels it may release that id)."""
+        result is kept under (a caller that cancels it may release that id); form: what
+        makes the events (conductor.client_events.GenerateEvents: GenerateEvent messages)."""
         model = served_model(self.service.served, request.model)
         executor = self.service.executors.get(model.name)
         if executor is None:
@@ -85,12 +86,12 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             parsed = await self.service.intake.parse(request, model, tokenizer)  # before any work, off the loop
             events = RequestEvents(model, self.service.outputs, parsed.request_id,
                                    tokenizer if model.decode_text else None, parsed.wanted, t0,
-                                   prompt_tokens=_num_ids(parsed.inputs))
+                                   prompt_tokens=_num_ids(parsed.inputs), form=form)
             request_id, events.report = parsed.request_id, report
             uses = self.service.contexts.begin(request_id, parsed.params, context.invocation_metadata(), selector,
                                                lambda: _prompt_ids(parsed.inputs))
             report["keeping"] = uses[0].keep_id if uses else ""
-            hold = TextHold(model.max_held_text if hold_text and events.wants_audio else 0)
+            hold = TextHold(model.max_held_text if hold_text and events.wants_audio else 0, form.is_text)
             playback = Playback(model.sample_rate, time.time(), model.ttfa_target_s) \
                 if model.pacing and model.sample_rate else None
             meter.playback = playback
@@ -128,7 +129,7 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
         yield hold.rest() + events.end(time.perf_counter())
 
     @staticmethod
-    async def _events_of(events: RequestEvents, meter: RequestMeter, name: str, value) -> list[pb.GenerateEvent]:
+    async def _events_of(events: RequestEvents, meter: RequestMeter, name: str, value) -> list:
         now = time.perf_counter()
         meter.output(name, value, now)
         if events.is_heavy(name):  # PNG encoding: off the event loop other streams share

@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from conductor.session_events import Clip, Item
 from conductor.session_framing import AUDIO, ChatFraming, Message
 from core.errors import InvalidArgument, NotFound
+from core.session_events import Clip, Item
 
 FRAME_MS = 80  # one talker frame (codec frame) of audio: 12.5 frames a second
 AUDIO_TOKENS_PER_S = 13  # an estimate of a clip's prompt rows (12.5 a second), for the token bound

@@ -1,5 +1,5 @@
 """One session: a conversation with one model, kept in the mesh, driven by the client's
-inputs (conductor.session_events) in order; events go out through `emit` as they happen.
+inputs (core.session_events) in order; events go out through `emit` as they happen.
 
 The first input must be `configure` naming a served model that makes text (and audio
 for AUDIO output) and has a chat template. A bad input is answered with a Failure naming
@@ -23,14 +23,14 @@ from typing import Callable
 
 from conductor.session_audio import AudioBuffer
 from conductor.session_conversation import Conversation, Segment
-from conductor.session_events import (AUDIO, Cleared, Clip, Committed, Deleted, Failure, Input, Item, ItemEvent,
-                                      ResponseRequest, SessionState, Settings, Speech, State, Truncate, Truncated)
 from conductor.session_framing import ChatFraming
 from conductor.session_limits import SessionLimits
 from conductor.session_response import ResponseRun
 from conductor.session_turns import TurnRunner
 from conductor.session_vad import SpeechDetector
 from core.errors import InvalidArgument, StarmeshError
+from core.session_events import (AUDIO, Cleared, Clip, Committed, Deleted, Failure, Input, Item, ItemEvent,
+                                 ResponseRequest, SessionState, Settings, Speech, State, Truncate, Truncated)
 
 ROLES = ("user", "assistant", "system")
 

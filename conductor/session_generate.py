@@ -2,15 +2,18 @@
 starmesh.v1.GenerateRequest it is (input_ids, and the clips as the `media` and
 `media_parts` inputs the media walk takes), run by the conductor's own Generate path
 (ConductorServicer._batches: intake, admission, metering, kept contexts, the owner from
-the session stream's metadata), its GenerateEvents read back as plain data.
+the session stream's metadata), its events made as plain data (TurnEvents: the form
+of conductor.client_events.RequestEvents that builds no GenerateEvent message).
 """
 from __future__ import annotations
 
 from typing import AsyncIterator
 
-from conductor.session_events import Usage
+from conductor.client_outputs import ClientOutputs
 from conductor.session_turns import Turn, TurnAudio, TurnRaw, TurnText, wav_bytes
+from core.errors import StarmeshError
 from core.media_kinds import media_manifest
+from core.session_events import Usage
 from protos.starmesh.v1 import conductor_pb2 as pb
 
 MODALITIES = {"text": pb.MODALITY_TEXT, "audio": pb.MODALITY_AUDIO}
@@ -50,30 +53,46 @@ def turn_runner(servicer, metadata):
     caller = _Caller(metadata)
 
     async def run(turn: Turn) -> AsyncIterator:
-        batches = servicer._batches(turn_request(turn), caller, report=turn.report)
+        batches = servicer._batches(turn_request(turn), caller, report=turn.report, form=TurnEvents)
         try:
             async for batch in batches:
                 for event in batch:
-                    converted = _event(event)
-                    if converted is not None:
-                        yield converted
+                    yield event
         finally:
             await batches.aclose()
 
     return run
 
 
-def _event(ev: pb.GenerateEvent):
-    kind = ev.WhichOneof("kind")
-    if kind == "text":
-        return TurnText(tuple(ev.text.token_ids), ev.text.text)
-    if kind == "audio":
-        a = ev.audio
-        return TurnAudio(a.samples, a.sample_rate, a.sequence_number, a.num_samples)
-    if kind == "tensor":
-        return TurnRaw(ev.tensor)
-    if kind == "usage":
-        u = ev.usage
-        return Usage(u.prompt_tokens, u.cached_prompt_tokens, u.completion_tokens, u.audio_seconds,
-                     u.time_to_first_audio_ms, u.context_id)
-    return None
+class TurnEvents:
+    """A turn's events as RequestEvents makes them (its form: GenerateEvents' methods), in
+    plain data. A turn asks for text and audio (and raw outputs by name), so neither an
+    image nor a progress event is ever made here."""
+
+    @staticmethod
+    def text(request_id: str, ids: list[int], text: str) -> TurnText:
+        return TurnText(tuple(ids), text)
+
+    @staticmethod
+    def audio(request_id: str, samples: bytes, sample_rate: int, sequence_number: int, num_samples: int) -> TurnAudio:
+        return TurnAudio(samples, sample_rate, sequence_number, num_samples)
+
+    @staticmethod
+    def image(request_id: str, *_) -> None:
+        raise StarmeshError("a session turn makes no image or progress events (its modalities are text and audio)")
+
+    step = image
+
+    @staticmethod
+    def tensor(outputs: ClientOutputs, request_id: str, name: str, value) -> TurnRaw:
+        # the message the session stream carries it in (ResponseOutput.raw), built once
+        return TurnRaw(outputs.event(request_id, name, value).tensor)
+
+    @staticmethod
+    def usage(request_id: str, counts: dict, metrics: dict) -> Usage:
+        return Usage(counts["prompt_tokens"], counts["cached_prompt_tokens"], counts["completion_tokens"],
+                     counts["audio_seconds"], counts["time_to_first_audio_ms"], counts["context_id"])
+
+    @staticmethod
+    def is_text(event) -> bool:
+        return isinstance(event, TurnText)

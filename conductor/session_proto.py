@@ -1,12 +1,15 @@
-"""starmesh.v1 session messages <-> the session's plain data (conductor.session_events):
-the only place session code meets protobuf, besides the servicer."""
+"""starmesh.v1 session messages <-> the session's plain data (core.session_events), the
+conductor's side: inputs from messages, events to messages (a client's side is
+client.session_proto). The only place session code meets protobuf, besides the servicer."""
 from __future__ import annotations
+
+import dataclasses
 
 from google.protobuf.json_format import MessageToDict
 
-from conductor.session_events import (AUDIO, TEXT, AudioOut, Cleared, Clip, Committed, Deleted, Failure, Input, Item,
-                                      ItemEvent, RawOut, ResponseCreated, ResponseDone, ResponseRequest, SessionState,
-                                      Settings, Speech, State, TextOut, Truncate, Truncated, TurnDetection, Usage)
+from core.session_events import (AUDIO, TEXT, AudioOut, Cleared, Clip, Committed, Deleted, Failure, Input, Item,
+                                 ItemEvent, RawOut, ResponseCreated, ResponseDone, ResponseRequest, SessionState,
+                                 Settings, Speech, State, TextOut, Truncate, Truncated, TurnDetection, Usage)
 from core.errors import InvalidArgument
 from protos.starmesh.v1 import conductor_pb2 as cpb
 from protos.starmesh.v1 import session_pb2 as pb
@@ -50,8 +53,8 @@ def _settings(c: pb.SessionConfig) -> Settings:
     td = None
     if c.HasField("turn_detection"):
         t = c.turn_detection
-        td = TurnDetection(t.threshold or 0.5, t.prefix_padding_ms or 300, t.silence_duration_ms or 500,
-                           t.create_response, t.interrupt_response)
+        td = TurnDetection.with_defaults(t.threshold, t.prefix_padding_ms, t.silence_duration_ms, t.create_response,
+                                         t.interrupt_response)
     return Settings(c.model, c.instructions if c.instructions else None,
                     _modalities(c.output_modalities, "configure.output_modalities"), c.voice, td,
                     c.no_turn_detection, c.input_sample_rate, MessageToDict(c.params) if c.HasField("params") else {})
@@ -109,15 +112,10 @@ def event_to_proto(event_id: str, ev) -> pb.SessionEvent:
 
 
 def _config(s: State) -> pb.SessionConfig:
+    detection = s.turn_detection and pb.TurnDetection(**dataclasses.asdict(s.turn_detection))  # same field names
     c = pb.SessionConfig(model=s.model, instructions=s.instructions, voice=s.voice,
                          input_sample_rate=s.input_sample_rate, no_turn_detection=s.turn_detection is None,
-                         output_modalities=[_MODALITY_PB[m] for m in s.output_modalities])
-    if s.turn_detection is not None:
-        t = s.turn_detection
-        c.turn_detection.CopyFrom(pb.TurnDetection(threshold=t.threshold, prefix_padding_ms=t.prefix_padding_ms,
-                                                   silence_duration_ms=t.silence_duration_ms,
-                                                   create_response=t.create_response,
-                                                   interrupt_response=t.interrupt_response))
+                         output_modalities=[_MODALITY_PB[m] for m in s.output_modalities], turn_detection=detection)
     if s.params:
         c.params.update(dict(s.params))
     return c

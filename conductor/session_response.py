@@ -16,10 +16,10 @@ import logging
 from typing import TYPE_CHECKING
 
 from conductor.session_conversation import Segment
-from conductor.session_events import (AUDIO, AudioOut, Failure, Item, ItemEvent, RawOut, ResponseCreated,
-                                      ResponseDone, ResponseRequest, TextOut, Usage)
 from conductor.session_turns import Turn, TurnAudio, TurnRaw, TurnText
 from core.errors import StarmeshError
+from core.session_events import (AUDIO, AudioOut, Failure, Item, ItemEvent, RawOut, ResponseCreated, ResponseDone,
+                                 ResponseRequest, TextOut, Usage)
 
 if TYPE_CHECKING:
     from conductor.session_core import Session

@@ -147,7 +147,7 @@ class SessionsServicer(session_pb2_grpc.SessionsServicer):
             inp = input_from_proto(message, rate)
         except InvalidArgument as e:
             from conductor.session_core import failure
-            from conductor.session_events import Input
+            from core.session_events import Input
 
             session.emit(failure(e, Input(message.event_id, message.WhichOneof("kind") or "SessionInput")))
             return

@@ -2,7 +2,7 @@
 ids (and clips) continuing its kept context, and what comes back, as plain data.
 
 The session logic builds a `Turn` and reads `TurnText`, `TurnAudio` and, last, the turn's
-`Usage` (conductor.session_events); the conductor's edge runs it as its Generate requests
+`Usage` (core.session_events); the conductor's edge runs it as its Generate requests
 run (conductor.session_generate: admission, metering, the kept context's owner), so a
 turn is a request like any other in the mesh.
 """
@@ -13,7 +13,7 @@ import wave
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Mapping
 
-from conductor.session_events import Clip
+from core.session_events import Clip
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conductor.session_events import TurnDetection
 from core.errors import InvalidArgument
+from core.session_events import TurnDetection
 
 RATE = 16000    # silero-vad's rate here
 WINDOW = 512    # samples a window at RATE (32 ms)

@@ -20,6 +20,8 @@ at least `max_held` text events; fewer than `max_held` events wait between calls
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from protos.starmesh.v1 import conductor_pb2 as pb
 
 
@@ -28,16 +30,19 @@ def is_text(event: pb.GenerateEvent) -> bool:
 
 
 class TextHold:
-    def __init__(self, max_held: int) -> None:
+    def __init__(self, max_held: int, is_text: Callable[[Any], bool] = is_text) -> None:
+        """is_text: whether an event is a text delta (the events' form: GenerateEvent
+        messages, or a session turn's plain data)."""
         if max_held < 0:
             raise ValueError(f"max_held must be >= 0, got {max_held}")
         self.max_held = max_held
+        self.is_text = is_text
         self.held: list[pb.GenerateEvent] = []
 
     def batch(self, events: list[pb.GenerateEvent]) -> list[pb.GenerateEvent]:
         """The events to send now: `events` after those held, or nothing while only a
         few text deltas have come."""
-        if self.max_held and all(is_text(e) for e in events):
+        if self.max_held and all(self.is_text(e) for e in events):
             self.held += events
             if len(self.held) < self.max_held:
                 return []

@@ -1,16 +1,15 @@
-"""Realtime client events (GA JSON) to the conductor's SessionInput, one input per event,
-its `event_id` kept. A bad event raises EventError naming the field and the event: the
-connection answers it with an `error` event and goes on.
+"""Realtime client events (GA JSON) to a session's inputs (core.session_events.Input), one
+input per event, its `event_id` kept. A bad event raises EventError naming the field and
+the event: the connection answers it with an `error` event and goes on.
 
     inputs = ClientEvents(card, RealtimeConfig())
-    message = inputs.translate(frame_text)       # a SessionInput, or EventError
+    inp = inputs.translate(frame_text)           # an Input, or EventError
 
 Events: session.update, input_audio_buffer.append / commit / clear,
 conversation.item.create (message items: user `input_text` / `input_audio`, system
 `input_text`, assistant `output_text` / `output_audio` with its transcript),
 conversation.item.truncate / delete, response.create, response.cancel. Audio is base64
-16-bit PCM at 24 kHz; an `input_audio` part goes to the conductor as a WAV file (its
-media parts are files).
+16-bit PCM at 24 kHz, the session's input rate; an `input_audio` part is a Clip of it.
 """
 from __future__ import annotations
 
@@ -19,12 +18,11 @@ import re
 from typing import Any, Callable
 
 from client.model_card import ModelCard
+from core.session_events import Clip, Input, Item, ResponseRequest, Truncate
 from gateway.api_error import ApiError, bad_field
-from gateway.audio_encoding import wav_header
 from gateway.realtime_config import RealtimeConfig
 from gateway.realtime_fields import EventError, get, one_of, pcm16, uint32
 from gateway.realtime_session_config import RATE, max_output_tokens, output_modalities, session_config
-from protos.starmesh.v1 import session_pb2 as pb
 
 _EVENT_ID = re.compile(r'"event_id"\s*:\s*"([^"\\]{1,128})"')
 ROLES = ("user", "assistant", "system")
@@ -35,30 +33,29 @@ class ClientEvents:
 
     def __init__(self, card: ModelCard, limits: RealtimeConfig = RealtimeConfig()) -> None:
         self.card, self.limits = card, limits
-        self._kinds: dict[str, Callable[[dict, pb.SessionInput], None]] = {
-            "session.update": self._session_update,
-            "input_audio_buffer.append": self._append,
-            "input_audio_buffer.commit": lambda e, m: setattr(m, "commit_audio", True),
-            "input_audio_buffer.clear": lambda e, m: setattr(m, "clear_audio", True),
-            "conversation.item.create": self._item_create,
-            "conversation.item.truncate": self._truncate,
-            "conversation.item.delete": lambda e, m: setattr(m, "delete_item", get(e, "item_id", str, "item_id", True)),
-            "response.create": self._response_create,
-            "response.cancel": lambda e, m: setattr(m, "cancel_response", get(e, "response_id", str, "response_id",
-                                                                               default="")),
+        # client event type -> (the input's kind, its value from the event)
+        self._kinds: dict[str, tuple[str, Callable[[dict], Any]]] = {
+            "session.update": ("configure", lambda e: session_config(get(e, "session", dict, "session", True), card)),
+            "input_audio_buffer.append": ("append_audio", lambda e: pcm16(e.get("audio"), "audio",
+                                                                          limits.max_audio_bytes)),
+            "input_audio_buffer.commit": ("commit_audio", lambda e: True),
+            "input_audio_buffer.clear": ("clear_audio", lambda e: True),
+            "conversation.item.create": ("create_item", self._item_create),
+            "conversation.item.truncate": ("truncate_item", _truncate),
+            "conversation.item.delete": ("delete_item", lambda e: get(e, "item_id", str, "item_id", True)),
+            "response.create": ("create_response", self._response_create),
+            "response.cancel": ("cancel_response", lambda e: get(e, "response_id", str, "response_id", default="")),
         }
 
-    def translate(self, frame: str | bytes) -> pb.SessionInput:
+    def translate(self, frame: str | bytes) -> Input:
         event, event_id = self._parse(frame)
         try:
             kind = get(event, "type", str, "type", required=True)
-            handler = self._kinds.get(kind)
-            if handler is None:
+            if kind not in self._kinds:
                 raise ApiError(400, f"type {kind!r} is not a client event served here (served: {sorted(self._kinds)})"
                                [:500], param="type", code="unknown_event")
-            message = pb.SessionInput(event_id=event_id)
-            handler(event, message)
-            return message
+            name, value = self._kinds[kind]
+            return Input(event_id, name, value(event))
         except ApiError as e:
             raise EventError(e, event_id) from None
 
@@ -81,50 +78,34 @@ class ClientEvents:
             raise EventError(bad_field("event_id", "event_id must be a printable string of at most 128 characters"))
         return event, event_id or ""
 
-    def _session_update(self, event: dict, message: pb.SessionInput) -> None:
-        message.configure.CopyFrom(session_config(get(event, "session", dict, "session", True), self.card))
-
-    def _append(self, event: dict, message: pb.SessionInput) -> None:
-        message.append_audio = pcm16(event.get("audio"), "audio", self.limits.max_audio_bytes)
-
-    def _truncate(self, event: dict, message: pb.SessionInput) -> None:
-        cut = message.truncate_item
-        cut.item_id = get(event, "item_id", str, "item_id", True)
-        cut.content_index = uint32(event, "content_index", "content_index")
-        cut.audio_end_ms = uint32(event, "audio_end_ms", "audio_end_ms", required=True)
-
-    def _response_create(self, event: dict, message: pb.SessionInput) -> None:
+    def _response_create(self, event: dict) -> ResponseRequest:
         response = get(event, "response", dict, "response", default={})
-        create = message.create_response
-        create.SetInParent()
         one_of(response, "conversation", ("auto",), "response.conversation")
         if response.get("input") is not None:
             raise bad_field("response.input", "response.input is not supported here: a response answers the "
                                               "session's conversation")
-        create.output_modalities.extend(output_modalities(response, self.card, "response"))
-        create.instructions = get(response, "instructions", str, "response.instructions", default="")
+        modalities = output_modalities(response, self.card, "response")
+        instructions = get(response, "instructions", str, "response.instructions", default="")
         tokens = max_output_tokens(response, "response.max_output_tokens")
-        if tokens is not None:
-            if "max_new_tokens" not in self.card.params:
-                raise bad_field("response.max_output_tokens", f"model {self.card.name!r} takes no max_new_tokens")
-            create.params.update({"max_new_tokens": tokens})
+        if tokens is not None and "max_new_tokens" not in self.card.params:
+            raise bad_field("response.max_output_tokens", f"model {self.card.name!r} takes no max_new_tokens")
+        return ResponseRequest(modalities, instructions, {"max_new_tokens": tokens} if tokens is not None else {})
 
-    def _item_create(self, event: dict, message: pb.SessionInput) -> None:
+    def _item_create(self, event: dict) -> Item:
         item = get(event, "item", dict, "item", True)
-        out = message.create_item
-        out.previous_item_id = get(event, "previous_item_id", str, "previous_item_id", default="")
-        out.id = get(item, "id", str, "item.id", default="")
+        previous = get(event, "previous_item_id", str, "previous_item_id", default="")
+        item_id = get(item, "id", str, "item.id", default="")
         one_of(item, "type", ("message",), "item.type", default="message")
-        out.role = one_of(item, "role", ROLES, "item.role") or ""
-        if not out.role:
+        role = one_of(item, "role", ROLES, "item.role") or ""
+        if not role:
             raise bad_field("item.role", f"item.role is required (one of {list(ROLES)})")
         parts = get(item, "content", list, "item.content", True)
         if not parts:
             raise bad_field("item.content", "item.content is empty")
-        for i, part in enumerate(parts):
-            self._part(part, out.role, out.content.add(), f"item.content[{i}]")
+        content = tuple(self._part(part, role, f"item.content[{i}]") for i, part in enumerate(parts))
+        return Item(item_id, role, content, previous_item_id=previous)
 
-    def _part(self, part: Any, role: str, out, path: str) -> None:
+    def _part(self, part: Any, role: str, path: str) -> str | Clip:
         if not isinstance(part, dict):
             raise bad_field(path, f"{path} must be an object")
         allowed = {"user": ("input_text", "input_audio"), "system": ("input_text",),
@@ -136,7 +117,11 @@ class ClientEvents:
             pcm = pcm16(part.get("audio"), f"{path}.audio", self.limits.max_audio_bytes)
             if not pcm:
                 raise bad_field(f"{path}.audio", f"{path}.audio is empty")
-            out.audio.data, out.audio.mime_type = wav_header(RATE, len(pcm) // 2) + pcm, "audio/wav"
-        else:
-            key = "transcript" if kind == "output_audio" else "text"
-            out.text = get(part, key, str, f"{path}.{key}", True)
+            return Clip(pcm, RATE)
+        key = "transcript" if kind == "output_audio" else "text"
+        return get(part, key, str, f"{path}.{key}", True)
+
+
+def _truncate(event: dict) -> Truncate:
+    return Truncate(get(event, "item_id", str, "item_id", True), uint32(event, "content_index", "content_index"),
+                    uint32(event, "audio_end_ms", "audio_end_ms", required=True))

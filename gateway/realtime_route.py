@@ -1,8 +1,8 @@
 """GET /v1/realtime?model=NAME: the OpenAI Realtime protocol (GA) over a WebSocket, one
-conductor `Sessions.Session` stream per connection. The gateway only translates: each
-client event is one SessionInput (gateway.realtime_input), each SessionEvent the server
-events it means (gateway.realtime_output); the conversation, VAD and the model are the
-conductor's.
+conductor `Sessions.Session` stream per connection (client.session_stream, in plain
+data). The gateway only translates: each client event is one session Input
+(gateway.realtime_input), each session event the server events it means
+(gateway.realtime_output); the conversation, VAD and the model are the conductor's.
 
 Auth: `Authorization: Bearer KEY` or, from a browser (which cannot set headers on a
 WebSocket), the subprotocol `openai-insecure-api-key.KEY` beside `realtime`; the
@@ -19,20 +19,18 @@ import asyncio
 import contextlib
 import json
 
-import grpc
 from fastapi import APIRouter, WebSocket
 
-from core.bearer import AUTHORIZATION
+from client.call_failed import CallFailed
+from core.session_events import Input
 from gateway.api_error import HTTP_OF, ApiError
 from gateway.realtime_fields import EventError, error_event
 from gateway.realtime_input import ClientEvents
 from gateway.realtime_output import ServerEvents
 from gateway.realtime_send_queue import ClientNotReading, SendQueue
 from gateway.realtime_session_config import first_config
-from protos.starmesh.v1 import session_pb2 as pb
 
 router = APIRouter()
-METHOD = "/starmesh.v1.Sessions/Session"
 KEY_PROTOCOL = "openai-insecure-api-key."
 NORMAL, POLICY, SERVER_ERROR = 1000, 1008, 1011   # WebSocket close codes
 REQUESTS_QUEUED = 16   # client events translated and not yet taken by the conductor's stream
@@ -69,7 +67,7 @@ class RealtimeConnection:
         self.queue = SendQueue(gateway.config.realtime.max_send_queue_bytes)
         self.close_code, self.close_reason = NORMAL, ""
         self.outcome = "client_closed"   # how it ended, for the metrics
-        self.call = None
+        self.stream = None   # the conductor's session stream (client.session_stream)
         self.requests: asyncio.Queue = asyncio.Queue(maxsize=REQUESTS_QUEUED)
 
     async def run(self, model: str) -> None:
@@ -108,11 +106,8 @@ class RealtimeConnection:
         except ApiError as e:
             return self._fail(e, POLICY if e.status < 500 else SERVER_ERROR)
         inputs, events = ClientEvents(card, self.gateway.config.realtime), ServerEvents(card)
-        metadata = ((AUTHORIZATION, self.authorization),) if self.authorization else ()
-        self.call = self.gateway.session.channel.stream_stream(
-            METHOD, request_serializer=pb.SessionInput.SerializeToString,
-            response_deserializer=pb.SessionEvent.FromString)(self._requests(), metadata=metadata)
-        await self.requests.put(pb.SessionInput(configure=first_config(card)))
+        self.stream = self.gateway.session.session_stream(self._requests(), self.authorization)
+        await self.requests.put(Input("", "configure", first_config(card)))
         pumps = [asyncio.create_task(self._from_client(inputs)), asyncio.create_task(self._from_conductor(events))]
         try:
             done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
@@ -137,21 +132,21 @@ class RealtimeConnection:
             await self.requests.put(request)   # waits while the conductor's stream is full
 
     async def _requests(self):
-        """The stream's inputs. grpc writes them (a stream that has ended stops reading
-        them; its status is what _from_conductor reads)."""
+        """The stream's inputs, written as they come (a stream that has ended stops
+        reading them; its status is what _from_conductor reads)."""
         while True:
             yield await self.requests.get()
 
     async def _from_conductor(self, events: ServerEvents) -> None:
         try:
-            while (event := await self.call.read()) is not grpc.aio.EOF:
+            while (event := await self.stream.read()) is not None:
                 for out in events.translate(event):
                     self._put(out)
-        except grpc.aio.AioRpcError as e:
-            code = e.code().name
-            status, type_ = HTTP_OF.get(code, (500, "server_error"))
-            self._fail(ApiError(status, e.details() or code, type_, code=code.lower()),
-                       POLICY if code in ("UNAUTHENTICATED", "PERMISSION_DENIED", "INVALID_ARGUMENT") else SERVER_ERROR)
+        except CallFailed as e:
+            status, type_ = HTTP_OF.get(e.code, (500, "server_error"))
+            self._fail(ApiError(status, e.message or e.code, type_, code=e.code.lower()),
+                       POLICY if e.code in ("UNAUTHENTICATED", "PERMISSION_DENIED", "INVALID_ARGUMENT")
+                       else SERVER_ERROR)
             return
         self.outcome = "conductor_ended"
 
@@ -171,5 +166,5 @@ class RealtimeConnection:
         await self.ws.close(self.close_code, self.close_reason)
 
     async def _cancel_call(self) -> None:
-        if self.call is not None:
-            self.call.cancel()   # a no-op once it ended; otherwise the conductor ends the session and frees it
+        if self.stream is not None:
+            self.stream.cancel()   # a no-op once it ended; otherwise the conductor ends the session and frees it

@@ -1,6 +1,7 @@
-"""A Realtime session object (GA shape) to and from the conductor's SessionConfig.
+"""A Realtime session object (GA shape) to and from a session's settings
+(core.session_events: Settings in, SessionState out).
 
-    config = session_config(update["session"], card)         # session.update -> SessionConfig
+    settings = session_config(update["session"], card)       # session.update -> Settings
     session_json(state, card)                                # SessionState -> session.created/updated's session
 
 Audio is 16-bit PCM at 24 kHz both ways (`{"type": "audio/pcm", "rate": 24000}`, what
@@ -12,19 +13,17 @@ value and refused otherwise, naming them.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 from client.model_card import ModelCard
+from core.session_events import SessionState, Settings, TurnDetection
 from gateway.api_error import bad_field
 from gateway.extensions import request_params
 from gateway.realtime_fields import get, one_of
-from protos.starmesh.v1 import session_pb2 as pb
 
 RATE = 24000                       # Hz of the PCM both ways
 PCM = {"type": "audio/pcm", "rate": RATE}
-MODALITY = {value.name.removeprefix("MODALITY_").lower(): value.number for value in
-            pb.SessionConfig.DESCRIPTOR.fields_by_name["output_modalities"].enum_type.values if value.number}
-MODALITY_NAME = {number: name for name, number in MODALITY.items()}
 # OpenAI session fields this gateway has nothing for: accepted at these values only
 NEUTRAL = {"tools": ([], None), "tool_choice": ("auto", "none", None), "tracing": ("auto", None),
            "include": ([], None), "truncation": ("auto", None), "prompt": (None,), "reasoning": (None,),
@@ -33,8 +32,8 @@ OPENAI_KEYS = {"type", "model", "instructions", "output_modalities", "audio", "m
                "expires_at", *NEUTRAL}
 
 
-def session_config(session: Any, card: ModelCard, path: str = "session") -> pb.SessionConfig:
-    """A session.update's `session` as a SessionConfig update (only what it sets)."""
+def session_config(session: Any, card: ModelCard, path: str = "session") -> Settings:
+    """A session.update's `session` as a configure's Settings (only what it sets)."""
     if not isinstance(session, dict):
         raise bad_field(path, f"{path} must be an object")
     one_of(session, "type", ("realtime",), f"{path}.type")
@@ -44,19 +43,18 @@ def session_config(session: Any, card: ModelCard, path: str = "session") -> pb.S
     for key, allowed in NEUTRAL.items():
         if session.get(key) not in allowed:
             raise bad_field(f"{path}.{key}", f"{path}.{key} is not supported here (only {list(allowed)})")
-    config = pb.SessionConfig(instructions=get(session, "instructions", str, f"{path}.instructions", default=""))
-    config.output_modalities.extend(output_modalities(session, card, path))
-    _audio(session.get("audio"), card, config, f"{path}.audio")
+    instructions = get(session, "instructions", str, f"{path}.instructions")
+    settings = Settings(instructions=instructions or None,   # "" leaves them as they are, as in a configure
+                        output_modalities=output_modalities(session, card, path),
+                        **_audio(session.get("audio"), card, f"{path}.audio"))
     extensions = {k: v for k, v in session.items() if k not in OPENAI_KEYS}
     mapped = {"max_new_tokens": max_output_tokens(session, f"{path}.max_output_tokens")}
     params = request_params(card, extensions, mapped, {"max_new_tokens": f"{path}.max_output_tokens"})
-    if params:
-        config.params.update(params)
-    return config
+    return dataclasses.replace(settings, params=params) if params else settings
 
 
-def output_modalities(obj: Mapping[str, Any], card: ModelCard, path: str) -> list[int]:
-    """`output_modalities` (["audio"] or ["text"]) as Modality numbers; [] when absent."""
+def output_modalities(obj: Mapping[str, Any], card: ModelCard, path: str) -> tuple[str, ...]:
+    """`output_modalities` (["audio"] or ["text"]), checked; () when absent."""
     names = get(obj, "output_modalities", list, f"{path}.output_modalities", default=[])
     if len(names) > 1:
         raise bad_field(f"{path}.output_modalities", f"{path}.output_modalities: one of 'audio' or 'text', not both")
@@ -64,7 +62,7 @@ def output_modalities(obj: Mapping[str, Any], card: ModelCard, path: str) -> lis
         if name not in ("text", "audio") or not card.makes(name):
             raise bad_field(f"{path}.output_modalities[{i}]", f"{path}.output_modalities[{i}] {name!r}: model "
                                                               f"{card.name!r} makes {list(card.output_modalities)}"[:300])
-    return [MODALITY[name] for name in names]
+    return tuple(names)
 
 
 def max_output_tokens(obj: Mapping[str, Any], path: str) -> int | None:
@@ -76,9 +74,10 @@ def max_output_tokens(obj: Mapping[str, Any], path: str) -> int | None:
     return value
 
 
-def _audio(audio: Any, card: ModelCard, config: pb.SessionConfig, path: str) -> None:
+def _audio(audio: Any, card: ModelCard, path: str) -> dict:
+    """The Settings fields of a session's `audio` object."""
     if audio is None:
-        return
+        return {}
     if not isinstance(audio, dict):
         raise bad_field(path, f"{path} must be an object")
     inp = get(audio, "input", dict, f"{path}.input", default={})
@@ -100,58 +99,57 @@ def _audio(audio: Any, card: ModelCard, config: pb.SessionConfig, path: str) -> 
         if voice not in card.voices:
             raise bad_field(f"{path}.output.voice", f"{path}.output.voice {voice!r} is not a voice of model "
                                                     f"{card.name!r} (voices: {list(card.voices)})"[:300])
-        config.voice = voice
-    config.input_sample_rate = RATE
+    fields = {"voice": voice or "", "input_sample_rate": RATE}
     if "turn_detection" in inp:
-        _turn_detection(inp["turn_detection"], config, f"{path}.input.turn_detection")
+        detection = _turn_detection(inp["turn_detection"], f"{path}.input.turn_detection")
+        fields.update(turn_detection=detection, no_turn_detection=detection is None)
+    return fields
 
 
-def _turn_detection(value: Any, config: pb.SessionConfig, path: str) -> None:
+def _turn_detection(value: Any, path: str) -> TurnDetection | None:
     if value is None:
-        config.no_turn_detection = True
-        return
+        return None
     if not isinstance(value, dict):
         raise bad_field(path, f"{path} must be an object or null")
     one_of(value, "type", ("server_vad",), f"{path}.type", default="server_vad")
     if get(value, "idle_timeout_ms", int, f"{path}.idle_timeout_ms") is not None:
         raise bad_field(f"{path}.idle_timeout_ms", f"{path}.idle_timeout_ms is not supported here")
-    threshold = get(value, "threshold", float, f"{path}.threshold", default=0.5)
+    threshold = get(value, "threshold", float, f"{path}.threshold", default=TurnDetection.threshold)
     if not 0.0 < threshold < 1.0:
         raise bad_field(f"{path}.threshold", f"{path}.threshold must be in (0, 1), got {threshold}")
-    detection = config.turn_detection
-    detection.threshold = threshold
+    ms = {}
     for key in ("prefix_padding_ms", "silence_duration_ms"):
-        ms = get(value, key, int, f"{path}.{key}", default=0)
-        if not 0 <= ms <= 60_000:
-            raise bad_field(f"{path}.{key}", f"{path}.{key} must be in [0, 60000], got {ms}")
-        setattr(detection, key, ms)
-    detection.create_response = get(value, "create_response", bool, f"{path}.create_response", default=True)
-    detection.interrupt_response = get(value, "interrupt_response", bool, f"{path}.interrupt_response", default=True)
+        ms[key] = get(value, key, int, f"{path}.{key}", default=0)
+        if not 0 <= ms[key] <= 60_000:
+            raise bad_field(f"{path}.{key}", f"{path}.{key} must be in [0, 60000], got {ms[key]}")
+    # 0 and absent alike take the session's default, as the conductor reads a configure
+    return TurnDetection.with_defaults(
+        threshold, ms["prefix_padding_ms"], ms["silence_duration_ms"],
+        get(value, "create_response", bool, f"{path}.create_response", default=True),
+        get(value, "interrupt_response", bool, f"{path}.interrupt_response", default=True))
 
 
-def first_config(card: ModelCard) -> pb.SessionConfig:
+def first_config(card: ModelCard) -> Settings:
     """The configure a connection opens with: OpenAI's defaults (audio out when the model
     speaks, server VAD answering and interrupting), PCM at 24 kHz."""
-    config = pb.SessionConfig(model=card.name, input_sample_rate=RATE)
-    config.output_modalities.append(MODALITY["audio" if card.makes("audio") else "text"])
-    config.turn_detection.create_response = config.turn_detection.interrupt_response = True
-    return config
+    return Settings(model=card.name, input_sample_rate=RATE,
+                    output_modalities=("audio" if card.makes("audio") else "text",),
+                    turn_detection=TurnDetection(create_response=True, interrupt_response=True))
 
 
-def session_json(state: pb.SessionState, card: ModelCard) -> dict:
+def session_json(event: SessionState, card: ModelCard) -> dict:
     """The GA session object of a SessionState (defaults filled in by the conductor)."""
-    c = state.config
+    c = event.state
     detection = None
-    if c.HasField("turn_detection") and not c.no_turn_detection:
+    if c.turn_detection is not None:
         t = c.turn_detection
-        detection = {"type": "server_vad", "threshold": round(t.threshold or 0.5, 6),
-                     "prefix_padding_ms": t.prefix_padding_ms or 300, "silence_duration_ms": t.silence_duration_ms or 500,
-                     "create_response": t.create_response, "interrupt_response": t.interrupt_response,
-                     "idle_timeout_ms": None}
+        detection = {"type": "server_vad", "threshold": round(t.threshold, 6), "prefix_padding_ms": t.prefix_padding_ms,
+                     "silence_duration_ms": t.silence_duration_ms, "create_response": t.create_response,
+                     "interrupt_response": t.interrupt_response, "idle_timeout_ms": None}
     params = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in c.params.items()}
     tokens = params.pop("max_new_tokens", None)
-    return {"type": "realtime", "object": "realtime.session", "id": state.session_id, "model": c.model or card.name,
-            "output_modalities": [MODALITY_NAME.get(m, "text") for m in c.output_modalities],
+    return {"type": "realtime", "object": "realtime.session", "id": event.session_id, "model": c.model or card.name,
+            "output_modalities": list(c.output_modalities),
             "instructions": c.instructions,
             "audio": {"input": {"format": PCM, "turn_detection": detection, "transcription": None,
                                 "noise_reduction": None},

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conductor.session_conversation import Conversation, Segment
-from conductor.session_events import Clip, Item, TurnDetection
+from core.session_events import Clip, Item, TurnDetection
 from conductor.session_framing import AUDIO, ChatFraming, Message
 from conductor.session_vad import SpeechDetector
 from core.errors import InvalidArgument, NotFound

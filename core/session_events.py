@@ -1,6 +1,7 @@
-"""A session's inputs and events as plain data: what the session logic reads and writes.
-The gRPC edge (conductor.session_proto) converts them from and to starmesh.v1 session
-messages; nothing here knows protobuf.
+"""A session's inputs and events as plain data: what the conductor's session logic reads
+and writes, and what a front end (the gateway's Realtime translation) sends and reads.
+The gRPC edges convert them from and to starmesh.v1 session messages (the conductor's:
+conductor.session_proto; a client's: client.session_proto); nothing here knows protobuf.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ TEXT, AUDIO = "text", "audio"  # output modalities
 
 @dataclass(frozen=True)
 class Clip:
-    """Committed input audio: PCM16 little-endian mono."""
+    """Committed input audio: PCM16 little-endian mono (sample_rate 0: not stated, as in
+    an item the conductor echoes, whose audio the client sent)."""
     pcm: bytes
     sample_rate: int
 
@@ -35,6 +37,13 @@ class TurnDetection:
     silence_duration_ms: int = 500
     create_response: bool = False
     interrupt_response: bool = False
+
+    @classmethod
+    def with_defaults(cls, threshold: float = 0.0, prefix_padding_ms: int = 0, silence_duration_ms: int = 0,
+                      create_response: bool = False, interrupt_response: bool = False) -> "TurnDetection":
+        """Fields as a message carries them: 0 is unset, and takes the default."""
+        return cls(threshold or cls.threshold, prefix_padding_ms or cls.prefix_padding_ms,
+                   silence_duration_ms or cls.silence_duration_ms, create_response, interrupt_response)
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,10 @@ class ResponseRequest:
 
 @dataclass(frozen=True)
 class Input:
-    """One client input: kind is the SessionInput oneof's name, value its content."""
+    """One client input: kind is the SessionInput oneof's name (configure, append_audio,
+    commit_audio, clear_audio, create_item, truncate_item, delete_item, create_response,
+    cancel_response), value its content: Settings, bytes, True, True, Item, Truncate,
+    str, ResponseRequest, str."""
     event_id: str
     kind: str
     value: Any = None
@@ -178,7 +190,7 @@ class RawOut:
 class ResponseDone:
     response_id: str
     status: str               # "completed", "cancelled", "incomplete" or "failed"
-    usage: Usage
+    usage: Usage | None       # None: the message carried none
     item: Item
     reason: str = ""
 
