@@ -36,7 +36,8 @@ class ExecutorHooks:
     # (src, dst, walk): both nodes run in one process, so a routed streaming edge
     # between them is handed over there (WalkScope.routed_in)
     colocated: Callable[[str, str, str], bool] = never_colocated
-    consumer_hosts: Callable[[str, str], tuple[str, ...]] = no_consumer_hosts  # (node, walk) -> host ids
+    # (node, walk) -> host ids of the services reading its outputs (walk outputs: WalkScope.client_ports)
+    consumer_hosts: Callable[[str, str], tuple[str, ...]] = no_consumer_hosts
     materialize: Callable[[tuple], Any] = as_is  # a value held by reference -> tensor (stop rules)
     on_edge: Callable[[str, float], None] = ignore_edge  # (edge, seconds) per hop or chunk: metrics
     lockstep: LockstepPadder | None = None  # pads the ranks of the placement's lockstep groups

@@ -24,6 +24,7 @@ from conductor.replicas import ReplicaSelector
 from conductor.send_rounds import LINGER_S
 from conductor.targets import InProcessTarget
 from core.errors import GraphError
+from graph.node import WALK_OUTPUT
 from graph.walk import Walk, WalkGraph
 
 
@@ -141,20 +142,15 @@ def _lockstep(placement: Placement, targets: ReplicaTargets, nodes) -> LockstepP
 
 
 def consumer_hosts(walk: Walk, placement: Placement, targets, node: str, members=None) -> tuple[str, ...]:
-    """members(service): the replicas of a service now (default: the placement's). Host ids of every replica that may consume `node`'s outputs in `walk`, and the
-    client's marker when a walk output reads them (the transport picks inline, shm or
-    Mooncake from these)."""
-    from graph.node import WALK_OUTPUT
-    from transport.config import CLIENT_HOST
-
+    """Host ids of every replica that may consume `node`'s outputs in `walk` (the
+    transport picks shm or Mooncake from these); members(service): the replicas of a
+    service now (default: the placement's). The ports a walk output reads are the
+    walk scope's client_ports: they travel inline whatever these hosts are."""
     hosts = set()
     for edge in walk.edges:
-        if edge.src_node != node:
+        if edge.src_node != node or edge.dst_node == WALK_OUTPUT:
             continue
-        if edge.dst_node == WALK_OUTPUT:
-            hosts.add(CLIENT_HOST)
-        else:
-            service = placement.service_name_for(edge.dst_node, walk.name)
-            replicas = members(service) if members else placement.services[service].replicas
-            hosts |= {targets[ep].host_id for ep in replicas if ep in targets}
+        service = placement.service_name_for(edge.dst_node, walk.name)
+        replicas = members(service) if members else placement.services[service].replicas
+        hosts |= {targets[ep].host_id for ep in replicas if ep in targets}
     return tuple(sorted(h for h in hosts if h))

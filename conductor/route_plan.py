@@ -45,7 +45,8 @@ def plan_routes(run, scope, node: str, tag: tuple[int, ...], producer, hooks,
             sub_routes, sub_grants = plan_routes(run, scope, dst, dst_tag, target, hooks, traceparent)
             grants += sub_grants
             template = OpenNode(run.request_id, dst, run.walk, dst_tag, params=run.params, traceparent=traceparent,
-                                consumer_host_ids=hooks.consumer_hosts(dst, run.walk), routes=sub_routes,
+                                consumer_host_ids=hooks.consumer_hosts(dst, run.walk),
+                                client_ports=scope.client_ports.get(dst, ()), routes=sub_routes,
                                 quiet_ports=scope.quiet_for(dst, run.silent),
                                 credits=run.state.credits.initial(dst, dst_tag),  # client room
                                 pace=run.pace_of(dst),  # route_in sets each chunk run's first item

@@ -215,7 +215,9 @@ def run_item(request_id: str, walk: str, dispatch: Dispatch, params: dict, conve
     routes: the routed streaming edges the run feeds (conductor.route_plan); pace: when
     the node's items are due (core.pace; a chunk run's from its first new item on);
     quiet: the ports its service keeps to itself (None: those only routed edges read);
-    contexts: the request's kept KV contexts (core.context_use), on every run it opens."""
+    contexts: the request's kept KV contexts (core.context_use), on every run it opens;
+    consumer_host_ids: the hosts of the services that read its outputs, beside the
+    ports the conductor or its client reads (the scope's client_ports, sent inline)."""
     from runtime.items import PushChunk, StopRule, StreamInput
 
     if dispatch.push:
@@ -241,4 +243,5 @@ def run_item(request_id: str, walk: str, dispatch: Dispatch, params: dict, conve
         request_id, dispatch.node, walk, dispatch.iteration, named_parts(dispatch.inputs, convert),
         params, stop, traceparent, consumer_host_ids=consumer_host_ids, credits=dispatch.credits, chunk=dispatch.chunk,
         stream=stream, routes=routes, quiet_ports=quiet, max_iters=max_iters, pace=pace, contexts=contexts,
+        client_ports=scope.client_ports.get(dispatch.node, ()) if scope is not None else (),
     )

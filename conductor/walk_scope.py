@@ -38,6 +38,7 @@ class WalkScope:
         # "node.port" values the loops the conductor drives read (inner loops stop in their service)
         self._driven_watches = self._stop_watches(loop for loop in self.loops if loop not in self.inner.values())
         self._quiet_silent: dict[tuple[str, frozenset[str]], tuple[str, ...]] = {}
+        self.client_ports = self._client_ports()
         self.client_only = self._client_only()
         self._depth = {loop.name: len(outer) for loop, outer in walk.loops}
         self._children = _child_loops(walk)
@@ -84,6 +85,19 @@ class WalkScope:
             needed = {e.src_port for e in self.out_edges[node] if e not in edges}
             quiet[node] = tuple(sorted(p for p in ports - needed if f"{node}.{p}" not in watched))
         return quiet
+
+    def _client_ports(self) -> dict[str, tuple[str, ...]]:
+        """node -> output ports the conductor or its client reads by value: a walk
+        output's (the client maps no arena), a stop rule's of a loop the conductor drives.
+        Their values travel inline; the others go by reference to the services that read
+        them (runtime.step_loop)."""
+        ports: dict[str, set[str]] = {n: {e.src_port for e in self.out_edges[n] if e.dst_node == WALK_OUTPUT}
+                                      for n in self.nodes}
+        for watch in self._driven_watches:
+            node, _, port = watch.partition(".")
+            if node in ports:
+                ports[node].add(port)
+        return {n: tuple(sorted(p)) for n, p in ports.items() if p}
 
     def quiet_for(self, node: str, silent: frozenset[str] = frozenset()) -> tuple[str, ...]:
         """The node's output ports its service keeps to itself for a request whose client

@@ -149,6 +149,7 @@ def _open_from_proto(m: pb.OpenNode, field: str) -> OpenNode:
         max_iters=m.stop_rule.max_iters,
         pace=_pace_from_proto(m.pace, field) if m.HasField("pace") else None,
         contexts=_contexts_from_proto(m.contexts, field) if len(m.contexts) else (),
+        client_ports=tuple(m.client_ports[:]),
     )
 
 
@@ -267,6 +268,7 @@ def _open_to_proto(item: OpenNode, o: pb.OpenNode) -> None:
             p.origin_s, p.item_s, p.first_item, p.lead_items)
     for c in item.contexts:
         o.contexts.add(read_id=c.read_id, keep_id=c.keep_id, owner=c.owner, slot=c.slot)
+    o.client_ports.extend(item.client_ports)
 
 
 def items_to_proto(items: Iterable[InboundItem], sender: str = "") -> pb.RunRequest:

@@ -92,7 +92,7 @@ class OpenNode:
     stop_rule: StopRule = StopRule()
     traceparent: str = ""
     tracestate: str = ""
-    consumer_host_ids: tuple[str, ...] = ()
+    consumer_host_ids: tuple[str, ...] = ()  # hosts of the services its outputs go to (transport choice)
     credits: dict[str, int] = field(default_factory=dict)  # output port -> items before parking
     chunk: ChunkInfo | None = None
     stream: StreamInput | None = None
@@ -101,6 +101,9 @@ class OpenNode:
     max_iters: int = 0
     pace: Pace | None = None  # when its items are due (core.pace); None: no deadline
     contexts: tuple[ContextUse, ...] = ()  # kept KV contexts it reads or leaves (core.context_use)
+    # outputs the conductor or its client reads by value (walk outputs, stop rules it
+    # evaluates): exported inline, whatever consumer_host_ids says for the others
+    client_ports: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.request_id:

@@ -31,8 +31,9 @@ _OPENING = (OpenNode, AcceptRoute)
 @dataclass
 class RequestState:
     stream_id: str
-    consumer_host_ids: tuple[str, ...]
+    consumer_host_ids: tuple[str, ...]  # the last opened run's (NodeRun): for outputs of no open run
     ended: set = field(default_factory=set)  # (node, iteration) of its runs that have ended
+    client_ports: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -45,7 +46,8 @@ class NodeRun:
     credits: dict[str, int] = field(default_factory=dict)  # output port -> items it may still emit
     is_parked: bool = False
     is_blocked: bool = False  # its routed edge's window is full
-    consumer_host_ids: tuple[str, ...] = ()  # where this run's outputs go (transport choice)
+    consumer_host_ids: tuple[str, ...] = ()  # hosts of the services its outputs go to (transport choice)
+    client_ports: tuple[str, ...] = ()  # outputs the conductor or its client reads: inline
     quiet_ports: tuple[str, ...] = ()  # outputs only routes consume: not sent to the stream
 
     @property
@@ -160,9 +162,11 @@ class RequestTable:
         with the run); `span`: one the caller owns and ends instead (the one span of all
         the chunk runs of a per-item route)."""
         known = self.requests.get(item.request_id)
-        if known is None or known.stream_id != stream_id or known.consumer_host_ids != item.consumer_host_ids:
+        if known is None or known.stream_id != stream_id or known.consumer_host_ids != item.consumer_host_ids \
+                or known.client_ports != item.client_ports:
             self.requests[item.request_id] = RequestState(stream_id, item.consumer_host_ids,
-                                                          known.ended if known is not None else set())
+                                                          known.ended if known is not None else set(),
+                                                          item.client_ports)
             self.streams.setdefault(stream_id, set()).add(item.request_id)
         key = (item.request_id, item.node, item.iteration)
         run = self.runs.get(key)
@@ -170,6 +174,7 @@ class RequestTable:
             run = self.runs[key] = NodeRun()
         run.credits.update(item.credits)
         run.consumer_host_ids = item.consumer_host_ids
+        run.client_ports = item.client_ports
         run.quiet_ports = item.quiet_ports
         if span is None:
             span = self.node_span(item)
@@ -191,10 +196,11 @@ class RequestTable:
             },
         )
 
-    def adopt(self, stream_id: str, request_id: str, consumer_host_ids: tuple[str, ...] = ()) -> None:
+    def adopt(self, stream_id: str, request_id: str, consumer_host_ids: tuple[str, ...] = (),
+              client_ports: tuple[str, ...] = ()) -> None:
         """Registers a request on its stream before any run (a route's grant)."""
         if request_id not in self.requests:
-            self.requests[request_id] = RequestState(stream_id, consumer_host_ids)
+            self.requests[request_id] = RequestState(stream_id, consumer_host_ids, client_ports=client_ports)
             self.streams.setdefault(stream_id, set()).add(request_id)
 
     def run_of(self, request_id: str, node: str, iteration: tuple[int, ...]) -> tuple[RunKey, NodeRun] | None:

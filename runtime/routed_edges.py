@@ -9,17 +9,17 @@ Credits and lease acknowledgements come back on that link; a run whose route win
 full is parked.
 
 Consumer half (runtime.route_in): a granted route's pushes feed the open loop run, or
-open one run per chunk. A batch's entries for open loop runs reach a component with
-`push_rows` in one call (runtime.row_batch). Those chunk runs answer nobody per run: when the stream has
-ended and every chunk run is done, one NodeDone for the node at the route's base
-iteration (with the edge's statistics) goes to the conductor that granted the route,
-and the edge's span is emitted here, in the request's trace.
+open one run per chunk (runtime.route_chunk_runs). A batch's entries for open loop runs
+reach a component with `push_rows` in one call (runtime.row_batch). Those chunk runs
+answer nobody per run: when the stream has ended and every chunk run is done, one
+NodeDone for the node at the route's base iteration (with the edge's statistics) goes to
+the conductor that granted the route, and the edge's span is emitted here, in the
+request's trace.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from core.errors import StarmeshError
@@ -28,6 +28,7 @@ from runtime.grpc_status import failure
 from runtime.items import AcceptRoute, Credit, NodeDone, NodeError, OpenNode, PushChunk, RouteCredit
 from runtime.parts import resolve_inputs
 from runtime.push_batch import PushBatch
+from runtime.route_chunk_runs import ChunkRuns
 from runtime.route_sender import PeerSender
 from runtime.row_batch import RowCollector
 from runtime.route_in import InboundRoutes, InRoute, RoutePermissionDenied, summary
@@ -50,6 +51,7 @@ class RoutedEdges:
         self.inb = InboundRoutes(table.wire_id)
         self.names: dict[str, str] = {}  # peer stream -> the producer's own name
         self.sender = PeerSender(self.out, transport, peers, gate, fail, drop, self._credit_now)
+        self.chunks = ChunkRuns(self.inb, table, component, self._values, fail, self._maybe_finish)
         # while a PushBatch is applied to a component with push_rows: (its rows,), and the
         # collector of its entries for open loop runs (made at the first)
         self._batch: tuple | None = None
@@ -59,7 +61,7 @@ class RoutedEdges:
 
     def accept(self, stream_id: str, item: AcceptRoute) -> None:
         run = item.run
-        self.table.adopt(stream_id, run.request_id, run.consumer_host_ids)
+        self.table.adopt(stream_id, run.request_id, run.consumer_host_ids, run.client_ports)
         if not item.push:  # the chunk runs' own routes (two routed edges in a row)
             self.out.open(run.request_id, run.node, run.iteration, run.routes)
         held = self.inb.accept(stream_id, item)
@@ -123,7 +125,7 @@ class RoutedEdges:
         if route.accept.push:
             self._push_into_run(route, push, tensors, field)
         else:
-            self._open_chunk(route, push, tensors, field)
+            self.chunks.open(route, push, tensors, field)
 
     def _values(self, route: InRoute, push: PushChunk, tensors, handles: list, field: str) -> dict:
         if isinstance(tensors, BatchRows):  # a batch entry: rows already resolved
@@ -160,55 +162,9 @@ class RoutedEdges:
         route.is_ended = route.is_ended or push.end_of_stream
         self._credit(route, len(push.produced_us), ())
 
-    def _open_chunk(self, route: InRoute, push: PushChunk, tensors, field: str) -> None:
-        """One run per chunk, in stream order; chunks wait while the client is behind
-        (their producer is not credited meanwhile, so it parks at its window)."""
-        if not route.waiting and not route.is_blocked:  # the usual case: nothing queued before it
-            self._open_chunk_now(route, push, tensors, field)
-            return
-        route.waiting.append((push, tensors))
-        self._drain(route, field)
-
-    def _drain(self, route: InRoute, field: str = "push") -> None:
-        while route.waiting and not route.is_blocked:
-            push, tensors = route.waiting.pop(0)
-            self._open_chunk_now(route, push, tensors, field)
-
-    def _open_chunk_now(self, route: InRoute, push: PushChunk, tensors, field: str) -> None:
-        route.is_ended = route.is_ended or push.end_of_stream
-        if not push.produced_us and not push.tensors and not tensors:  # the empty end-of-stream marker
-            self._maybe_finish(route)
-            return
-        item = self.inb.chunk_run(route, push)
-        if route.accept.per_item and route.span is None:
-            route.span = self.table.node_span(item)
-            route.span_context = trace.set_span_in_context(route.span)
-        run, span = self.table.open_run(route.owner, item, route.span)  # None: the run's own span
-        run.quiet_ports = item.quiet_ports
-        try:
-            values = self._values(route, push, tensors, run.handles, field)
-            self.inb.record(route, push, value_of(push, tensors))
-            if route.span_context is not None:  # the shared span: its context made once (~1 us, not ~3.5)
-                token = otel_context.attach(route.span_context)
-                try:
-                    self.component.open(item, values)
-                finally:
-                    otel_context.detach(token)
-            else:
-                with trace.use_span(span, end_on_exit=False):
-                    self.component.open(item, values)
-        except Exception as e:
-            self.fail(item.request_id, item.node, *failure(e, f"{field} (node {item.node})"), item.iteration)
-
     def grant(self, item: Credit) -> bool:
         """Client room for a chunk-mode route's outputs; False: not a route's."""
-        route = self.inb.granted(item.request_id, item.node, item.iteration)
-        if route is None:
-            return False
-        if item.port in route.credits:
-            route.credits[item.port] += item.amount
-            self._drain(route)
-        return True
+        return self.chunks.grant(item)
 
     def opened(self, item: OpenNode) -> None:
         """A run the conductor opened: its routes, and pushes that waited for it."""

@@ -4,8 +4,9 @@ The grpc.aio event loop only converts messages and enqueues them here
 (`attach`, `submit`, `detach` never block). This thread does everything that
 may block or burn CPU: resolving TensorRefs (a Mooncake transfer), the
 component's open/push/cancel/step, exporting outputs. Each iteration drains
-the inbox, runs at most one `component.step()`, and hands each stream the
-events of that iteration as ONE batch (one RunResponse per step per stream).
+the inbox (what each item does: runtime.inbound_items), runs at most one
+`component.step()`, and hands each stream the events of that iteration as ONE
+batch (one RunResponse per step per stream).
 
 Failure isolation: a bad item or reference fails its request with a NodeError
 (status from the StarmeshError, message naming the field); any other exception
@@ -22,21 +23,18 @@ from typing import Any
 
 from opentelemetry import trace
 
-from core.errors import StarmeshError
 from runtime.backpressure import CreditGate
 from runtime.component import Component
 from runtime.grpc_status import failure
 from runtime.heartbeat import QueuedOpens, known_requests
+from runtime.inbound_items import InboundItems
 from runtime.inbox import Inbox
-from runtime.item_proto import Rejected
-from runtime.items import (AcceptRoute, Cancel, ContextOp, Credit, NodeDone, NodeError, NodeOutput, OpenNode,
-                           OutboundEvent, PushChunk, Release, Repace)
+from runtime.items import NodeDone, NodeError, NodeOutput, OutboundEvent
 from runtime.loop_calls import LoopCalls
 from runtime.outbox import Outbox, Sink
-from runtime.parts import resolve_inputs
-from runtime.push_batch import PushBatch
 from runtime.request_table import RequestTable
 from runtime.routed_edges import RoutedEdges
+from transport.config import CLIENT_HOST
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +59,8 @@ class StepLoop:
         self._credits = CreditGate(self._table, component)
         self.routed = RoutedEdges(self._table, component, transport, self._credits, self._emit, self._fail,
                                   self._cancel, peers, tracer)
+        self._items = InboundItems(self._table, component, transport, self.routed, self._credits, self._emit,
+                                   self._fail, self._cancel)
         self._inbox = Inbox()
         self._outbox = Outbox()
         self._queued = QueuedOpens()
@@ -173,86 +173,11 @@ class StepLoop:
             else:
                 try:
                     for field, item in payload:
-                        self._handle_item(stream_id, field, item)
+                        self._items.handle(stream_id, field, item, self._is_draining)
                 finally:
                     self._queued.handled(stream_id, payload)
         finally:
             self._inbox.handled()
-
-    def _handle_item(self, stream_id: str, field: str, item: Any) -> None:
-        item = self._table.scoped(stream_id, item)  # its request ids as this stream's (runtime.request_scope)
-        refusal = self._table.refusal(stream_id, field, item, self._is_draining)
-        if refusal is not None:
-            if isinstance(item, OpenNode):
-                self._refused(item)
-            self._emit(stream_id, refusal)
-            return
-        if isinstance(item, Rejected):
-            self._emit(stream_id, NodeError(item.request_id, item.node, item.status, item.message))
-        elif isinstance(item, OpenNode):
-            self._open(stream_id, field, item)
-        elif isinstance(item, PushBatch):
-            self.routed.push_batch(stream_id, field, item)
-        elif isinstance(item, PushChunk) and item.route:
-            self.routed.push(stream_id, field, item)
-        elif isinstance(item, PushChunk):
-            self._push(stream_id, field, item)
-        elif isinstance(item, AcceptRoute):
-            self.routed.accept(stream_id, item)
-        elif isinstance(item, Cancel):
-            self._cancel(item.request_id)
-        elif isinstance(item, Repace):
-            self._repace(item)
-        elif isinstance(item, Release):
-            self._release(field, item)
-        elif isinstance(item, ContextOp):
-            self._context_op(field, item)
-        elif isinstance(item, Credit) and not self.routed.grant(item):
-            self._credits.grant(item)
-
-    def _open(self, stream_id: str, field: str, item: OpenNode) -> None:
-        run, span = self._table.open_run(stream_id, item)
-        reached = False  # whether component.open saw the item
-        try:
-            inputs = resolve_inputs(self.transport, item.inputs, f"{field}.open.inputs", run.handles,
-                                    item.request_id)
-            reached = True
-            with trace.use_span(span, end_on_exit=False):  # a component may inject this span's context
-                self.component.open(item, inputs)
-            self.routed.opened(item)
-        except Exception as e:
-            if not reached:
-                self._refused(item)
-            self._fail(item.request_id, item.node, *failure(e, f"{field}.open (node {item.node})"), item.iteration)
-
-    def _refused(self, item: OpenNode) -> None:
-        """Tells a component that counts every run it is sent (a dlo_group member: its
-        peers count theirs, services/dit/lockstep.py) that one was refused before open."""
-        hook = getattr(self.component, "refused", None)
-        if hook is not None:
-            try:
-                hook(item)
-            except Exception:
-                log.exception("component.refused(%s) failed", item.node)
-
-    def _push(self, stream_id: str, field: str, item: PushChunk) -> None:
-        run = self._table.runs.get((item.request_id, item.node, item.iteration))
-        if run is None and self._table.owner(item.request_id) == stream_id and self._table.has_ended(
-                item.request_id, item.node, item.iteration):
-            # a chunk that crossed the run's NodeDone (its producer streams on): nothing wants
-            # it; its leases go with the request, as every lease of a request does
-            log.debug("push to ended run %s/%s%s dropped", item.request_id, item.node, item.iteration)
-            return
-        if run is None or self._table.owner(item.request_id) != stream_id:
-            msg = f"{field}.push: node {item.node!r} of request {item.request_id!r} is not open"
-            self._emit(stream_id, NodeError(item.request_id, item.node, "FAILED_PRECONDITION", msg, item.iteration))
-            return
-        try:
-            tensors = resolve_inputs(self.transport, item.tensors, f"{field}.push.tensors", run.handles,
-                                     item.request_id)
-            self.component.push(item, tensors)
-        except Exception as e:
-            self._fail(item.request_id, item.node, *failure(e, f"{field}.push (node {item.node})"), item.iteration)
 
     def _drop_in_component(self, request_id: str) -> None:
         """The component (and its routed edges) forget the request; never raises."""
@@ -266,35 +191,6 @@ class StepLoop:
         self._drop_in_component(request_id)
         self._table.drop_request(request_id, "cancelled")
         self._call_transport("release_request", request_id)
-
-    def _repace(self, item: Repace) -> None:
-        """The request's playback origin moved: chunk runs routed edges open from now on,
-        and the component's queued work (`repace`, optional), are due relative to it."""
-        self.routed.repace(item.request_id, item.origin_s)
-        hook = getattr(self.component, "repace", None)
-        if hook is not None:
-            try:
-                hook(item.request_id, item.origin_s)
-            except Exception:
-                log.exception("component.repace(%r) failed", item.request_id)
-
-    def _context_op(self, field: str, item: ContextOp) -> None:
-        """A kept context released or cut back (`context_op`, optional: components whose
-        engine keeps contexts); a component without one has none to touch."""
-        hook = getattr(self.component, "context_op", None)
-        if hook is None:
-            return
-        try:
-            hook(item)
-        except StarmeshError as e:  # a context already dropped (its TTL, the limits) has nothing left to do
-            log.info("%s.context_op: %s", field, e)
-
-    def _release(self, field: str, item: Release) -> None:
-        try:
-            self.transport.release(list(item.lease_ids), request_id=item.request_id)
-        except StarmeshError as e:
-            # An ack for a lease already freed (e.g. after its carrier broke) is harmless.
-            log.warning("%s.release: %s", field, e)
 
     def _detach(self, stream_id: str) -> None:
         self._queued.forget(stream_id)
@@ -363,15 +259,22 @@ class StepLoop:
             self._fail(ev.request_id, ev.node, ev.status, ev.message, ev.iteration)
 
     def _output(self, state, ev: NodeOutput) -> None:
-        """Routed ports go to their consumers; the rest, exported, to the stream."""
+        """Routed ports go to their consumers; the rest, exported, to the stream: a port
+        the conductor or its client reads (client_ports) inline, any other for the hosts
+        of the services that read it (shared memory on this host, Mooncake across)."""
         found = self._table.run_of(ev.request_id, ev.node, ev.iteration)
         run = found[1] if found else None
-        hosts = run.consumer_host_ids if run else state.consumer_host_ids
+        known = run if run is not None else state  # a run's own, else the request's last opened
+        hosts, client_ports = known.consumer_host_ids, known.client_ports
+        to_client = (*hosts, CLIENT_HOST) if client_ports else hosts
+        # no service reads this node's outputs: its unread ports (a chat walk's prompt
+        # rows) go as its client ports do, not parked in the arena until the request ends
+        others = hosts or to_client
         try:
             tensors = self.routed.output_for_owner(ev.request_id, ev.node, ev.iteration, ev.tensors, run)
             refs = {
                 name: self.transport.export(t, request_id=ev.request_id, carrier=state.stream_id,
-                                            consumer_host_ids=hosts)
+                                            consumer_host_ids=to_client if name in client_ports else others)
                 for name, t in tensors.items()
             }
         except Exception as e:

@@ -21,8 +21,8 @@ class TransportConfig:
     """How this process moves tensor bytes.
 
     mode: "auto" picks inline below `inline_threshold`, shm when every consumer is on
-    this host, Mooncake otherwise; the other modes force one transport (inline still
-    requires the tensor to fit in a gRPC message).
+    this host, Mooncake otherwise (inline when Mooncake is not enabled); the other modes
+    force one transport (inline still requires the tensor to fit in a gRPC message).
     """
 
     host_id: str = field(default_factory=default_host_id)

@@ -22,7 +22,7 @@ def test_inbound_items_round_trip():
             params={"temperature": 0.5, "tags": ["x"]}, max_iters=5,
             stop_rule=StopRule(stop_token_ids=(1, 2), component_predicate="p"),
             traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01", tracestate="k=v", consumer_host_ids=("h2",),
-            pace=Pace(1.7e9 + 0.25, 0.08, first_item=29, lead_items=25),
+            client_ports=("token",), pace=Pace(1.7e9 + 0.25, 0.08, first_item=29, lead_items=25),
         ),
         PushChunk("r", "n", "audio", (3,), {"c": inline_ref(torch.zeros(0))}, end_of_stream=True),
         Cancel("r", "client went away"),

@@ -81,7 +81,7 @@ class EdgeRoute(_message.Message):
     def __init__(self, src_port: _Optional[str] = ..., dst_node: _Optional[str] = ..., dst_port: _Optional[str] = ..., dst_iteration: _Optional[_Iterable[int]] = ..., policy: _Optional[_Union[ChunkPolicySpec, _Mapping]] = ..., window: _Optional[int] = ..., peer: _Optional[str] = ..., peer_host_id: _Optional[str] = ..., token: _Optional[str] = ..., edge: _Optional[str] = ...) -> None: ...
 
 class OpenNode(_message.Message):
-    __slots__ = ("request_id", "walk", "node", "iteration", "inputs", "params", "stop_rule", "traceparent", "tracestate", "consumer_host_ids", "credits", "chunk", "stream", "routes", "quiet_ports", "pace", "contexts")
+    __slots__ = ("request_id", "walk", "node", "iteration", "inputs", "params", "stop_rule", "traceparent", "tracestate", "consumer_host_ids", "credits", "chunk", "stream", "routes", "quiet_ports", "pace", "contexts", "client_ports")
     class CreditsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +106,7 @@ class OpenNode(_message.Message):
     QUIET_PORTS_FIELD_NUMBER: _ClassVar[int]
     PACE_FIELD_NUMBER: _ClassVar[int]
     CONTEXTS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_PORTS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     walk: str
     node: str
@@ -123,7 +124,8 @@ class OpenNode(_message.Message):
     quiet_ports: _containers.RepeatedScalarFieldContainer[str]
     pace: Pace
     contexts: _containers.RepeatedCompositeFieldContainer[ContextUse]
-    def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ..., credits: _Optional[_Mapping[str, int]] = ..., chunk: _Optional[_Union[ChunkInfo, _Mapping]] = ..., stream: _Optional[_Union[StreamInput, _Mapping]] = ..., routes: _Optional[_Iterable[_Union[EdgeRoute, _Mapping]]] = ..., quiet_ports: _Optional[_Iterable[str]] = ..., pace: _Optional[_Union[Pace, _Mapping]] = ..., contexts: _Optional[_Iterable[_Union[ContextUse, _Mapping]]] = ...) -> None: ...
+    client_ports: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., walk: _Optional[str] = ..., node: _Optional[str] = ..., iteration: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[_Union[_tensor_pb2.NamedTensor, _Mapping]]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., stop_rule: _Optional[_Union[StopRule, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., consumer_host_ids: _Optional[_Iterable[str]] = ..., credits: _Optional[_Mapping[str, int]] = ..., chunk: _Optional[_Union[ChunkInfo, _Mapping]] = ..., stream: _Optional[_Union[StreamInput, _Mapping]] = ..., routes: _Optional[_Iterable[_Union[EdgeRoute, _Mapping]]] = ..., quiet_ports: _Optional[_Iterable[str]] = ..., pace: _Optional[_Union[Pace, _Mapping]] = ..., contexts: _Optional[_Iterable[_Union[ContextUse, _Mapping]]] = ..., client_ports: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ContextUse(_message.Message):
     __slots__ = ("read_id", "keep_id", "owner", "slot")
