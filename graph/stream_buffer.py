@@ -52,15 +52,17 @@ class StreamBuffer:
             raise GraphError(f"{self.name}: buffer full: {len(self.items)} + {len(items)} > {self.max_buffered}")
         self.items.extend(items)
 
-    def pass_one(self, item) -> Chunk | None:
-        """The chunk of one item pushed while nothing waits and every item is a chunk of
-        its own (FixedChunk(1), the per-item stream): what push + pop_ready would give,
-        without their window arithmetic. None: take the general path."""
+    def pass_one(self) -> int | None:
+        """One item passes through as a chunk of its own while nothing waits and every
+        item is one (FixedChunk(1), the per-item stream): its stream position, the start
+        of the chunk (item,) that push + pop_ready would give, without their window
+        arithmetic and without building the chunk (the caller has the item). None: take
+        the general path."""
         if not self._is_single or self.items or self.is_done:
             return None
         start = self.base
         self.base = self.delivered = start + 1
-        return Chunk((item,), start, 0, False, 0)
+        return start
 
     def finish(self) -> None:
         self.is_done = True

@@ -16,21 +16,41 @@ from runtime.items import PushChunk
 from runtime.push_batch import END_OF_STREAM, Layout, PushBatch, layout
 
 
+class _Views:
+    """Every entry's view of the batch's rows, cut in one call (torch.split) when the
+    first entry asks for its own: ~0.45 us an entry, against ~0.9 for a slice each."""
+
+    __slots__ = ("batch", "sizes", "views")
+
+    def __init__(self, batch: Any, sizes: list[int]) -> None:
+        self.batch, self.sizes, self.views = batch, sizes, None
+
+    def view(self, index: int):
+        if self.views is None:
+            self.views = self.batch.split(self.sizes)
+        return self.views[index]
+
+
 class BatchRows:
     """One entry's rows (batch[start:stop] of the batch's stacked rows), how they
     travelled, and its share of the batch's lease (None: inline rows, nothing to
     acknowledge). No view is made unless asked for (`rows`): a component with
     push_rows takes the whole batch and the bounds."""
 
-    __slots__ = ("batch", "start", "stop", "kind", "share")
+    __slots__ = ("batch", "start", "stop", "kind", "share", "views", "index")
 
-    def __init__(self, batch: Any, start: int, stop: int, kind: str, share: "_Share | None") -> None:
+    def __init__(self, batch: Any, start: int, stop: int, kind: str, share: "_Share | None",
+                 views: _Views | None = None, index: int = 0) -> None:
+        """views, index: the batch's views, of which this entry's is views.view(index)."""
         self.batch, self.start, self.stop, self.kind, self.share = batch, start, stop, kind, share
+        self.views, self.index = views, index
 
     @property
     def rows(self):
         if self.start == 0 and self.stop == self.batch.shape[0]:
             return self.batch  # the batch's only entry with rows: no view to make
+        if self.views is not None:
+            return self.views.view(self.index)
         return self.batch[self.start:self.stop]
 
     @property
@@ -98,18 +118,38 @@ def entries(batch: PushBatch, rows: Any, shared: _Shared | None, checked: Layout
     iteration and port are its route's (routes: id -> runtime.route_in.InRoute); one whose
     route is not granted yet has none until it is (InboundRoutes.identify)."""
     kind = getattr(batch.rows, "kind", "inproc")  # a local peer's rows are a tensor
-    row_off, new_off, produced = checked.row_off, checked.new_off, checked.produced
+    row_off, new_off, produced, received = checked.row_off, checked.new_off, checked.produced, batch.received_us
+    sizes = [r[2] for r in checked.records if r[2]]
+    views = _Views(rows, sizes) if len(sizes) > 1 else None
+    num_views = 0
     for i, (rid, start, num_rows, num_context, num_pad, flags) in enumerate(checked.records):
         route = routes.get(rid)
-        run = route.accept.run if route is not None else None
-        push = PushChunk(run.request_id if run else "", run.node if run else "", route.accept.port if run else "",
-                         run.iteration if run else (), {}, bool(flags & END_OF_STREAM), num_context, num_pad,
-                         route.accept.token if run else "", start, produced[new_off[i]:new_off[i + 1]],
-                         batch.received_us)
+        if route is None:
+            push = _push("", "", "", (), flags, num_context, num_pad, "", start, produced[new_off[i]:new_off[i + 1]],
+                         received)
+        else:
+            run = route.accept.run
+            push = _push(run.request_id, run.node, route.accept.port, run.iteration, flags, num_context, num_pad,
+                         route.accept.token, start, produced[new_off[i]:new_off[i + 1]], received)
         values = None
         if num_rows:
-            values = BatchRows(rows, row_off[i], row_off[i + 1], kind, _Share(shared) if shared else None)
+            values = BatchRows(rows, row_off[i], row_off[i + 1], kind, _Share(shared) if shared else None, views,
+                               num_views)
+            num_views += 1
         yield rid, push, values
+
+
+def _push(request_id: str, node: str, port: str, iteration: tuple, flags: int, num_context: int, num_pad: int,
+          token: str, start: int, produced_us: tuple, received_us: float) -> PushChunk:
+    """An entry's PushChunk without its dataclass __init__ (~0.9 us for twelve frozen
+    fields, against ~0.35 here): every field comes from a checked layout or a granted
+    route, and PushChunk has no checks to skip. Every field is set (a test compares it
+    with PushChunk's own)."""
+    push = object.__new__(PushChunk)
+    push.__dict__.update(request_id=request_id, node=node, port=port, iteration=iteration, tensors={},
+                         end_of_stream=bool(flags & END_OF_STREAM), num_context=num_context, num_pad=num_pad,
+                         route=token, start=start, produced_us=produced_us, received_us=received_us)
+    return push
 
 
 def close_unused(values: Any) -> None:

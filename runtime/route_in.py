@@ -61,7 +61,10 @@ class InRoute:
     @property
     def is_blocked(self) -> bool:
         """Its client is behind: no chunk run opens until the conductor grants more."""
-        return any(c <= 0 for c in self.credits.values())
+        for c in self.credits.values():  # a loop, not any(genexpr): asked per chunk, mostly of none
+            if c <= 0:
+                return True
+        return False
 
     @property
     def is_drained(self) -> bool:

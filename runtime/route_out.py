@@ -6,7 +6,9 @@ from one run per chunk of a routed edge into the node (possibly out of order: th
 are applied in k order, a run that ends without an output skips its k). Each routed
 port's items go into the route's StreamBuffer; every chunk the policy forms becomes
 one PushChunk carrying the route's token, the chunk's items concatenated along dim 0
-and the production time of its new items.
+and the production time of its new items. An item of a per-item stream (FixedChunk(1))
+that nothing waits before passes straight through as its own chunk (StreamBuffer.pass_one):
+no buffered tuple and no Chunk are built for it.
 
 Window: buffered items + new items pushed and not yet credited back <= route.window;
 `has_room` says whether the producer may emit another item (else it is parked).
@@ -104,15 +106,18 @@ class OutboundRoutes:
             stream.next_k += 1
             for out in stream.routes:
                 if outputs is not None and out.route.src_port in outputs:
-                    item = (outputs[out.route.src_port], now_us())
-                    chunk = out.buffer.pass_one(item)
-                    if chunk is not None:
-                        sends.append(self._send(out, chunk))
+                    value, produced = outputs[out.route.src_port], now_us()
+                    start = out.buffer.pass_one()
+                    if start is not None:  # the per-item stream: the item is its chunk, none built
+                        out.in_flight += 1
+                        sends.append(Send(out, _joined([value], copy=not out.route.peer), start, 0, 0, False,
+                                          (produced,)))
                     else:
-                        out.buffer.push([item])
+                        out.buffer.push([(value, produced)])
                         sends += self._chunks(out)
-                    key = (out.route.edge, out.route.window)
-                    self.peak_fill[key] = max(self.peak_fill.get(key, 0), out.buffer.num_buffered + out.in_flight)
+                    key, fill = (out.route.edge, out.route.window), out.buffer.num_buffered + out.in_flight
+                    if fill > self.peak_fill.get(key, 0):
+                        self.peak_fill[key] = fill
         return sends
 
     def skip(self, request_id: str, node: str, iteration: tuple[int, ...]) -> list[Send]:

@@ -197,7 +197,7 @@ class RoutedEdges:
 
     def _credit(self, route: InRoute, amount: int, consumed) -> None:
         # only the producer's own leases: ids are per arena
-        leases = tuple(c.lease_id for c in consumed if c.arena in route.arenas)
+        leases = tuple(c.lease_id for c in consumed if c.arena in route.arenas) if consumed else ()
         run = route.accept.run  # a chain's node slows its input while its own routes are full
         key = (run.request_id, run.node, run.iteration)
         if not route.accept.push and not self.out.has_room(*key):

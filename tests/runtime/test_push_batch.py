@@ -14,8 +14,9 @@ from core.errors import InvalidArgument
 from protos.starmesh.v1 import component_pb2 as pb
 from runtime.batch_in import entries, resolve_rows
 from runtime.item_proto import items_to_proto, request_from_proto
-from runtime.items import Cancel, NodeDone, NodeError, NodeOutput, RouteCredit
+from runtime.items import AcceptRoute, Cancel, NodeDone, NodeError, NodeOutput, OpenNode, PushChunk, RouteCredit
 from runtime.push_batch import END_OF_STREAM, RECORD, BatchBuilder, PushBatch, layout, route_id
+from runtime.route_in import InRoute
 from tests.fixtures.routes import grant
 from tests.fixtures.services import RunStream, describe, start_in_process, wait_until
 from transport.codec import inline_ref, view
@@ -77,6 +78,20 @@ def test_any_interleaving_round_trips_the_wire_exactly(inline_transport, pushes)
         else:
             assert push.num_context == context and torch.equal(values.rows, t)
             assert push.produced_us == tuple(float(start + j) for j in range(t.shape[0] - context))
+
+
+def test_an_entry_of_a_granted_route_is_the_push_its_grant_names(inline_transport):
+    """Every field of an entry's push (built without PushChunk's __init__) is the one a
+    PushChunk of the route's identity and the entry's columns has."""
+    route = InRoute(AcceptRoute("tok", OpenNode("req-1", "mid", iteration=(2,)), "x"), owner="s")
+    builder = BatchBuilder()
+    builder.add("tok", "req-1", 5, 1, 2, True, (9.0,), torch.ones(2, 3))
+    [built] = builder.build(lambda rows, shares: inline_ref(rows))
+    batch = PushBatch(built.entries, built.produced_us, built.rows, received_us=3.0)
+    rows, shared, checked = resolve_rows(inline_transport, batch, "items[0].batch")
+    [(_, push, values)] = entries(batch, rows, shared, checked, {route_id("tok"): route})
+    assert vars(push) == vars(PushChunk("req-1", "mid", "x", (2,), {}, True, 1, 2, "tok", 5, (9.0,), 3.0))
+    assert torch.equal(values.rows, torch.ones(2, 3))
 
 
 def test_columns_that_disagree_are_refused_naming_the_field():
