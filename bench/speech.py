@@ -199,14 +199,17 @@ def report(results: dict, goals: dict) -> None:
 
 
 def policies(args, results: dict) -> None:
-    """The FCFS vs deadline-aware comparison (bench.speech_policies) on the same requests, into `results`."""
+    """The FCFS vs deadline-aware comparison on the same requests, into `results`: bench.speech_policies
+    run with this run's sizes, through its own options and run() (its `targets` as `policy_targets`)."""
     from bench import speech_policies
-    from engine.models.qwen3_omni.tiny import chat_prompt
 
-    prompts = [chat_prompt(x) for x in PROMPTS]
-    results.update(speech_policies.measure(checkpoint(args), prompts, request_params(args), args.policy_concurrency,
-                                           args.policy_rounds, args.frames / 12.5))
-    results["policy_targets"] = speech_policies.targets(results)
+    argv = ["--frames", str(args.frames), "--text-tokens", str(args.text_tokens), "--rounds", str(args.policy_rounds),
+            "--concurrency", *map(str, args.policy_concurrency)]
+    argv += ["--checkpoint", args.checkpoint] if args.checkpoint else []
+    argv += ["--quick"] if args.quick else []  # its quick sizes are this one's (main): its quick branch runs too
+    got = speech_policies.run(speech_policies.parser().parse_args(argv))
+    results["policy_targets"] = got.pop("targets")
+    results.update(got)
 
 
 def main(argv=None) -> None:

@@ -166,15 +166,13 @@ def report(goals: dict) -> None:
         print(f"target {name:30s} {g['value']:8.2f} vs {g['target']:<5} {'met' if g['met'] else 'NOT met'}")
 
 
-def main(argv=None) -> None:
-    from bench.speech import PROMPTS, checkpoint
-    from engine.models.qwen3_omni.tiny import chat_prompt
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.speech_policies", description=__doc__.split("\n")[0])
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--checkpoint", metavar="DIR")
     p.add_argument("--quick", action="store_true", help="smoke run: concurrency 1, 8 frames, one round")
     p.add_argument("--frames", type=int, default=128)
+    p.add_argument("--text-tokens", type=int, default=32, help="text tokens per request at most")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
     p.add_argument("--rounds", type=int, default=2, help="waves per point and policy")
     p.add_argument("--modes", nargs="+", choices=("burst", "poisson"), default=["burst", "poisson"])
@@ -186,17 +184,31 @@ def main(argv=None) -> None:
                    help="every service at the same CPU priority (default: as the local deployment, "
                         "the thinker and talker yield to the stages after them)")
     add_outputs_option(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def run(args: argparse.Namespace) -> dict:
+    """The comparison's keys and its `targets`, for parsed options (bench.speech runs its
+    policy comparison through here too: one path, whichever command runs it)."""
+    from bench.speech import PROMPTS, checkpoint
+    from engine.models.qwen3_omni.tiny import chat_prompt
+
     if args.quick:
         args.frames, args.concurrency, args.rounds = 8, [1], 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    params = {"max_new_tokens": 32, "max_frames": args.frames + 1, "min_frames": args.frames + 1}
+    params = {"max_new_tokens": args.text_tokens, "max_frames": args.frames + 1, "min_frames": args.frames + 1}
     prompts = [chat_prompt(x) for x in PROMPTS]
     target_s = None if args.ttfa_target_ms is None else args.ttfa_target_ms / 1e3
     results = measure(checkpoint(args), prompts, params, args.concurrency, args.rounds, args.frames / 12.5,
                       tuple(args.modes), capacity=not args.no_capacity, ttfa_target_s=target_s, outputs=args.outputs,
                       nice={} if args.equal_priority else None)
     results["targets"] = targets(results)
+    return results
+
+
+def main(argv=None) -> None:
+    args = parser().parse_args(argv)
+    results = run(args)
     report(results["targets"])
     results["config"] = vars(args)
     write_json(args.json, results)

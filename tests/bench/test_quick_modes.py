@@ -3,7 +3,8 @@
 A benchmark is a module of bench/ with a `__main__` and a `--json` option (the helpers
 that benchmarks start as processes, e.g. bench.conductor_client, are not). Each one runs
 as `python -m bench.<name> --quick --json PATH` in a subprocess, as a person runs it:
-it must exit 0 and its JSON must hold the module's headline keys, each with a value.
+it must exit 0 and its JSON must hold the module's headline keys, each with a value
+(a benchmark that another runs whole, RUN_INSIDE, has its keys checked in that one's JSON).
 No figure is compared with anything: a quick run's sizes are the smallest that take
 every code path, so its figures mean nothing, and speed is never a test's business.
 """
@@ -55,7 +56,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "prefix": ("ttft_hit_over_miss", "chat_turn10_over_turn1_ttft", "baseline_chat_turn10_over_turn1_ttft",
                "shared_prefix_throughput_ratio", "cache_overhead"),
     "speech": ("c1.ttfa_ms_p50", "c1.ttfa_ratio", "c1.audio_s_per_s", "c1.mesh_over_inprocess", "targets",
-               "deadline.c1.ttfa_ms_p50", "fcfs_poisson.c1.viability", "policy_targets",
+               "deadline.c1.ttfa_ms_p50", "fcfs_poisson.c1.viability",
                "burst_p99_over_inprocess_max_c16", "cpu_s_per_audio_s_mesh_over_inprocess"),
     "speech_policies": ("fcfs.c1.ttfa_ms_p99", "deadline.c1.ttfa_ms_p99", "deadline_poisson.c1.viability",
                         "deadline.c1.cpu_s_per_audio_s", "targets"),
@@ -116,14 +117,27 @@ def run_quick(name: str, out: Path, log: Path) -> int:
 # (each is also its own module), so running it again would double its parts' ~40-70 s.
 COMPOSITES = {"chaos": ("supervision", "fuzz", "overload", "tls", "chaos_front_door", "chaos_hung", "chaos_gateway")}
 
+# A benchmark that another runs whole, through its own options and run(), writing its keys
+# into the other's JSON (key renames: {its key: the key there}): its headline keys are checked
+# there, and its own quick run would start the same meshes again. bench.speech --quick runs
+# `bench.speech_policies --quick` (its `targets` under `policy_targets`).
+RUN_INSIDE = {"speech_policies": ("speech", {"targets": "policy_targets"})}
+
+
+def headline_keys(name: str) -> tuple[str, ...]:
+    """HEADLINES[name] and those of the benchmarks that `name` runs inside it, renamed."""
+    inside = [(part, renames) for part, (host, renames) in RUN_INSIDE.items() if host == name]
+    return HEADLINES[name] + tuple(renames.get(key, key) for part, renames in inside for key in HEADLINES[part])
+
 
 def test_every_benchmark_has_a_quick_test():
     assert benchmark_modules() == set(HEADLINES)
     assert all(set(parts) <= set(HEADLINES) - set(COMPOSITES) for parts in COMPOSITES.values())
+    assert all(host in set(HEADLINES) - set(COMPOSITES) - set(RUN_INSIDE) for host, _ in RUN_INSIDE.values())
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 30)
-@pytest.mark.parametrize("name", sorted(set(HEADLINES) - set(COMPOSITES)))
+@pytest.mark.parametrize("name", sorted(set(HEADLINES) - set(COMPOSITES) - set(RUN_INSIDE)))
 def test_quick_mode_runs_and_writes_its_headline_keys(name, tmp_path):
     out, log = tmp_path / f"{name}.json", tmp_path / f"{name}.log"
     try:
@@ -132,7 +146,7 @@ def test_quick_mode_runs_and_writes_its_headline_keys(name, tmp_path):
         pytest.fail(f"bench.{name} --quick still running after {RUN_TIMEOUT_S} s:\n{log.read_text()[-4000:]}")
     assert code == 0, f"bench.{name} --quick exited with {code}:\n{log.read_text()[-4000:]}"
     figures = json.loads(out.read_text())
-    missing = [key for key in HEADLINES[name] if lookup(figures, key) is None]
+    missing = [key for key in headline_keys(name) if lookup(figures, key) is None]
     assert not missing, f"bench.{name} --quick wrote no {missing}; its keys: {sorted(figures)}"
     bad = {key: lookup(figures, key) for key in POSITIVE.get(name, ()) if not is_positive(lookup(figures, key))}
     assert not bad, f"bench.{name} --quick: not positive finite numbers: {bad}"

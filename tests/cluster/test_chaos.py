@@ -3,16 +3,23 @@ seven processes) for the whole module: SIGKILL of one service process of each ki
 turn while 16 mixed requests run. Only requests with state on it fail, with UNAVAILABLE
 naming it; the others finish; the supervisor restarts it on its port and it serves
 again; nothing is left behind (no open request, KV block, lease or arena segment).
+Then the talker stopped by SIGSTOP while it holds requests: they fail UNAVAILABLE naming
+it, the conductor reports the model NOT_SERVING, the supervisor finds the talker hung (its
+liveness probe goes unanswered), kills it and restarts it on its port, and the model
+serves again (a process that merely works hard is not restarted: test_liveness_probe.py).
 The last test SIGKILLs `up` itself: no child survives it.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 
 import pytest
 
-from bench.kill_round import kill_round
+from bench.chaos_hung import VICTIM, not_serving, when_busy
+from bench.kill_round import SPEECH_MODEL, kill_round, speech_request, wait_model_serving
 from bench.up_process import UpProcess
 from cli.main import main
 from cluster.launchable import read_launchable
@@ -67,6 +74,31 @@ def test_a_killed_service_fails_only_its_requests_and_comes_back(up, victim, cap
     rows = {row["service"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows[victim]["restarts"] >= 1 and rows[victim]["last_exit"] == "killed by SIGKILL"
     assert rows[victim]["health"] == "SERVING" and not rows[victim]["is_crash_loop"]
+
+
+@pytest.mark.timeout(600)
+def test_a_stopped_talker_fails_its_requests_goes_not_serving_and_is_restarted(up):
+    address = up.endpoints[VICTIM]
+    restarts = up.supervision()[VICTIM]["restarts"]
+
+    async def stop_it() -> tuple[int, list]:
+        requests = [asyncio.create_task(speech_request(up.conductor)) for _ in range(2)]
+        await when_busy(address, up.member_tls)
+        pid = up.supervision()[VICTIM]["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        await not_serving(up.conductor, pid)  # the model's health says so
+        return pid, await asyncio.gather(*requests)
+
+    pid, outcomes = asyncio.run(stop_it())
+    failed = [o for o in outcomes if o.code != "OK"]
+    assert failed, outcomes  # it was stopped holding one
+    assert all(o.code == "UNAVAILABLE" and address in o.details for o in failed), failed
+    entry = up.wait_restarted(VICTIM, restarts + 1, timeout_s=180)
+    assert entry["last_exit"].startswith("hung: no answer to 3 health probes"), entry
+    assert any(f"{VICTIM} (pid {pid}) did not answer its health probe" in line for line in up.lines)
+    _register(up)  # the restarted talker has a new arena
+    wait_model_serving(up.conductor, SPEECH_MODEL, timeout_s=120)
+    assert asyncio.run(speech_request(up.conductor)).code == "OK"
 
 
 def test_sigkill_of_up_leaves_no_child(up):

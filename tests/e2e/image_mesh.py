@@ -10,7 +10,6 @@ conductor in this process serving two placements of the same graph.
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import grpc
@@ -22,7 +21,7 @@ from protos.starmesh.v1 import conductor_pb2 as pb
 from runtime.background import BackgroundServer
 from runtime.process import ServiceProcess
 from tests.fixtures import registry, tiny_sd3
-from tests.fixtures.services import describe
+from tests.fixtures.services import describe, start_side_by_side
 from transport.codec import inline_ref, view
 from transport.ref_proto import ref_from_proto, ref_to_proto
 
@@ -38,8 +37,7 @@ class ImageMesh:
         procs = {"main": ServiceProcess("sd3", ["--checkpoint", ckpt], name="sd3-main", start_timeout_s=120),
                  "dit_b": ServiceProcess("dit", ["--checkpoint", ckpt], name="sd3-dit-b", start_timeout_s=120)}
         try:
-            with ThreadPoolExecutor(len(procs)) as pool:  # both load at once
-                list(pool.map(ServiceProcess.start, procs.values()))
+            start_side_by_side(list(procs.values()))
         except BaseException:
             for proc in procs.values():
                 proc.stop()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from runtime.items import Cancel, NodeDone, NodeError, NodeOutput, OpenNode, Release
 from runtime.process import ServiceProcess
 from tests.fixtures import registry
-from tests.fixtures.services import RunStream, describe
+from tests.fixtures.services import RunStream, describe, start_side_by_side
 
 HOST_A, HOST_B = "host-a", "host-b"
 ECHO = "tests.fixtures.components:make_echo"
@@ -24,10 +24,9 @@ class Node:
     host_id: str
 
     @classmethod
-    def start(cls, name: str, host_id: str, *args: str) -> "Node":
-        process = ServiceProcess(ECHO, ["--host-id", host_id, *args], name=name).start()
-        arena = describe(process.address).arena
-        return cls(process, RunStream(process.address), arena, host_id)
+    def of(cls, process: ServiceProcess, host_id: str) -> "Node":
+        """The node of a SERVING echo process on `host_id`."""
+        return cls(process, RunStream(process.address), describe(process.address).arena, host_id)
 
     def run(self, rid: str, ref, consumer_host: str):
         """Opens echo for `rid`; returns (output ref, consumed leases) or the NodeError."""
@@ -52,11 +51,11 @@ class Mesh:
     R: consumer on host B (Mooncake on). The test process is a client on host A."""
 
     def __init__(self) -> None:
-        self.nodes = {
-            "P": Node.start("P", HOST_A, "--inline-threshold", "0", "--mooncake"),
-            "Q": Node.start("Q", HOST_A),
-            "R": Node.start("R", HOST_B, "--mooncake"),
-        }
+        hosts = {"P": (HOST_A, "--inline-threshold", "0", "--mooncake"), "Q": (HOST_A,), "R": (HOST_B, "--mooncake")}
+        procs = {name: ServiceProcess(ECHO, ["--host-id", host, *args], name=name)
+                 for name, (host, *args) in hosts.items()}
+        start_side_by_side(list(procs.values()))
+        self.nodes = {name: Node.of(proc, hosts[name][0]) for name, proc in procs.items()}
         self.by_arena = {n.arena: n for n in self.nodes.values()}
         for node in self.nodes.values():
             registry.register(node.process.address, node.arena)

@@ -11,7 +11,7 @@ from pipelines.qwen3_omni.model import speech_model, speech_placement
 from runtime.background import BackgroundServer
 from runtime.process import ServiceProcess
 from tests.fixtures import registry
-from tests.fixtures.services import describe
+from tests.fixtures.services import describe, start_side_by_side
 
 CHUNK, LEFT = 8, 4  # small windows: several audio chunks per request
 
@@ -30,11 +30,12 @@ class SpeechMesh:
 
 
 def start_mesh(checkpoint: str) -> SpeechMesh:
-    procs = {}
+    procs = {name: ServiceProcess(name, ["--checkpoint", checkpoint], name=name)
+             for name in ("thinker", "talker", "codec", "talker+codec")}
     try:
-        for name in ("thinker", "talker", "codec", "talker+codec"):
-            procs[name] = ServiceProcess(name, ["--checkpoint", checkpoint], name=name).start()
-            registry.register(procs[name].address, describe(procs[name].address).arena)
+        start_side_by_side(list(procs.values()))
+        for proc in procs.values():
+            registry.register(proc.address, describe(proc.address).arena)
         split = speech_placement([procs["thinker"].address], [procs["talker"].address], [procs["codec"].address])
         colo = speech_placement([procs["thinker"].address], [procs["talker+codec"].address])
         models = [speech_model("omni", split, CHUNK, LEFT), speech_model("omni-colo", colo, CHUNK, LEFT)]

@@ -21,7 +21,7 @@ from runtime.process import ServiceProcess
 from runtime.telemetry import Telemetry
 from tests.e2e.speech_mesh import CHUNK, LEFT, run, stop_procs
 from tests.fixtures import registry
-from tests.fixtures.services import describe, wait_until
+from tests.fixtures.services import describe, start_side_by_side, wait_until
 from tests.fixtures.threads import one_thread
 
 pytestmark = pytest.mark.timeout(300)
@@ -41,12 +41,13 @@ def test_prompt_rows_go_by_shared_memory_and_the_token_inline(tiny_omni):
             "ref", chat_prompt(PROMPT), max_text_tokens=12, max_frames=24, chunk_size=CHUNK, left_context=LEFT)])[0]
     exporter = InMemorySpanExporter()
     telemetry = Telemetry("conductor", span_processors=[SimpleSpanProcessor(exporter)], environ={})
-    procs, conductor = {}, None
+    procs = {name: ServiceProcess(name, ["--checkpoint", str(tiny_omni), "--inline-threshold", "0"], name=name)
+             for name in ("thinker", "talker", "codec")}
+    conductor = None
     try:
-        for name in ("thinker", "talker", "codec"):
-            procs[name] = ServiceProcess(name, ["--checkpoint", str(tiny_omni), "--inline-threshold", "0"],
-                                         name=name).start()
-            registry.register(procs[name].address, describe(procs[name].address).arena)
+        start_side_by_side(list(procs.values()))
+        for proc in procs.values():
+            registry.register(proc.address, describe(proc.address).arena)
         placement = speech_placement([procs["thinker"].address], [procs["talker"].address],
                                      [procs["codec"].address])
         conductor = BackgroundServer(ConductorService([speech_model("omni", placement, CHUNK, LEFT)], telemetry),

@@ -18,7 +18,7 @@ from runtime.background import BackgroundServer
 from runtime.process import ServiceProcess
 from bench import toys
 from tests.fixtures import registry
-from tests.fixtures.services import describe, wait_until
+from tests.fixtures.services import describe, start_side_by_side, wait_until
 from transport.codec import inline_ref, view
 from transport.ref_proto import ref_to_proto
 
@@ -28,8 +28,8 @@ FACTORIES = {"svc_embed": "make_failing_embed", "svc_lm": "make_slow_lm", "svc_c
 
 @pytest.fixture(scope="module")
 def mesh():
-    procs = {name: ServiceProcess(f"bench.toys:{factory}", name=name).start()
-             for name, factory in FACTORIES.items()}
+    procs = {name: ServiceProcess(f"bench.toys:{factory}", name=name) for name, factory in FACTORIES.items()}
+    start_side_by_side(list(procs.values()))
     for proc in procs.values():
         registry.register(proc.address, describe(proc.address).arena)
     placement = Placement.from_dict({

@@ -17,7 +17,7 @@ from pipelines.text_generation import text_model
 from runtime.background import BackgroundServer
 from runtime.process import ServiceProcess
 from tests.fixtures import registry
-from tests.fixtures.services import describe
+from tests.fixtures.services import describe, start_side_by_side
 
 pytestmark = pytest.mark.timeout(240)
 BLOCK = 16
@@ -135,7 +135,8 @@ def two_replicas(tmp_path_factory):
     ckpt = str(tmp_path_factory.mktemp("qwen3-two"))
     make_tiny("qwen3", ckpt, vocab_size=512, max_position_embeddings=1024)
     procs = [ServiceProcess("thinker", ["--checkpoint", ckpt, "--option", f"block_size={BLOCK}"],
-                            name=f"thinker{i}").start() for i in range(2)]
+                            name=f"thinker{i}") for i in range(2)]
+    start_side_by_side(procs)
     for p in procs:
         registry.register(p.address, describe(p.address).arena)
     placement = Placement.from_dict({

@@ -21,16 +21,13 @@ from client.events import AudioChunk, RawTensor, TextDelta
 from client.generate_call import GenerateCall, Media as MediaPart, Message
 from client.session import ConductorSession
 from client.speech import SpeechSummary, speak
-from conductor.service import ConductorService
 from engine.models.qwen3_omni.tiny import media_chat_prompt
 from pipelines.qwen3_omni.model import speech_model, speech_placement
-from runtime.background import BackgroundServer
 from runtime.process import ServiceProcess
 from services.qwen3_omni.thinker_hook import thinker_hook
-from tests.e2e.speech_mesh import run, stop_procs
+from tests.e2e.speech_mesh import run
 from tests.engine.test_prompt_media import Media
-from tests.fixtures import registry
-from tests.fixtures.services import describe
+from tests.fixtures.services import conductor_server_over
 from tests.pipelines.omni_parts import encode_parts, reference_kwargs, template_ids
 from tests.pipelines.omni_reference import OmniReference
 from tests.pipelines.test_omni_video import gif_bytes
@@ -80,22 +77,15 @@ MIXED = {"image_text_audio_image": [("image", png_bytes(56, 42)), "Compare this 
 
 @pytest.fixture(scope="module")
 def mesh(tiny_omni):
-    ckpt, procs = str(tiny_omni), {}
-    try:
-        for name in ("thinker", "talker", "codec", "encoder"):
-            procs[name] = ServiceProcess(name, ["--checkpoint", ckpt], name=name).start()
-            registry.register(procs[name].address, describe(procs[name].address).arena)
-        a = [procs[n].address for n in ("thinker", "talker", "codec", "encoder")]
-        models = [dataclasses.replace(speech_model(m, speech_placement([a[0]], [a[1]], [a[2]], [a[3]]), CHUNK,
-                                                   LEFT), tokenizer_dir=ckpt) for m in ("omni", "omni-b")]
-        conductor = BackgroundServer(ConductorService(models))
-        conductor.start()
-    except BaseException:
-        stop_procs(procs)
-        raise
-    yield conductor
-    conductor.stop()
-    stop_procs(procs)
+    ckpt = str(tiny_omni)
+    procs = [ServiceProcess(n, ["--checkpoint", ckpt], name=n) for n in ("thinker", "talker", "codec", "encoder")]
+
+    def models(a: list[str]) -> list:
+        return [dataclasses.replace(speech_model(m, speech_placement([a[0]], [a[1]], [a[2]], [a[3]]), CHUNK, LEFT),
+                                    tokenizer_dir=ckpt) for m in ("omni", "omni-b")]
+
+    with conductor_server_over(procs, models) as conductor:
+        yield conductor
 
 
 @pytest.fixture(scope="module")

@@ -11,17 +11,14 @@ import pytest
 import torch
 
 from client.speech import speak
-from conductor.service import ConductorService
 from engine.models.orpheus.prompt import speech_prompt_ids
 from engine.sampling_params import SamplingParams
 from pipelines.orpheus.model import orpheus_model, orpheus_placement
 from pipelines.orpheus.params import RECOMMENDED
 from pipelines.orpheus.runner import OrpheusRunner
-from runtime.background import BackgroundServer
 from runtime.items import NodeOutput
 from runtime.process import ServiceProcess
-from tests.fixtures import registry
-from tests.fixtures.services import describe
+from tests.fixtures.services import conductor_server_over
 from tests.fixtures.tiny_orpheus import checkpoint, num_reference_windows, reference_audio
 
 pytestmark = pytest.mark.timeout(300)
@@ -38,22 +35,13 @@ CASES = [
 @pytest.fixture(scope="module")
 def served():
     """(the conductor's address, its ConductorService)."""
-    procs = {}
-    try:
-        for name in ("orpheus_lm", "codec"):
-            procs[name] = ServiceProcess(name, ["--checkpoint", checkpoint()], name=name).start()
-            registry.register(procs[name].address, describe(procs[name].address).arena)
-        model = orpheus_model("orpheus", orpheus_placement([procs["orpheus_lm"].address], [procs["codec"].address]))
-        service = ConductorService([model])
-        conductor = BackgroundServer(service)
-        conductor.start()
-        yield conductor.address, service
-        conductor.stop()
-    finally:
-        for proc in procs.values():
-            if proc.port is not None:
-                registry.unregister(proc.address)
-            proc.stop()
+    procs = [ServiceProcess(name, ["--checkpoint", checkpoint()], name=name) for name in ("orpheus_lm", "codec")]
+
+    def models(a: list[str]) -> list:
+        return [orpheus_model("orpheus", orpheus_placement([a[0]], [a[1]]))]
+
+    with conductor_server_over(procs, models) as conductor:
+        yield conductor.address, conductor.hosted
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from pipelines.qwen3_omni.model import speech_model, speech_placement
 from runtime.background import BackgroundServer
 from runtime.process import ServiceProcess
 from tests.e2e.speech_mesh import run
-from tests.fixtures.services import wait_until
+from tests.fixtures.services import start_side_by_side, wait_until
 from bench.speech_mesh import viability
 
 pytestmark = pytest.mark.timeout(300)
@@ -37,8 +37,7 @@ def slow_mesh(tiny_omni):
              "codec": ServiceProcess("codec", args, name="codec")}
     conductor = None
     try:
-        for p in procs.values():
-            p.start()
+        start_side_by_side(list(procs.values()))
         placement = speech_placement(*([procs[n].address] for n in ("thinker", "talker", "codec")))
         admission = Admission(default=AdmissionConfig(max_in_flight=BURST, max_waiting=BURST, capacity=CapacityConfig(
             headroom=1.0, window_s=0.2)))  # admit while the estimate gives every stream 2x real time
