@@ -2,9 +2,11 @@
 
 Starts the default deployment (`starmesh up`), speaks one sentence into a WAV file with
 every model it serves that speaks text, generates one image into a PNG with the first
-that draws, prints time to first audio, real-time factor, image latency and the first
-speech request's per-edge latency table read back from the local trace store, then
-stops everything. Which models do what comes from the conductor's ListModels.
+that draws, and with the first that draws and takes an image (BAGEL in the default
+deployment) draws one more and edits it; prints time to first audio, real-time factor,
+each image's latency and the first speech request's per-edge latency table read back
+from the local trace store, then stops everything. Which models do what comes from the
+conductor's ListModels.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out-dir", default="demo-output", metavar="DIR", help="where the WAV and PNG go")
     p.add_argument("--text", default="Hello from starmesh!")
     p.add_argument("--prompt", default="a red fox in the snow")
+    p.add_argument("--edit-prompt", default="now make it night", help="the instruction of the edit")
     p.set_defaults(func=run)
 
 
@@ -71,6 +74,40 @@ def _speak_all(speakers: list, args, out: Path, address: str, rid: str) -> list[
     return results
 
 
+def _imagine(card, prompt: str, path: Path, address: str, *extra: str) -> tuple[Path, dict]:
+    """One `starmesh imagine` request, few steps: (the PNG's path, its --json line)."""
+    argv = ["imagine", "--model", card.name, "--prompt", prompt, "-o", str(path), "--conductor", address, *extra]
+    return path, _cli_json(argv)
+
+
+def first_editor(cards: list):
+    """The first card that draws and takes an image (its walk input `media`): an editor."""
+    return next((c for c in cards if c.makes("image") and c.takes(("media",))), None)
+
+
+def _draw_all(cards: list, args, out: Path, address: str) -> list[tuple[Path, dict, str]]:
+    """(path, imagine's result, what was asked) of the images: `image.png` from the first
+    model that draws; from the first that draws and takes an image (an editor) one more,
+    `<model>.png`, and its edit, `<model>-edit.png` (the edit's size is the model's
+    resize of its input, so the draw asks the size it keeps)."""
+    images = []
+    painter = next((c for c in cards if c.makes("image")), None)
+    if painter is not None:
+        print(f"drawing {args.prompt!r} with {painter.name} ...", flush=True)
+        path, got = _imagine(painter, args.prompt, out / "image.png", address, "--steps", "8", "--size", "128x128")
+        images.append((path, got, "drawn"))
+    editor = first_editor(cards)
+    if editor is not None:
+        print(f"drawing {args.prompt!r} with {editor.name}, then editing it: {args.edit_prompt!r} ...", flush=True)
+        drawn, got = _imagine(editor, args.prompt, out / f"{editor.name}.png", address, "--steps", "4",
+                              "--size", "512x512")
+        images.append((drawn, got, "drawn"))
+        path, got = _imagine(editor, args.edit_prompt, out / f"{editor.name}-edit.png", address, "--steps", "4",
+                             "--image", str(drawn))
+        images.append((path, got, f"edit of {drawn.name}"))
+    return images
+
+
 def run(args: argparse.Namespace) -> int:
     from cli.trace import print_edges
     from cluster.stack import start_stack
@@ -81,20 +118,16 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     print("starting the deployment (the first run builds the tiny checkpoints) ...", flush=True)
     stack = start_stack(args.deployment, trace_store=True)
-    image, rows = None, []
+    images, rows = [], []
     try:
         address, rid = stack.cluster.conductor_address, f"demo-{uuid.uuid4().hex[:8]}"
         cards = [c for c in _served(address) if c.accepts_text]
         speech = _speak_all([c for c in cards if c.makes("audio")], args, out, address, rid)
-        painter = next((c for c in cards if c.makes("image")), None)
-        if painter is not None:
-            print(f"drawing {args.prompt!r} with {painter.name} ...", flush=True)
-            image = _cli_json(["imagine", "--model", painter.name, "--prompt", args.prompt, "-o",
-                               str(out / "image.png"), "--conductor", address, "--steps", "8", "--size", "128x128"])
+        images = _draw_all(cards, args, out, address)
         rows = wait_for_edges(stack.store, rid) if speech else []
     finally:
         stack.stop()
-    _print_results(speech, image, out)
+    _print_results(speech, images)
     if rows:
         print(f"\nper-edge latency of speech request {rid} (from the trace store):")
         print_edges(rows)
@@ -102,10 +135,10 @@ def run(args: argparse.Namespace) -> int:
     return 0 if rows else 1
 
 
-def _print_results(speech: list[tuple[Path, dict]], image: dict | None, out: Path) -> None:
+def _print_results(speech: list[tuple[Path, dict]], images: list[tuple[Path, dict, str]]) -> None:
     print()
     for path, got in speech:
         print(f"{path}: {got['audio_s']:.2f} s of audio in {got['num_chunks']} chunks")
         print(f"  time to first audio {got['ttfa_ms']:.1f} ms, real-time factor {got['rtf']:.3f}")
-    if image is not None:
-        print(f"{out / 'image.png'}: {image['width']}x{image['height']}, {image['latency_ms']:.0f} ms")
+    for path, got, what in images:
+        print(f"{path}: {got['width']}x{got['height']}, {got['latency_ms']:.0f} ms ({what} by {got['model']})")

@@ -1,7 +1,7 @@
-"""`starmesh status [--deployment FILE]`: each service replica's health, load and
-Prometheus /metrics URL (the conductor's on a last line; as the deployment names them),
-and, while a `starmesh up` runs the deployment, what its supervisor saw (restarts, the
-last exit, a crash loop)."""
+"""`starmesh status [--deployment FILE]`: each service replica's health, load (KV pool
+use, prefix cache, kept contexts and their blocks, queue) and Prometheus /metrics URL
+(the conductor's on a last line; as the deployment names them), and, while a `starmesh
+up` runs the deployment, what its supervisor saw (restarts, the last exit, a crash loop)."""
 from __future__ import annotations
 
 import argparse
@@ -37,10 +37,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
+    width = max([12] + [len(row["service"]) + 1 for row in rows])  # the names' column
     for row in rows:
-        print(_line(row))
+        print(_line(row, width))
     url = metrics_url(spec.conductor_metrics)
-    print(f"{'conductor':<12} {spec.conductor:<22} sessions {_open_sessions(url)} metrics {url or '-'}")
+    print(f"{'conductor':<{width}} {spec.conductor:<22} sessions {_open_sessions(url)} metrics {url or '-'}")
     return 0 if all(r["health"] == "SERVING" for r in rows) else 1
 
 
@@ -67,23 +68,29 @@ def _supervision(entry: dict | None) -> dict:
 
 
 def _prefix_cache(load: dict) -> str:
-    """"cached 12 hit 87% contexts 3 evicted 5" for an engine with a prefix cache, else ""."""
+    """"cached 12 hit 87% evicted 5" for an engine with a prefix cache, else ""."""
     if "kv_blocks_cached" not in load:
         return ""
     queried = load.get("prefix_lookup_tokens_total", 0)
     hit = f"{100 * load.get('prefix_hit_tokens_total', 0) / queried:.0f}%" if queried else "-"
-    return (f"cached {int(load['kv_blocks_cached'])} hit {hit} contexts {int(load.get('contexts', 0))} "
-            f"evicted {int(load.get('kv_blocks_evicted_total', 0))}")
+    return f"cached {int(load['kv_blocks_cached'])} hit {hit} evicted {int(load.get('kv_blocks_evicted_total', 0))}"
 
 
-def _line(row: dict) -> str:
+def _kept(load: dict) -> str:
+    """"contexts 3 (40 blocks)": the contexts a replica keeps for later requests (the
+    thinker's, BAGEL's backbone's) and the KV blocks they hold, else ""."""
+    if "contexts" not in load:
+        return ""
+    return f"contexts {int(load['contexts'])} ({int(load.get('context_blocks', 0))} blocks)"
+
+
+def _line(row: dict, width: int = 12) -> str:
     load = row.get("load") or {}
     kv = (f"kv {int(load['kv_blocks_used'])}/{int(load['kv_blocks_total'])}" if "kv_blocks_used" in load else "")
     queue = f"queued {int(load['queued'])}" if "queued" in load else ""
-    cache = _prefix_cache(load)
     restarts = f"restarts {row['restarts']} (last: {row['last_exit']})" if row.get("restarts") else ""
     crash = "CRASH LOOP" if row.get("is_crash_loop") else ""
     metrics = f"metrics {row['metrics']}" if row.get("metrics") else ""
-    extra = " ".join(x for x in (kv, cache, queue, metrics, restarts, crash) if x)
-    return (f"{row['service']:<12} {row['address']:<22} {row['health']:<8} "
+    extra = " ".join(x for x in (kv, _prefix_cache(load), _kept(load), queue, metrics, restarts, crash) if x)
+    return (f"{row['service']:<{width}} {row['address']:<22} {row['health']:<8} "
             f"open {row.get('open_requests', '-'):<4} {extra}")

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from conductor.prefix_directory import PrefixDirectory
 from core.bearer import AUTHORIZATION, bearer_token
 from core.context_use import END_USER, ContextUse, new_context_id
+from core.held_media import HELD_MEDIA, part_digests
 
 MAX_END_USER = 256  # bytes of an end-user name kept in an owner
 
@@ -45,24 +46,32 @@ def uses_for(params: Mapping[str, Any], owner: str) -> tuple[ContextUse, ...]:
 
 
 class ContextDirectory:
-    """context id -> endpoints of the replicas that keep its parts."""
+    """context id -> endpoints of the replicas that keep its parts, and the digests of the
+    media parts it was built from (core/held_media.py)."""
 
     def __init__(self, capacity: int = 65536) -> None:
         self.capacity = capacity
-        self._where: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._where: OrderedDict[str, tuple[frozenset[str], frozenset[str]]] = OrderedDict()
 
-    def kept(self, context_id: str, endpoints: Iterable[str]) -> None:
-        self._where[context_id] = frozenset(endpoints)
+    def kept(self, context_id: str, endpoints: Iterable[str], media: Iterable[str] = ()) -> None:
+        self._where[context_id] = (frozenset(endpoints), frozenset(media))
         self._where.move_to_end(context_id)
         while len(self._where) > self.capacity:
             self._where.popitem(last=False)
 
     def holders(self, context_id: str) -> frozenset[str]:
-        where = self._where.get(context_id)
-        if where is None:
-            return frozenset()
+        return self._entry(context_id)[0]
+
+    def media(self, context_id: str) -> frozenset[str]:
+        """Digests of the media parts the context holds (empty: none, or not known here)."""
+        return self._entry(context_id)[1]
+
+    def _entry(self, context_id: str) -> tuple[frozenset[str], frozenset[str]]:
+        entry = self._where.get(context_id)
+        if entry is None:
+            return frozenset(), frozenset()
         self._where.move_to_end(context_id)
-        return where
+        return entry
 
     def __len__(self) -> int:
         return len(self._where)
@@ -94,9 +103,41 @@ class KeptContexts:
                     selector.hold(request_id, self.prefixes.longest(ids))
         return uses
 
+    def with_held_media(self, inputs: dict, uses: tuple[ContextUse, ...], report: dict) -> dict:
+        """A request's walk inputs, with HELD_MEDIA when the context it continues holds
+        some of its media parts; report["media"]: the parts the context it keeps will hold
+        (the continued one's and its own), recorded at end()."""
+        if not uses:
+            return inputs
+        digests = media_digests(inputs)
+        held = self.directory.media(uses[0].read_id) if uses[0].read_id else frozenset()
+        if uses[0].keep_id:
+            report["media"] = held | set(digests)
+        if not (held and any(d in held for d in digests)):
+            return inputs
+        import torch
+
+        return {**inputs, HELD_MEDIA: (torch.tensor([int(d in held) for d in digests], dtype=torch.int64),)}
+
     def end(self, report: Mapping[str, Any]) -> None:
         """The request ended; `report` is what its nodes said (RequestRun.note)."""
         if report.get("context_id"):
-            self.directory.kept(report["context_id"], report.get("holders", {}).values())
+            self.directory.kept(report["context_id"], report.get("holders", {}).values(), report.get("media", ()))
         if report.get("prefix_summary"):
             self.prefixes.publish(*report["prefix_summary"])
+
+
+def media_digests(inputs: Mapping[str, Any]) -> list[str]:
+    """Each media part's digest, from the walk inputs media / media_parts (tensors the
+    conductor made of content parts, or a client's inline TensorRefs); [] without media."""
+    if "media" not in inputs or "media_parts" not in inputs:
+        return []
+    import torch
+
+    media, table = inputs["media"][0], inputs["media_parts"][0]
+    data = media.numpy().tobytes() if isinstance(media, torch.Tensor) else media.location.data
+    if not isinstance(table, torch.Tensor):
+        from transport.codec import view
+
+        table = view(table.location.data, table.dtype, table.shape)
+    return part_digests(data, table.reshape(-1, 2)[:, 1].tolist())

@@ -91,6 +91,7 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
             uses = self.service.contexts.begin(request_id, parsed.params, context.invocation_metadata(), selector,
                                                lambda: _prompt_ids(parsed.inputs))
             report["keeping"] = uses[0].keep_id if uses else ""
+            inputs = self.service.contexts.with_held_media(parsed.inputs, uses, report)
             hold = TextHold(model.max_held_text if hold_text and events.wants_audio else 0, form.is_text)
             playback = Playback(model.sample_rate, time.time(), model.ttfa_target_s) \
                 if model.pacing and model.sample_rate else None
@@ -100,7 +101,7 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
                 if playback is not None:
                     playback.admitted(time.time())
                 silent = parsed.wanted.silent(model.output_kinds, model.output_names)
-                stream = executor.generate_batches(parsed.request_id, parsed.inputs, parsed.params,
+                stream = executor.generate_batches(parsed.request_id, inputs, parsed.params,
                                                    parsed.wanted.kinds(model.output_kinds), playback, silent,
                                                    uses, report)
                 async with contextlib.aclosing(stream):

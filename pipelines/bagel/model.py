@@ -1,4 +1,4 @@
-"""BAGEL as the conductor serves it: one backbone, four walks, CFG branches that may sit
+"""BAGEL as the conductor serves it: one backbone, five walks, CFG branches that may sit
 on two backbone replicas.
 
 Walks (picked by the request's inputs and the outputs it wants):
@@ -8,6 +8,11 @@ Walks (picked by the request's inputs and the outputs it wants):
                                              -> Loop{ Parallel(velocity_*) -> combine } -> decode
   edit        media (one image) + prompt  -> image_in -> encode (VAE), media_encoder (ViT)
                                              -> prefill_edit (+ _cfg) -> plan -> ... -> decode
+  edit_held   an edit whose image the kept context it continues holds (the conductor's
+              `held_media` input, core/held_media.py)
+                                          -> image_in -> encode (VAE) -> prefill_edit_held (+ _cfg)
+                                             -> plan -> ... -> decode: no ViT run, the image's
+                                             ViT tokens are the context's
 "Think" is params.think on any walk: the prefills put the thinking system prompt first,
 and `plan` (a no-op otherwise) decodes the plan on the `gen` replica and appends it to
 `gen` only; understand answers with its reasoning.
@@ -28,6 +33,7 @@ from graph.composites import DynamicLoop, Parallel, Sequential, StopRule
 from graph.edge import GraphEdge as E
 from graph.node import GraphNode as N
 from graph.walk import Walk, WalkGraph
+from core.held_media import is_held
 from engine.models.bagel.params import MAX_STEPS
 
 DENOISE_LOOP = "denoise"
@@ -35,9 +41,10 @@ BRANCHES = ("gen", "cfg_text", "cfg_img")
 VELOCITY = tuple(f"velocity_{b}" for b in BRANCHES)
 ENCODED = ("rows", "deepstack", "parts", "seconds")
 OUTPUT_KINDS = {"text": "text", "step": "progress", "image": "image", "image_float": "image"}
-BACKBONE_NODES = ("image_in", "prefill_chat", "prefill_und", "answer", "prefill_t2i", "prefill_edit", "plan",
-                  "init_latent", "velocity_gen", "combine")
-CFG_NODES = ("prefill_t2i_cfg", "prefill_edit_cfg", "velocity_cfg_text", "velocity_cfg_img")
+HELD_PREFILLS = ("prefill_edit_held", "prefill_edit_held_cfg")
+BACKBONE_NODES = ("image_in", "prefill_chat", "prefill_und", "answer", "prefill_t2i", "prefill_edit",
+                  "prefill_edit_held", "plan", "init_latent", "velocity_gen", "combine")
+CFG_NODES = ("prefill_t2i_cfg", "prefill_edit_cfg", "prefill_edit_held_cfg", "velocity_cfg_text", "velocity_cfg_img")
 
 
 def _nodes() -> list[N]:
@@ -53,6 +60,7 @@ def _nodes() -> list[N]:
         N("answer", ("ready",), ("text",), **state),
         N("prefill_t2i", ("prompt",), ("size",), **state), N("prefill_t2i_cfg", ("prompt",), ("size",), **state),
         N("prefill_edit", edit, ("size",), **state), N("prefill_edit_cfg", edit, ("size",), **state),
+        *(N(p, ("prompt", "latent"), ("size",), **state) for p in HELD_PREFILLS),
         N("plan", ("size",), ("text", "size"), **state),
         N("init_latent", ("size",), ("latent",)),
         *(N(v, ("latent", "size"), ("v",), **loop) for v in VELOCITY),
@@ -101,13 +109,23 @@ def _walks(max_steps: int) -> list[Walk]:
         edit_edges += [E("input.prompt", f"{p}.prompt"), *encoded(p), E("encode.latent", f"{p}.latent")]
     edit = Walk("edit", Sequential(Parallel(Sequential("image_in", "encode"), "media_encoder"),
                                    *_image_tail("prefill_edit", max_steps)), edit_edges + _image_edges("prefill_edit"))
-    return [understand, chat, generate, edit]
+    return [understand, chat, generate, edit, _edit_held(max_steps)]
+
+
+def _edit_held(max_steps: int) -> Walk:
+    edges = [E(f"input.{p}", f"image_in.{p}") for p in ("media", "media_parts")] + [E("image_in.image", "encode.image")]
+    for p in HELD_PREFILLS:
+        edges += [E("input.prompt", f"{p}.prompt"), E("encode.latent", f"{p}.latent")]
+    return Walk("edit_held", Sequential("image_in", "encode", *_image_tail(HELD_PREFILLS[0], max_steps)),
+                edges + _image_edges(HELD_PREFILLS[0]))
 
 
 def _first_walk(inputs, wanted) -> str:
     has_media = "media" in inputs
     if wanted and "image" not in wanted and "progress" not in wanted:
         return "understand" if has_media else "chat"
+    if has_media and is_held(inputs):
+        return "edit_held"
     return "edit" if has_media else "generate"
 
 

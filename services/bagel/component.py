@@ -12,6 +12,8 @@ KVPool and ModelRunner with those.
     answer              ready -> text int64 [n]                   (greedy, up to max_new_tokens)
     prefill_t2i[_cfg]   prompt -> size int64 [2] (height, width)
     prefill_edit[_cfg]  prompt + the encoder's outputs + latent [1, C, h, w] -> size
+    prefill_edit_held[_cfg]  prompt + latent -> size (the continued context holds the image's
+                        ViT tokens: only its VAE tokens go in)
     plan                size -> text (the plan with params.think, else empty), size
     init_latent         size -> latent [1, C, h, w] (randn from Generator(params.seed))
     velocity_<context>  latent, size -> v [1, N, p*p*C] (empty when the step does not need it)
@@ -22,12 +24,15 @@ prefill nodes here does; the other finds them) and claims those its replica's ve
 nodes read: `gen` (prefill_*), `cfg_text` and `cfg_img` (prefill_*_cfg). The velocity
 node of the last step gives its context up; when every claimed one is, the request's
 blocks go back (and at the latest when the conductor's Cancel ends the request here).
-Velocity runs of any requests and contexts queued together are one forward.
+Velocity runs of any requests and contexts queued together are one forward; `answer` and
+`plan` decode token by token beside every other decode in flight (services/bagel/decodes.py:
+one forward per step over all of them), outside the engine's queue.
 
 Kept contexts (engine/models/bagel/kept.py): a request whose params say keep_context is
 kept here under the conductor's id when it is done here (the run that kept it says
-`context_kept` in its output's metadata); one naming context_id starts from it. The
-steps run on the CPU path (the CUDA step path does not carry their features yet).
+`context_kept` in its output's metadata); one naming context_id starts from it; a
+ContextOp releases one (context_op). The steps run on the CPU path (the CUDA step path
+does not carry their features yet).
 """
 from __future__ import annotations
 
@@ -39,24 +44,28 @@ import torch
 from core.errors import InvalidArgument
 from engine.models.bagel.kv_contexts import BagelKV
 from engine.models.bagel.params import BagelParams
-from engine.stateless_engine import StatelessConfig
+from engine.stateless_engine import StatelessConfig, WorkItem, WorkResult
 from runtime.items import NodeOutput, OpenNode
 from runtime.stateless_component import StatelessComponent
+from services.bagel.decodes import Decodes
 from services.bagel.model_nodes import BagelNodes
 from services.bagel.requests import RequestTable
 
 VELOCITY = ("velocity_gen", "velocity_cfg_text", "velocity_cfg_img")
-PREFILLS = ("prefill_chat", "prefill_und", "prefill_t2i", "prefill_t2i_cfg", "prefill_edit", "prefill_edit_cfg")
+DECODES = ("answer", "plan")
+PREFILLS = ("prefill_chat", "prefill_und", "prefill_t2i", "prefill_t2i_cfg", "prefill_edit", "prefill_edit_cfg",
+            "prefill_edit_held", "prefill_edit_held_cfg")
 
 
 class BagelComponent(StatelessComponent):
     name = "bagel"
-    nodes = ("image_in", *PREFILLS, "answer", "plan", "init_latent", *VELOCITY, "combine")
+    nodes = ("image_in", *PREFILLS, *DECODES, "init_latent", *VELOCITY, "combine")
 
     def __init__(self, parts, kv: BagelKV, config: StatelessConfig = StatelessConfig()) -> None:
         super().__init__(config)
         self.table = RequestTable(kv, parts.markers)
         self.impl = BagelNodes(parts, kv, self.table)
+        self.decodes = Decodes(self.impl)
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str, dtype: str | None = None, device: str = "cpu", num_blocks: int = 2048,
@@ -67,6 +76,12 @@ class BagelComponent(StatelessComponent):
         kv = BagelKV(parts.backbone, num_blocks=num_blocks, block_size=block_size, device=device)
         return cls(parts, kv, StatelessConfig(max_batch_size=max_batch_size))
 
+    def open(self, item: OpenNode, inputs: dict[str, Any]) -> None:
+        if item.node in DECODES:  # token by token beside the other decodes, not one engine run
+            self.decodes.add(item, BagelParams.from_params(item.params))
+            return
+        super().open(item, inputs)
+
     def prepare(self, item: OpenNode, inputs: dict[str, Any]) -> tuple[Hashable, Any]:
         params = BagelParams.from_params(item.params)
         node = item.node
@@ -75,8 +90,6 @@ class BagelComponent(StatelessComponent):
             return (node if node == "combine" else "velocity",), self.impl.loop_payload(item, inputs, params, k)
         if node in PREFILLS or node == "image_in":
             return ("prefill", node), self.impl.prefill_payload(item, inputs, params)
-        if node in ("answer", "plan"):  # one request's decode per run: it changes the request's state
-            return ("decode", item.request_id), (item, params)
         return ("init_latent",), (item, params, inputs)
 
     @staticmethod
@@ -95,39 +108,70 @@ class BagelComponent(StatelessComponent):
         if key[0] == "combine":
             return [self.impl.combine(*p) for p in payloads]
         if key[0] == "prefill":
-            return [self.impl.prefill(*p) for p in payloads]
-        if key[0] == "decode":
-            return [self.impl.decode(*p) for p in payloads]
+            return self.impl.prefills(payloads)
         return [self.impl.init_latent(*p) for p in payloads]
+
+    def has_work(self) -> bool:
+        return bool(self.decodes) or super().has_work()
 
     def step(self) -> list:
         self.table.kept.table.expire()  # kept contexts past their TTL go (a sweep at most each second)
-        return super().step()
+        events = super().step() if self.engine.has_work() else []
+        if self.decodes:
+            with torch.inference_mode():
+                ended = self.decodes.step()
+            for item, output, error in ended:
+                done = WorkResult(WorkItem(item.request_id, DECODES, None, tag=item), output, error)
+                events += self.events_for(done)
+        return events
 
     def events_for(self, result) -> list:
         """A run that kept the request's contexts says so (the conductor's Usage.context_id
-        and where a follow-up goes)."""
+        and where a follow-up goes); the gen prefill of a request continuing a kept context
+        says how many of gen's rows it took from it (Usage.cached_prompt_tokens) of how
+        many gen holds (Usage.prompt_tokens), as the thinker's prefill does."""
         events = super().events_for(result)
         item = result.item.tag
+        metadata = {}
         kept = self.table.kept_by.pop((item.request_id, item.node, item.iteration), None)
-        if kept and events and isinstance(events[0], NodeOutput):
-            events[0] = dataclasses.replace(events[0], metadata={"context_kept": kept})
+        if kept:
+            metadata["context_kept"] = kept
+        req = self.table.get(item.request_id)
+        if item.node in PREFILLS and not item.node.endswith("_cfg") and req is not None and req.ctx.num_kept_rows:
+            metadata.update(cached_prompt_tokens=req.ctx.num_kept_rows, prompt_tokens=req.ctx.gen.num_cached_tokens)
+        if metadata and events and isinstance(events[0], NodeOutput):
+            events[0] = dataclasses.replace(events[0], metadata=metadata)
         return events
 
     def cancel(self, request_id: str) -> None:
         super().cancel(request_id)
+        self.decodes.cancel(request_id)
         self.table.drop(request_id)
         for key in [k for k in self.table.kept_by if k[0] == request_id]:
             del self.table.kept_by[key]
 
+    def context_op(self, op) -> None:
+        """A kept context released by its owner (runtime.items.ContextOp, keep_tokens 0);
+        NotFound when it is gone or another owner's. A BAGEL context (two chains, image
+        rows among the texts) is released whole: cutting it back is refused."""
+        if op.keep_tokens:
+            raise InvalidArgument(f"context_op.keep_tokens: a BAGEL context is released whole, not cut back "
+                                  f"to {op.keep_tokens} tokens")
+        self.table.kept.release(op.context_id, op.owner)
+
     def load(self) -> dict:
+        """Keyed as the engines' loads are (engine/engine_load.py), so the pool and the kept
+        contexts export as the thinker's do (runtime/load_families.py) and `starmesh
+        status` shows them alike; rows_* are the backbone's own counters."""
         kv = self.table.kv
-        return {"queued": self.engine.num_queued, "requests": len(self.table.requests),
-                "contexts_kept": len(self.table.kept), "kept_blocks": self.table.kept.num_blocks,
-                "kv_used_blocks": kv.pool.num_used_blocks, "kv_free_blocks": kv.pool.num_free_blocks,
+        return {"queued": self.engine.num_queued, "num_running": len(self.table.requests),
+                "kv_blocks_used": kv.pool.num_used_blocks, "kv_blocks_total": kv.pool.total,
+                "kv_blocks_free": kv.pool.num_free_blocks, "contexts": len(self.table.kept),
+                "context_blocks": self.table.kept.num_blocks,
                 "rows_written": kv.rows_written, "rows_queried": kv.rows_queried}
 
     def close(self) -> None:
+        self.decodes.clear()
         for request_id in list(self.table.requests):
             self.table.drop(request_id)
         super().close()

@@ -10,12 +10,14 @@ import torch
 
 from core.errors import InvalidArgument, NotFound
 from engine.models.bagel import GENERATION
+from engine.models.bagel.extend_batch import ExtendBatch
 from engine.models.bagel.kv_contexts import BagelKV
 from engine.models.bagel.params import BagelParams
 from engine.models.bagel.preprocess import latent_grid, normalize, vae_resize
 from engine.models.bagel.prompts import think_system_prompt
 from engine.models.bagel.rows import image_rows, latent_tokens
 from engine.models.bagel.schedule import euler_step, flow_schedule
+from engine.models.bagel.text_decode import TextDecode
 from runtime.items import OpenNode
 from services.bagel.inputs import latent_input, one_image, prompt_text, size_input, vit_images
 from services.bagel.requests import ROLES, RequestTable
@@ -47,6 +49,8 @@ class BagelNodes:
         data: dict[str, Any] = {"text": prompt_text(inputs, node)}
         if node in ("prefill_und", "prefill_edit", "prefill_edit_cfg"):
             data["vit"] = vit_images(inputs, self.model.config.hidden_size)
+        elif node.startswith("prefill_edit_held"):
+            data["vit"] = [None]  # one image, its ViT tokens held by the continued context
         if node.startswith("prefill_edit"):
             latent = latent_input(inputs, self.d.latent_channels)
             h, w = latent.shape[1] * self.d.vae_downsample, latent.shape[2] * self.d.vae_downsample
@@ -56,35 +60,55 @@ class BagelNodes:
             data["size"] = (params.height, params.width)
         return item, params, data
 
-    def prefill(self, item: OpenNode, params: BagelParams, data: dict) -> dict[str, torch.Tensor]:
-        node, rid = item.node, item.request_id
-        if node == "image_in":
-            return {"image": (normalize(data["image"]) * 0.5 + 0.5).permute(1, 2, 0).contiguous()}  # [H, W, 3]
-        guided = node not in ("prefill_chat", "prefill_und")
-        req, new = self.table.open(rid, params, guided, engine_context(item))
+    def prefills(self, payloads: list[tuple]) -> list[dict[str, torch.Tensor]]:
+        """Prefill runs queued together: the new requests' inputs go in side by side, each
+        request's i-th input of every request in one forward (ExtendBatch). On a failure
+        every request this call opened goes (the engine then retries each run alone)."""
+        opened, puts = [], []
         try:
-            if new:
-                self._put(req, params, data, guided)
+            for item, params, data in payloads:
+                if item.node == "image_in":
+                    continue
+                guided = item.node not in ("prefill_chat", "prefill_und")
+                req, new = self.table.open(item.request_id, params, guided, engine_context(item))
+                if new:
+                    opened.append(item.request_id)
+                    puts.append((req.ctx, self._put(req, params, data, guided)))
+            _lockstep(ExtendBatch(self.kv), puts)
         except BaseException:
-            self.table.drop(rid)
+            for rid in opened:
+                self.table.drop(rid)
             raise
-        req.claimed.update(ROLES["cfg" if node.endswith("_cfg") else "gen"])
-        if not guided:
+        return [self._prefilled(*p) for p in payloads]
+
+    def _prefilled(self, item: OpenNode, params: BagelParams, data: dict) -> dict[str, torch.Tensor]:
+        if item.node == "image_in":
+            return {"image": (normalize(data["image"]) * 0.5 + 0.5).permute(1, 2, 0).contiguous()}  # [H, W, 3]
+        req = self.table.get(item.request_id)
+        req.claimed.update(ROLES["cfg" if item.node.endswith("_cfg") else "gen"])
+        if item.node in ("prefill_chat", "prefill_und"):
             return {"ready": torch.ones(1, dtype=torch.int64)}
         return {"size": torch.tensor(req.size, dtype=torch.int64)}
 
-    def _put(self, req, params: BagelParams, data: dict, guided: bool) -> None:
+    def _put(self, req, params: BagelParams, data: dict, guided: bool):
+        """The request's inputs into its contexts, one per step of the generator (a
+        caller runs several requests' steps side by side)."""
         ctx = req.ctx
         if params.think:
             ctx.add_system(self.parts.framed(think_system_prompt(guided)))
+            yield
         for rows in data.get("vit", ()):
             vae = None
             if "latent" in data:
                 vae = (self.model.latent_io.patchify(data["latent"]), data["grid"].position_ids)
-            digest = hashlib.sha256(rows.contiguous().numpy().tobytes()).hexdigest()
-            held = digest in ctx.kept_images  # a continued context holds this image's ViT tokens
+            if rows is None and not ctx.kept_images:
+                raise InvalidArgument("params.context_id: an edit of a held image continues a kept context that "
+                                      "holds it; this request's holds no image")
+            digest = "" if rows is None else hashlib.sha256(rows.contiguous().numpy().tobytes()).hexdigest()
+            held = rows is None or digest in ctx.kept_images  # a continued context holds this image's ViT tokens
             if vae is not None or not held:
                 ctx.add_image(vae, None if held else rows, digest)
+                yield
         ctx.add_text(self.parts.framed(data["text"]))
         ctx.finish()
         req.size = data.get("size", (0, 0))
@@ -97,21 +121,38 @@ class BagelNodes:
                            "(its prefill runs elsewhere, or it ended)")
         return req
 
-    def decode(self, item: OpenNode, params: BagelParams) -> dict[str, torch.Tensor]:
-        req = self._request(item)
-        p = self.parts
+    def start_decode(self, item: OpenNode, params: BagelParams) -> TextDecode | None:
+        """answer: a decode on gen; plan: one on a fork of gen with params.think (once),
+        else None (nothing to decode). NotFound when the request has no contexts here."""
+        req, p = self._request(item), self.parts
         if item.node == "answer":
-            ids = req.ctx.decode(p.bos_id, p.eos_id, params.max_new_tokens, on_fork=False)
+            return req.ctx.start_decode(p.bos_id, p.eos_id, params.max_new_tokens, on_fork=False)
+        if params.think and not req.planned:
+            req.planned = True
+            return req.ctx.start_decode(p.bos_id, p.eos_id, params.max_new_tokens, on_fork=True)
+        return None
+
+    def finish_decode(self, item: OpenNode, params: BagelParams, decode: TextDecode | None) -> dict[str, torch.Tensor]:
+        """The node's outputs once its decode is done: an answer ends the request here
+        (kept first, when asked); a plan goes into gen."""
+        req, p = self._request(item), self.parts
+        ids = decode.ids if decode is not None else []
+        if decode is not None:
+            req.ctx.end_decode(decode)
+        if item.node == "answer":
             if req.use is not None and req.use.keep:
                 req.ctx.add_answer_end(p.bos_id, ids, p.eos_id)
             self.table.finish(item.request_id, (item.node, item.iteration))
             return {"text": torch.tensor(ids, dtype=torch.int64)}
-        ids = []
-        if params.think and not req.planned:
-            ids = req.ctx.decode(p.bos_id, p.eos_id, params.max_new_tokens, on_fork=True)
+        if decode is not None:
             req.ctx.add_plan(p.framed(p.text_of(ids)))
-            req.planned = True
         return {"text": torch.tensor(ids, dtype=torch.int64), "size": torch.tensor(req.size, dtype=torch.int64)}
+
+    def abandon_decode(self, item: OpenNode, decode: TextDecode | None) -> None:
+        """A decode that failed or whose request went: a plan's fork goes (gen goes with the request)."""
+        req = self.table.get(item.request_id)
+        if decode is not None and req is not None:
+            req.ctx.end_decode(decode)
 
     def init_latent(self, item: OpenNode, params: BagelParams, inputs) -> dict[str, torch.Tensor]:
         h, w = size_input(inputs, item.node)
@@ -173,3 +214,18 @@ class BagelNodes:
         return {"latent": io.unpatchify(x, grid.rows, grid.cols)[None],
                 "step": torch.tensor([k + 1, last], dtype=torch.int64),
                 "done": torch.tensor([int(k + 1 == last)], dtype=torch.int64)}
+
+
+def _lockstep(batch: ExtendBatch, puts: list[tuple]) -> None:
+    """puts: (request contexts, its _put generator): one step of each, then one flush,
+    until all are done."""
+    for ctx, _ in puts:
+        ctx.batch = batch
+    try:
+        live = list(puts)
+        while live:
+            live = [(ctx, put) for ctx, put in live if next(put, StopIteration) is not StopIteration]
+            batch.flush()
+    finally:
+        for ctx, _ in puts:
+            ctx.batch = None

@@ -1,7 +1,8 @@
 """Deployments started the way users start them (cluster.launcher, the engine of
 `starmesh up`): the co-located and two-host (Mooncake) layouts give the default
-layout's audio, and one request is one trace across the conductor and every service,
-read back from the local trace store."""
+layout's audio (what the session's `starmesh up` of it answered when it started:
+tests/cluster/local_up.py), and one request is one trace across the conductor and every
+service, read back from the local trace store."""
 from __future__ import annotations
 
 import asyncio
@@ -15,22 +16,22 @@ from cluster.launchable import read_launchable
 from cluster.trace_store import edge_table
 from engine.models.qwen3_omni.tiny import chat_prompt
 from cluster.shipped_deployments import rewrite_shipped
+from tests.cluster.local_up import SPEECH_PARAMS, SPEECH_PROMPT
 from tests.fixtures.services import wait_until
 
 pytestmark = pytest.mark.timeout(400)
-PARAMS = {"max_new_tokens": 12, "max_frames": 40}
 
 
 def _speak(deployment, trace_store: str = "", request_id: str = ""):
     with Cluster(read_launchable(deployment), deployment, trace_store=trace_store, log=lambda line: None) as c:
-        return asyncio.run(speak(c.conductor_address, "qwen3-omni", chat_prompt("Hello there"), PARAMS,
+        return asyncio.run(speak(c.conductor_address, "qwen3-omni", chat_prompt(SPEECH_PROMPT), SPEECH_PARAMS,
                                  request_id=request_id))
 
 
 @pytest.fixture(scope="module")
-def default_audio(tiny_omni, tmp_path_factory):
-    path = rewrite_shipped("local", {"omni": str(tiny_omni)}, ("qwen3-omni",), str(tmp_path_factory.mktemp("d")))
-    return _speak(path)
+def default_audio(local_up):
+    """The default layout's: the session's `starmesh up` of it answered SPEECH_PROMPT when it started."""
+    return local_up.speech
 
 
 def _same_audio(summary, default_audio) -> None:
@@ -45,7 +46,7 @@ def test_two_host_mooncake_gives_the_default_audio(tiny_omni, default_audio, tmp
 
 def test_colocated_gives_the_default_audio_in_one_trace_across_every_process(colocated, trace_store,
                                                                              default_audio):
-    summary = asyncio.run(speak(colocated.conductor_address, "qwen3-omni", chat_prompt("Hello there"), PARAMS,
+    summary = asyncio.run(speak(colocated.conductor_address, "qwen3-omni", chat_prompt(SPEECH_PROMPT), SPEECH_PARAMS,
                                 request_id="traced-1"))
     _same_audio(summary, default_audio)
     services = {"conductor", "thinker", "talker+codec"}

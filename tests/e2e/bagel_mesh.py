@@ -13,14 +13,16 @@ from __future__ import annotations
 import contextlib
 import io
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from conductor.metrics import ConductorMetrics
 from pipelines.bagel.model import served_model
 from protos.starmesh.v1 import conductor_pb2 as pb
 from runtime.process import ServiceProcess
 from services.encoder.media_list import pack_media
-from tests.fixtures.services import conductor_over, describe
+from tests.fixtures.services import conductor_server_over, describe
 from transport.codec import inline_ref
 from transport.ref_proto import ref_to_proto
 
@@ -29,6 +31,13 @@ from transport.ref_proto import ref_to_proto
 class BagelMesh:
     address: str                     # the conductor's
     procs: dict[str, ServiceProcess]
+    service: Any = None              # the conductor's ConductorService (its kept contexts, its metrics)
+
+    def edge_hops(self, model: str, node: str) -> int:
+        """Hops the conductor timed on edges into or out of `node` (runs of it, for short)."""
+        families = self.service.metrics.edge_latency.collect()
+        return sum(int(s.value) for f in families for s in f.samples if s.name.endswith("_count")
+                   and s.labels["model"] == model and node in s.labels["edge"])
 
     def loads(self) -> dict:
         """Each process's ComponentInfo (its load report: the backbone's KV blocks among it)."""
@@ -45,8 +54,8 @@ def bagel_mesh(checkpoint: str):
         main, cfg_b = addresses
         return [served_model("bagel", main, main, main), served_model("bagel_cfgp", main, main, main, cfg_b)]
 
-    with conductor_over(list(procs.values()), models) as address:
-        yield BagelMesh(address, procs)
+    with conductor_server_over(list(procs.values()), models, metrics=ConductorMetrics()) as server:
+        yield BagelMesh(server.address, procs, server.hosted)
 
 
 def png(image) -> bytes:

@@ -39,8 +39,8 @@ def generate(mesh: BagelMesh, req) -> dict:
 def _all_blocks_free(mesh: BagelMesh) -> bool:
     """No request holds a block on any backbone (kept contexts may)."""
     loads = [dict(info.load) for info in mesh.loads().values()]
-    return all(int(load.get("kv_used_blocks", 0)) == int(load.get("kept_blocks", 0))
-               and int(load.get("requests", 0)) == 0 for load in loads)
+    return all(int(load["kv_blocks_used"]) == int(load["context_blocks"]) and int(load["num_running"]) == 0
+               for load in loads)
 
 
 def _queried(mesh: BagelMesh) -> dict[str, int]:
@@ -153,7 +153,7 @@ def test_list_models_shows_bagels_params_walks_and_outputs(setup):
     assert {"steps", "shift", "cfg_text_scale", "cfg_img_scale", "cfg_interval_start", "cfg_interval_end",
             "cfg_renorm_type", "cfg_renorm_min", "width", "height", "seed", "think"} <= set(params)
     assert params["steps"].min == 2 and params["steps"].default_value.number_value == 50
-    assert set(info.walks) == {"understand", "chat", "generate", "edit"}
+    assert set(info.walks) == {"understand", "chat", "generate", "edit", "edit_held"}
     assert {"prompt", "media", "media_parts"} <= set(info.inputs)
     assert set(info.output_modalities) == {pb.MODALITY_TEXT, pb.MODALITY_IMAGE}
 
@@ -176,7 +176,12 @@ def test_progress_arrives_as_step_events(setup):
 def test_a_follow_up_continues_the_kept_context_and_prefills_only_what_it_adds(setup):
     """"describe this image" (keep_context) then "now make it snowy" (context_id) through
     the mesh equals the runner's two requests; the follow-up computes only the image's VAE
-    tokens and the instruction (the backbone's rows_written)."""
+    tokens and the instruction (the backbone's rows_written) and does not run the ViT on
+    its image (the conductor knows the kept context holds it: the edit_held walk)."""
+    import hashlib
+
+    from tests.e2e.bagel_mesh import png
+
     from engine.contexts import ContextRequest
     from engine.models.bagel.preprocess import vae_resize
     from tests.pipelines.bagel_cases import VAE_RULE
@@ -189,14 +194,23 @@ def test_a_follow_up_continues_the_kept_context_and_prefills_only_what_it_adds(s
                                             text_only=True, max_new_tokens=5, keep_context=True), timeout=60))
         kept = next(e.usage.context_id for e in events if e.WhichOneof("kind") == "usage")
         assert kept.startswith("ctx_")
+        assert mesh.service.contexts.directory.media(kept) == {hashlib.sha256(png(picture)).hexdigest()}
         before = int(dict(mesh.loads()["main"].load)["rows_written"])
+        encoded = mesh.edge_hops("bagel", "media_encoder")
         params = dict(GUIDED, seed=4)
-        out = collect(stub.Generate(request("bagel", "now make it snowy", rid="follow", images=[picture],
-                                            context_id=kept, **params), timeout=60))
+        followed = list(stub.Generate(request("bagel", "now make it snowy", rid="follow", images=[picture],
+                                              context_id=kept, **params), timeout=60))
+        out = collect(followed)
+        usage = next(e.usage for e in followed if e.WhichOneof("kind") == "usage")
     written = int(dict(mesh.loads()["main"].load)["rows_written"]) - before
+    assert mesh.edge_hops("bagel", "media_encoder") == encoded > 0  # the ViT ran for the first, not again
     resized = vae_resize(picture, VAE_RULE)
     framed = len(runner.parts.framed("now make it snowy"))
     assert written == (resized.height // 16) * (resized.width // 16) + 2 + 2 * framed
+    # gen took the understood context's rows and added the image's VAE rows (markers
+    # included) and the instruction: what Usage says was cached and what was the prompt
+    assert usage.cached_prompt_tokens > 0
+    assert usage.prompt_tokens - usage.cached_prompt_tokens == (resized.height // 16) * (resized.width // 16) + 2 + framed
     first = runner.run([picture, "describe this image"], BagelParams(max_new_tokens=5), want_image=False,
                        context=ContextRequest(owner="t", keep=True))
     ref = runner.run([picture, "now make it snowy"], BagelParams(**params),

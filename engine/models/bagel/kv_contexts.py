@@ -72,6 +72,7 @@ class BagelKV:
         self.contexts: dict[Tag, KVContext] = {}
         self.rows_written = 0   # rows whose K/V were computed and stored (prefill + decode)
         self.rows_queried = 0   # rows computed without storing (denoising queries)
+        self.num_forwards = 0   # backbone forwards run (extend and query)
 
     # -- naming ----------------------------------------------------------------------
     def get(self, tag: Tag) -> KVContext:
@@ -114,6 +115,15 @@ class BagelKV:
     def holders(self) -> list[list[int]]:
         return [c.block_table for c in self.contexts.values()]
 
+    def rows_kv(self, tag: Tag) -> torch.Tensor:
+        """The K/V a context holds, every layer: [layers, 2, rows, Hkv, D] (tests compare them)."""
+        ctx = self.get(tag)
+        size = self.pool.block_size
+        slots = torch.tensor([ctx.block_table[i // size] * size + i % size for i in range(ctx.num_cached_tokens)],
+                             device=self.runner.device)
+        return torch.stack([torch.stack([k.flatten(0, 1)[slots], v.flatten(0, 1)[slots]])
+                            for k, v in self.runner.kv_caches]).cpu()
+
     def check(self, other_holders=()) -> None:
         """The pool's refcounts against these contexts' tables and other holders (kept contexts)."""
         self.pool.check_integrity([*self.holders(), *other_holders])
@@ -137,6 +147,7 @@ class BagelKV:
 
     @torch.inference_mode()
     def _forward(self, items: list[tuple[KVContext, Rows]], write: bool) -> list[torch.Tensor]:
+        self.num_forwards += 1
         seqs, rows = [c for c, _ in items], [r for _, r in items]
         batch = ScheduledBatch(seqs, [len(r) for r in rows], expert_ids=[r.experts for r in rows],
                                segment_ids=[r.segments for r in rows], write_kv=[write] * len(seqs))

@@ -8,14 +8,20 @@ A guided request (an image is wanted) keeps all three; an understanding request 
 gen. While no image has gone in, cfg_img equals gen, so it is not computed: it becomes a
 fork of gen when the first image arrives (or at the end). Every fork shares its blocks
 with gen; only the rows that differ are computed and stored.
+
+Text is decoded with text_decode.py (start_decode / end_decode, so a caller may step
+several requests' decodes together). With `batch` set (an ExtendBatch), inputs wait for
+its flush: several requests' inputs go in in one forward.
 """
 from __future__ import annotations
 
 import torch
 
 from engine.models.bagel import GENERATION
+from engine.models.bagel.extend_batch import ExtendBatch
 from engine.models.bagel.kv_contexts import BagelKV, KVContext
 from engine.models.bagel.rows import image_rows, text_rows, vae_rows, vit_rows
+from engine.models.bagel.text_decode import TextDecode, decode_alone
 
 GEN, CFG_TEXT, CFG_IMG = "gen", "cfg_text", "cfg_img"
 PLAN = "plan"  # a fork of gen a plan or an answer is decoded on
@@ -31,6 +37,7 @@ class RequestContexts:
         self.images: list[str] = [] if kept is None else list(kept.images)      # digests of gen's ViT images
         self.kept_images = frozenset(self.images)  # those the continued context holds already
         self._answer_fed = 0
+        self.batch: ExtendBatch | None = None  # set: extends wait for its flush (side-by-side prefills)
         if kept is None:
             self.gen = kv.new(self.tag(GEN))
             self._img_twin = guided  # cfg_img holds what gen holds (not built yet)
@@ -39,6 +46,7 @@ class RequestContexts:
             self._img_twin = False
             if guided:
                 kv.adopt(self.tag(CFG_IMG), *kept.text_only)
+        self.num_kept_rows = self.gen.num_cached_tokens  # gen's rows the kept context gave (not computed)
         if guided and kept is not None:  # replaced by the first input (every request has one)
             kv.fork(self.tag(GEN), self.tag(CFG_TEXT))
         elif guided:
@@ -54,7 +62,7 @@ class RequestContexts:
     def add_text(self, ids: list[int]) -> None:
         """Framed text ids (im_start ... im_end) into gen and cfg_img; cfg_text = gen before."""
         if self.guided:
-            self.kv.fork(self.tag(GEN), self.tag(CFG_TEXT))
+            self._fork(GEN, CFG_TEXT)
         self.add_system(ids)
 
     def add_system(self, ids: list[int]) -> None:
@@ -72,7 +80,7 @@ class RequestContexts:
         then its ViT tokens [M, hidden]; cfg_text = gen with it, cfg_img without. digest
         names the image (a continuation knows its ViT tokens are in gen)."""
         if self.guided and self._img_twin:
-            self.kv.fork(self.tag(GEN), self.tag(CFG_IMG))
+            self._fork(GEN, CFG_IMG)
             self._img_twin = False
         if vae is not None:
             self._extend([(self.gen, vae_rows(self.model, self.markers, vae[0], vae[1], self.gen.rope))])
@@ -80,7 +88,7 @@ class RequestContexts:
             self._extend([(self.gen, vit_rows(self.model, self.markers, vit_tokens, self.gen.rope))])
             self.images.append(digest)
         if self.guided:
-            self.kv.fork(self.tag(GEN), self.tag(CFG_TEXT))
+            self._fork(GEN, CFG_TEXT)
 
     def add_plan(self, ids: list[int]) -> None:
         """A decoded plan (framed ids) into gen only."""
@@ -97,35 +105,48 @@ class RequestContexts:
     def finish(self) -> None:
         """The inputs are in: cfg_img, if still gen's twin, becomes a fork of it."""
         if self.guided and self._img_twin:
-            self.kv.fork(self.tag(GEN), self.tag(CFG_IMG))
+            self._fork(GEN, CFG_IMG)
             self._img_twin = False
 
     def _extend(self, items) -> None:
-        self.kv.extend([(ctx, rows) for ctx, (rows, _) in items])
+        """items: (context, (rows, its next rope)); computed now, or at the batch's flush."""
+        rows = [(ctx, r) for ctx, (r, _) in items]
+        if self.batch is not None:
+            self.batch.add(rows)
+        else:
+            self.kv.extend(rows)
         for ctx, (_, rope) in items:
             ctx.rope = rope
+
+    def _fork(self, source: str, name: str) -> KVContext:
+        if self.batch is not None:  # the fork shares source's blocks: their rows first
+            self.batch.flush()
+        return self.kv.fork(self.tag(source), self.tag(name))
 
     # -- outputs ---------------------------------------------------------------------------
     def decode(self, start_id: int, end_id: int, max_new_tokens: int, on_fork: bool) -> list[int]:
         """Greedy text from gen (or from a fork of it, left as it was): fed start_id, up to
         max_new_tokens ids, stopping before end_id."""
-        ctx = self.kv.fork(self.tag(GEN), self.tag(PLAN)) if on_fork else self.gen
-        out, token = [], start_id
-        self._answer_fed = 0  # ids of the answer whose K/V are in ctx
+        decode = self.start_decode(start_id, end_id, max_new_tokens, on_fork)
         try:
-            while True:
-                rows, ctx.rope = text_rows(self.model, [token], ctx.rope)
-                (hidden,) = self.kv.extend([(ctx, rows)])
-                self._answer_fed = len(out)
-                token = int(self.model.compute_logits(hidden[-1:]).argmax(-1))
-                if token == end_id:
-                    return out
-                out.append(token)
-                if len(out) >= max_new_tokens:
-                    return out
+            return decode_alone(self.kv, decode)
         finally:
-            if on_fork:
-                self.kv.free(self.tag(PLAN))
+            self.end_decode(decode)
+
+    def start_decode(self, start_id: int, end_id: int, max_new_tokens: int, on_fork: bool) -> TextDecode:
+        """A decode from gen, or from a fork of it (a plan: gen is left as it was), for
+        text_decode.decode_step to advance, alone or beside other requests' decodes;
+        end_decode() when it is done (or abandoned)."""
+        ctx = self._fork(GEN, PLAN) if on_fork else self.gen
+        return TextDecode(ctx, start_id, end_id, max_new_tokens)
+
+    def end_decode(self, decode: TextDecode) -> None:
+        """A decode on gen leaves its answer's fed ids there (add_answer_end closes it); a
+        plan's fork goes."""
+        if decode.ctx is self.gen:
+            self._answer_fed = decode.fed
+        else:
+            self.kv.free(decode.ctx.tag)
 
     def velocities(self, names: tuple[str, ...], tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         """The latent queries' input rows tokens [N, hidden] over the named contexts, one
