@@ -21,7 +21,8 @@ and reports the median of the paired ratios over --rounds. Keys:
 - t2i_mesh_over_inprocess_p50: text-to-image request latency through the mesh (one
   replica) over pipelines/bagel/runner.py doing the same work in this process (<= 1.05);
 - und_batch16_over_sequential: 16 understanding requests (an image and a question, a
-  16-token answer) at once over one at a time, in requests per second (goal >= 3);
+  16-token answer: --answer-tokens) at once over one at a time, in requests per second
+  (goal >= 3);
 - followup_first_step_speedup: an edit's time to its first denoising step from scratch
   (image + instruction) over the same edit continuing a kept "describe this image"
   context (goal >= 2); followup_prefill_tokens_saved: of the follow-up's context rows,
@@ -213,8 +214,11 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1, help="torch threads of every process")
+    ap.add_argument("--answer-tokens", type=int, default=16,
+                    help="max_new_tokens of each understanding request (its answer's length)")
     args = ap.parse_args(argv)
-    sizes = QUICK if args.quick else dict(rounds=args.rounds, steps=args.steps, concurrent=16, answer=16)
+    sizes = QUICK if args.quick else dict(rounds=args.rounds, steps=args.steps, concurrent=16,
+                                          answer=args.answer_tokens)
     results = measure(threads=args.threads, **sizes)
     print_table([("t2i cfg-parallel speedup", "t2i_cfg_parallel_speedup", "x"),
                  ("edit cfg-parallel speedup", "edit_cfg_parallel_speedup", "x"),
