@@ -61,13 +61,15 @@ async def _connect(url: str, params: dict, stack):
 
 async def conversation_turns(url: str, sizes: dict, kept: bool, round_: int) -> list:
     """Each turn as heard (bench.realtime_clients.Heard): kept in the mesh (WebSocket) or
-    re-sent whole (chat completions); the clips are the same in both modes for a round."""
+    re-sent whole (chat completions). Each mode has clips of its own: with the same clips,
+    the second conversation's turn 1 repeated the first's request and found it warm (a
+    turn 1 of 80 ms against 130-157), which its turn 10 cannot."""
     import contextlib
 
     import httpx
 
     params = ws_params(sizes["tokens"], sizes["frames"])
-    clips = [clip(sizes["clip_s"], seed=100 * round_ + k) for k in range(sizes["turns"])]
+    clips = [clip(sizes["clip_s"], seed=100 * round_ + 50 * (not kept) + k) for k in range(sizes["turns"])]
     async with contextlib.AsyncExitStack() as stack:
         if kept:
             conn = await _connect(url, params, stack)
