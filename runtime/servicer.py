@@ -17,6 +17,8 @@ import logging
 import uuid
 from typing import Any
 
+import grpc
+
 from protos.starmesh.v1 import component_pb2, component_pb2_grpc
 from runtime import item_proto as wire
 from runtime.component import Component
@@ -150,6 +152,11 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
         except StarmeshError as e:  # bytes that do not decode (runtime.decode_guard)
             log.info("Run stream %s: %s", stream_id, e)
             outbox.put_nowait(e)  # the writer ends the stream with its status
+            return
+        except grpc.aio.BaseError as e:  # grpc's own: the server stopped under the read (a stop
+            # while peers still stream), not a fault of this stream: no traceback in the log
+            log.info("Run stream %s ended while reading: %s", stream_id, type(e).__name__)
+            outbox.put_nowait(_END)
             return
         except Exception:
             log.info("Run stream %s broke while reading", stream_id, exc_info=True)

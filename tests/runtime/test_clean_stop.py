@@ -55,6 +55,28 @@ def test_closing_a_stream_the_service_already_ended_is_not_an_error(caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+def test_a_read_cut_by_the_servers_stop_ends_the_stream_without_a_traceback(caplog):
+    """A stop while a peer's Run stream is mid-read: grpc raises its server-stopped error
+    from the request iterator; the stream ends, and the log carries no traceback (the
+    stop of `starmesh up` is checked for tracebacks in every process)."""
+    from grpc._cython import cygrpc
+
+    from runtime.servicer import _END, ComponentServicer
+
+    async def stopped_server():
+        raise cygrpc._ServerStoppedError("Server already stopped.")
+        yield  # an async iterator of RunRequests, as grpc hands the servicer
+
+    async def read():
+        outbox: asyncio.Queue = asyncio.Queue()
+        await ComponentServicer(None, None, None, "test")._read(stopped_server(), "s", outbox)
+        return outbox.get_nowait()
+
+    with caplog.at_level(logging.DEBUG, logger="runtime.servicer"):
+        assert asyncio.run(read()) is _END
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
 async def _hold_then_stop(svc: ServiceProcess) -> None:
     """A Run stream and a health watch open on `svc`, then its SIGTERM; both end."""
     run = ComponentClient(svc.address)
