@@ -109,9 +109,7 @@ class OutboundRoutes:
                     value, produced = outputs[out.route.src_port], now_us()
                     start = out.buffer.pass_one()
                     if start is not None:  # the per-item stream: the item is its chunk, none built
-                        out.in_flight += 1
-                        sends.append(Send(out, _joined([value], copy=not out.route.peer), start, 0, 0, False,
-                                          (produced,)))
+                        sends.append(self._dispatch(out, [value], start, 0, 0, False, (produced,)))
                     else:
                         out.buffer.push([(value, produced)])
                         sends += self._chunks(out)
@@ -143,10 +141,17 @@ class OutboundRoutes:
         return [self._send(out, chunk) for chunk in out.buffer.pop_ready()]
 
     def _send(self, out: OutRoute, chunk) -> Send:
-        new = chunk.new_items
-        tensor = _joined([t for t, _ in chunk.items], copy=not out.route.peer) if chunk.items else None
-        out.in_flight += len(new)
-        return Send(out, tensor, chunk.start, chunk.num_context, chunk.num_pad, chunk.is_last, tuple(t for _, t in new))
+        return self._dispatch(out, [t for t, _ in chunk.items], chunk.start, chunk.num_context, chunk.num_pad,
+                              chunk.is_last, tuple(t for _, t in chunk.new_items))
+
+    @staticmethod
+    def _dispatch(out: OutRoute, tensors: list, start: int, num_context: int, num_pad: int, is_last: bool,
+                  produced: tuple) -> Send:
+        """One chunk's Send: its items joined along dim 0 (a copy for a consumer in this
+        process), its new items (one production time each) counted in flight."""
+        out.in_flight += len(produced)
+        tensor = _joined(tensors, copy=not out.route.peer) if tensors else None
+        return Send(out, tensor, start, num_context, num_pad, is_last, produced)
 
     def credit(self, token: str, amount: int) -> OutRoute | None:
         out = self.by_token.get(token)

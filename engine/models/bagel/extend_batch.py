@@ -16,7 +16,6 @@ class ExtendBatch:
     def __init__(self, kv: BagelKV) -> None:
         self.kv = kv
         self.pending: list[tuple[KVContext, Rows]] = []
-        self.num_forwards = 0
 
     def add(self, items: list[tuple[KVContext, Rows]]) -> None:
         """items' rows go in at the next flush (at once if one of their contexts is pending)."""
@@ -28,5 +27,4 @@ class ExtendBatch:
     def flush(self) -> None:
         if self.pending:
             items, self.pending = self.pending, []
-            self.num_forwards += 1
             self.kv.extend(items)
