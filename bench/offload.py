@@ -45,8 +45,9 @@ growth includes what loading allocates besides the weights, and on CPU the two s
 Secondary keys (bench.offload_thinker): thinker_* (the thinker's block stack) and code2wav_*.
 
 --quick runs every part at its smallest: a DiT of 2 blocks (QUICK_DIT, its own cached
-checkpoint), one timed round, 16 thinker tokens, 4 code2wav frames, one repeat each; a
-check that the benchmark runs, not figures to read (key `model` names the DiT).
+checkpoint), one timed round, the PSS probe pair of the mmap backing alone (QUICK_PSS),
+16 thinker tokens, 4 code2wav frames, one repeat each; a check that the benchmark runs,
+not figures to read (key `model` names the DiT).
 """
 from __future__ import annotations
 
@@ -206,11 +207,18 @@ def measure_dit(ckpt: str, rounds: int) -> dict:
     return out
 
 
-def measure_pss(ckpt: str) -> dict:
+PSS_BACKINGS = {"private": "tensors", "mmap": "mmap", "resident": "none"}  # key suffix -> host backing
+# --quick: the mmap backing's probe pair alone (its headline key); the other backings'
+# loads run in the timed part (resident and DLO DiTs), and each pair costs two processes
+# that import torch and diffusers
+QUICK_PSS = ("mmap",)
+
+
+def measure_pss(ckpt: str, names: tuple[str, ...] = tuple(PSS_BACKINGS)) -> dict:
     from engine.offload.probe import two_process_pss
 
     out = {"pss_host_kinds": {}}
-    for name, backing in (("private", "tensors"), ("mmap", "mmap"), ("resident", "none")):
+    for name, backing in ((n, PSS_BACKINGS[n]) for n in names):
         got = two_process_pss(ckpt, backing, loader=DIT_PROBE)
         out[f"pss_mib_two_processes_{name}"] = got["weights_pss_kib"] / 1024
         out[f"mapping_pss_mib_two_processes_{name}"] = got["mapping_pss_kib"] / 1024
@@ -252,10 +260,10 @@ def main(argv=None) -> int:
 
     from bench import offload_thinker
 
-    dit, repeats = DIT, {"thinker": 5, "code2wav": 2}
+    dit, repeats, pss = DIT, {"thinker": 5, "code2wav": 2}, tuple(PSS_BACKINGS)
     if args.quick:
         args.rounds, args.thinker_tokens, args.code2wav_frames = 1, 16, 4
-        dit, repeats = QUICK_DIT, {"thinker": 1, "code2wav": 1}
+        dit, repeats, pss = QUICK_DIT, {"thinker": 1, "code2wav": 1}, QUICK_PSS
     torch.set_num_threads(1)
     t_start = time.perf_counter()
     ckpt = checkpoint(args.cache, dit)
@@ -264,7 +272,7 @@ def main(argv=None) -> int:
         dit["attention_head_dim"], dit["num_layers"]), "width": RESOLUTION, "height": RESOLUTION,
         "text_tokens": TEXT_TOKENS, "batch": 2, "rounds": args.rounds, "torch_threads": 1}
     print("measuring PSS of two processes", flush=True)
-    results.update(measure_pss(ckpt))  # first: a mapping in this process would take a share of the PSS
+    results.update(measure_pss(ckpt, pss))  # first: a mapping in this process would take a share of the PSS
     print("timing resident and DLO DiT calls", flush=True)
     results.update(measure_dit(ckpt, args.rounds))
     if args.thinker_tokens:

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 from dataclasses import replace
-from pathlib import Path
 
 from bench.output import write_json
 
@@ -127,13 +125,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.batch, args.steps, args.rounds, args.rows = [1], 2, 1, [10, 20]
-    with tempfile.TemporaryDirectory() as tmp:
-        checkpoint = args.checkpoint
-        if checkpoint is None:
-            from engine.models.qwen3_omni.tiny import make_tiny_omni
+    checkpoint = args.checkpoint
+    if checkpoint is None:
+        from cluster.checkpoints import tiny
 
-            checkpoint = str(make_tiny_omni(Path(tmp) / "ckpt"))
-        results = measure(checkpoint, args.batch, args.steps, args.rounds)
+        checkpoint = str(tiny("qwen3-omni", print))  # the cached one `starmesh up` uses, built on first use
+    results = measure(checkpoint, args.batch, args.steps, args.rounds)
     results.update(rows_phase(tuple(args.rows), args.rounds))
     write_json(args.json, results)
     return 0

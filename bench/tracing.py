@@ -77,7 +77,7 @@ def measure(checkpoint: str, rounds: int, concurrency: int, params: dict = PARAM
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--json", metavar="PATH")
-    p.add_argument("--checkpoint", help="a Qwen3-Omni checkpoint (default: the tiny one, built in a temp dir)")
+    p.add_argument("--checkpoint", help="a Qwen3-Omni checkpoint (default: the cached tiny one)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--quick", action="store_true", help="smoke run: one round of one request, QUICK_PARAMS")
@@ -85,13 +85,12 @@ def main(argv=None) -> None:
     params = PARAMS
     if args.quick:
         args.rounds, args.concurrency, params = 1, 1, QUICK_PARAMS
-    with tempfile.TemporaryDirectory() as tmp:
-        checkpoint = args.checkpoint
-        if checkpoint is None:
-            from engine.models.qwen3_omni.tiny import make_tiny_omni
+    checkpoint = args.checkpoint
+    if checkpoint is None:
+        from cluster.checkpoints import tiny
 
-            checkpoint = str(make_tiny_omni(f"{tmp}/omni"))
-        results = measure(checkpoint, args.rounds, args.concurrency, params)
+        checkpoint = str(tiny("qwen3-omni", print))  # the cached one `starmesh up` uses, built on first use
+    results = measure(checkpoint, args.rounds, args.concurrency, params)
     print_table([("traced", "traced_audio_s_per_s", "audio s / s"),
                  ("untraced", "untraced_audio_s_per_s", "audio s / s"),
                  ("tracing overhead", "tracing_overhead", "(target <= 0.03)")], results)

@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import io
 import json
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -34,12 +35,13 @@ def add_parser(sub) -> None:
 def _cli_json(argv: list[str]) -> dict:
     """Runs a starmesh subcommand with --json in this process; its JSON line, parsed."""
     from cli.main import main
+    from core.errors import StarmeshError
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main([*argv, "--json"])
     if code != 0:
-        raise RuntimeError(f"`starmesh {' '.join(argv)}` failed (exit {code})")
+        raise StarmeshError(f"`starmesh {' '.join(argv)}` failed (exit {code})")
     return json.loads(out.getvalue().strip().splitlines()[-1])
 
 
@@ -110,6 +112,8 @@ def _draw_all(cards: list, args, out: Path, address: str) -> list[tuple[Path, di
 
 def run(args: argparse.Namespace) -> int:
     from cli.trace import print_edges
+    from cli.up import start_errors
+    from core.errors import StarmeshError
     from cluster.stack import start_stack
     from cluster.trace_store import wait_for_edges
 
@@ -117,7 +121,11 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     print("starting the deployment (the first run builds the tiny checkpoints) ...", flush=True)
-    stack = start_stack(args.deployment, trace_store=True)
+    try:
+        stack = start_stack(args.deployment, trace_store=True)
+    except start_errors() as e:  # whatever started is stopped again: one line, not a traceback
+        print(f"starmesh demo: the deployment did not start: {e}", file=sys.stderr, flush=True)
+        return 2
     images, rows = [], []
     try:
         address, rid = stack.cluster.conductor_address, f"demo-{uuid.uuid4().hex[:8]}"
@@ -125,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
         speech = _speak_all([c for c in cards if c.makes("audio")], args, out, address, rid)
         images = _draw_all(cards, args, out, address)
         rows = wait_for_edges(stack.store, rid) if speech else []
+    except StarmeshError as e:  # a request failed: its command printed the cause above
+        print(f"starmesh demo: {e}", file=sys.stderr, flush=True)
+        return 1
     finally:
         stack.stop()
     _print_results(speech, images)

@@ -56,11 +56,20 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def start_errors() -> tuple[type[BaseException], ...]:
+    """What a deployment that cannot start raises (a bad file, a port in use, a process
+    that exits or never serves, a checkpoint build that fails): one line naming the
+    cause, not a traceback, for the commands that start one (`up`, `demo`)."""
+    from core.errors import GraphError, StarmeshError
+
+    return (GraphError, StarmeshError, ValueError, OSError, RuntimeError, TimeoutError,
+            subprocess.CalledProcessError)
+
+
 def run(args: argparse.Namespace) -> int:
     from cluster.stack import start_stack
     from cluster.startup import StartupTimes, process_age_s
     from cluster.supervisor import SupervisorConfig
-    from core.errors import GraphError, StarmeshError
 
     times = StartupTimes()
     times.add("interpreter and imports of `up`", process_age_s() or 0.0)
@@ -74,8 +83,7 @@ def run(args: argparse.Namespace) -> int:
         stack = start_stack(args.deployment, trace_store=not args.no_trace_store, trace_ui=args.trace_ui,
                             tls=tls_from_args(args), api_key=api_key_from_args(args), supervision=supervision,
                             times=times)
-    except (GraphError, StarmeshError, ValueError, OSError, RuntimeError, TimeoutError,
-            subprocess.CalledProcessError) as e:
+    except start_errors() as e:
         print(f"starmesh up: {e}", file=sys.stderr)
         return 2
     try:

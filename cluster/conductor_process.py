@@ -20,8 +20,15 @@ from runtime.telemetry import Telemetry
 def served_models(spec) -> list:
     """One served model per entry of the deployment's `models`, each with the directory of
     its tokenizer: the checkpoint of the service its pipeline's tokenizer_node runs on."""
-    models = [build_model(m.pipeline, name, spec.placement(name), dict(m.options)) for name, m in spec.models.items()]
-    return [with_checkpoint(model, spec) for model in models]
+    return [with_checkpoint(model, spec) for model in built_models(spec)]
+
+
+def built_models(spec) -> list:
+    """One served model per entry of the deployment's `models`, from its pipeline, its
+    placement and its options, no checkpoint read. A pipeline may place nodes the file
+    does not name (qwen3-omni's media walks run prefill_media where prefill runs): each
+    model's placement, checked against its graph, is its own, not the file's."""
+    return [build_model(m.pipeline, name, spec.placement(name), dict(m.options)) for name, m in spec.models.items()]
 
 
 def with_checkpoint(model, spec):

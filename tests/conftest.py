@@ -51,5 +51,34 @@ def tiny_omni(tmp_path_factory):
     return make_tiny_omni(tmp_path_factory.mktemp("omni") / "ckpt")
 
 
+@pytest.fixture(scope="session")
+def local_up(tmp_path_factory):
+    """`starmesh up` of the default deployment, as users run it (tests/cluster/local_up.py)."""
+    from tests.cluster.local_up import start_local_up
+
+    mesh = start_local_up(tmp_path_factory.mktemp("local-up"))
+    yield mesh
+    mesh.stop()
+
+
+STOPS_LOCAL_UP = "stops_local_up"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{STOPS_LOCAL_UP}: stops the session's `local_up` (runs after its other "
+                                       "tests)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests of the session's `local_up` run last, together, so that its fifteen
+    processes live only while they run, and those that stop it after the others."""
+    def uses(item) -> bool:
+        return "local_up" in getattr(item, "fixturenames", ())
+
+    users = [i for i in items if uses(i)]
+    stoppers = [i for i in users if i.get_closest_marker(STOPS_LOCAL_UP)]
+    items[:] = [i for i in items if not uses(i)] + [i for i in users if i not in stoppers] + stoppers
+
+
 # Session-scoped component services (echo, flaky) for tests/services.
 pytest_plugins = ("tests.fixtures.service_plugin",)

@@ -52,8 +52,9 @@ def speech_model(name: str, placement: Placement, chunk_size: int = 300, left_co
 def with_media_nodes(placement: Placement) -> Placement:
     """`placement` with the media walks' thinker and talker nodes beside prefill and talker."""
     where = dict(placement.node_to_service)
-    where.setdefault(PREFILL_MEDIA, where.get("prefill", ""))
-    where.setdefault(TALKER_MEDIA, where.get("talker", ""))
+    for node, beside in ((PREFILL_MEDIA, "prefill"), (TALKER_MEDIA, "talker")):
+        if beside in where:  # else validate names the unplaced node the file left out
+            where.setdefault(node, where[beside])
     groups = {g: tuple(nodes) + ((PREFILL_MEDIA,) if "prefill" in nodes and PREFILL_MEDIA not in nodes else ())
               for g, nodes in placement.kv_contexts.items()}
     return dataclasses.replace(placement, node_to_service=where, kv_contexts=groups)

@@ -1,7 +1,7 @@
 """Deployments started once per session: a co-located speech one (thinker + talker+codec +
-conductor) with a trace store, for the cluster tests that only need a running deployment,
-and `starmesh up` of the default deployment (every model and the gateway) for the tests
-of what users run."""
+conductor) with a trace store, for the cluster tests that only need a running deployment.
+(`starmesh up` of the default deployment, every model and the gateway, for the tests of
+what users run: the `local_up` fixture of tests/conftest.py.)"""
 from __future__ import annotations
 
 import pytest
@@ -33,13 +33,3 @@ def colocated(tiny_omni, tmp_path_factory, trace_store):
     for address in services:
         registry.unregister(address)
     cluster.stop()
-
-
-@pytest.fixture(scope="session")
-def local_up(tiny_omni, tmp_path_factory):
-    """`starmesh up` of the default deployment, as users run it (tests/cluster/local_up.py)."""
-    from tests.cluster.local_up import start_local_up
-
-    mesh = start_local_up(tiny_omni, tmp_path_factory.mktemp("local-up"))
-    yield mesh
-    mesh.stop()

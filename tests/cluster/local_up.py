@@ -1,17 +1,21 @@
-"""One `starmesh up` of the default deployment (every model, tiny checkpoints, free ports,
-`--verbose --prometheus-config`), started once per session by the `local_up` fixture
-(tests/cluster/conftest.py) for the tests that need the whole mesh as users run it:
-test_up.py (requests, then a clean stop), test_dashboards.py (the metric families every
-process declares) and test_deployments.py (the default layout's audio, which the other
-layouts must give). At start it serves one speech and one image request through the
-CLI's paths, one BAGEL image that keeps its context (with what `starmesh status` and the
-backbone's /metrics show before and after it: test_bagel_status.py), and reads every
-process's /metrics, so what those tests read does not depend on their order; stop() is
-test_up's, and the fixture's teardown when nothing stopped it."""
+"""One `starmesh up` of the default deployment as users start it (tests/e2e/default_up.py:
+the shipped file on free ports, its tiny checkpoints built by `up` into the run's own
+cache), with `--verbose --prometheus-config`, started once per session by the `local_up`
+fixture (tests/conftest.py) for the tests that need the whole mesh as users run it:
+every example of the README and docs/ (tests/e2e/test_readme_examples.py), test_up.py
+(requests, then a clean stop), test_dashboards.py (the metric families every process
+declares), test_bagel_status.py and test_deployments.py (the default layout's audio,
+which the other layouts must give). At start it serves one speech and one image request
+through the CLI's paths, one BAGEL image that keeps its context (with what `starmesh
+status` and the backbone's /metrics show before and after it: test_bagel_status.py),
+and reads every process's /metrics, so what those tests read does not depend on their
+order. Its tests run last in the session, together, and the ones that stop it (marked
+`stops_local_up`) after the others (tests/conftest.py): one SIGINT, as Ctrl-C at the
+terminal sends it (`up` stops the same way on SIGTERM: cli/up.py), whose exit code and
+output every stopping test reads."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -20,67 +24,61 @@ from pathlib import Path
 
 from client.speech import speak
 from cluster import supervision_file
-from cluster.shipped_deployments import rewrite_shipped
 from engine.models.qwen3_omni.tiny import chat_prompt
-from tests.fixtures import registry, tiny_bagel, tiny_orpheus, tiny_sd3, tiny_vjepa2
+from tests.e2e.default_up import READY, DefaultUp, start_default_up
+from tests.fixtures import registry
 from tests.fixtures.exposition_lint import scrape
-from tests.fixtures.processes import children, printed_endpoints, wait_for_line
+from tests.fixtures.processes import children, printed_endpoints
 from tests.fixtures.services import describe
 
 
 # The speech request served at start (test_deployments.py sends the same one to the other layouts)
 SPEECH_PROMPT, SPEECH_PARAMS = "Hello there", {"max_new_tokens": 12, "max_frames": 40}
+PROMETHEUS_CONFIG = "prometheus.yml"  # in the run's directory: what `up --prometheus-config` wrote
 
 
 @dataclass
 class LocalUp:
-    up: subprocess.Popen
+    mesh: DefaultUp  # the `up` process, its output and its environment (what the README's examples use)
     directory: Path
     lines: list[str]  # what `up` printed up to "Ctrl-C stops everything"
     endpoints: dict[str, str]  # process -> gRPC address (the gateway: its http:// URL)
     metrics: dict[str, str]  # process -> its /metrics URL
     children: list[int]
-    arenas: set[str]  # the services' shared-memory arenas
+    arenas: set[str] = field(default_factory=set)  # the services' shared-memory arenas
     speech: object = None  # client.speech's summary of the speech request (SPEECH_PROMPT, SPEECH_PARAMS)
     image: subprocess.CompletedProcess | None = None  # `starmesh imagine`
     families: dict[str, dict[str, str]] = field(default_factory=dict)  # process -> {family: type}, after both
-    stopped: tuple[int, str] | None = None  # (exit code, what it printed while stopping)
     tls: object = None  # what reaches the services: the member certificates `up` made (runtime.tls)
-    deployment: Path | None = None  # the file `up` runs
     bagel: dict = field(default_factory=dict)  # _keep_a_bagel_context's record
 
     @property
+    def deployment(self) -> Path:  # the file `up` runs
+        return self.mesh.deployment
+
+    @property
     def prometheus_config(self) -> Path:
-        return self.directory / "prometheus.yml"
+        return self.directory / PROMETHEUS_CONFIG
 
     def stop(self) -> tuple[int, str]:
-        """SIGTERM once, then its exit code and the rest of its output (cached)."""
-        if self.stopped is None:
-            for address in self._services():
-                registry.unregister(address)
-            self.up.send_signal(signal.SIGTERM)
-            rest = self.up.communicate(timeout=120)[0]
-            self.stopped = (self.up.returncode, rest)
-        return self.stopped
+        """SIGINT once, then its exit code and everything `up` printed (the first call's)."""
+        for address in self._services():
+            registry.unregister(address)
+        return self.mesh.stop(signal.SIGINT)
 
     def _services(self) -> list[str]:
         return [a for name, a in self.endpoints.items() if name not in ("conductor", "gateway")]
 
 
-def start_local_up(tiny_omni, directory: Path) -> LocalUp:
-    checkpoints = {"omni": str(tiny_omni), "sd3": tiny_sd3.checkpoint(), "vjepa2": tiny_vjepa2.checkpoint(),
-                   "orpheus": tiny_orpheus.checkpoint(), "bagel": tiny_bagel.checkpoint()}
-    path = rewrite_shipped("local", checkpoints, directory=str(directory))
-    env = {**os.environ, "STARMESH_CACHE": str(directory / "cache")}
-    up = subprocess.Popen([sys.executable, "-m", "cli", "up", "--deployment", str(path), "--verbose",
-                           "--prometheus-config", str(directory / "prometheus.yml")], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_local_up(directory: Path) -> LocalUp:
+    """`up` started in `directory` (its deployment file, cache and scrape config), its
+    services registered for the leak check, the requests of the module docstring served."""
+    up = start_default_up(directory, options=("--verbose", "--prometheus-config", str(directory / PROMETHEUS_CONFIG)))
     try:
-        lines = wait_for_line(up, "Ctrl-C stops everything", 300)
-        mesh = LocalUp(up, directory, lines, printed_endpoints(lines), _printed_metrics(lines), children(up.pid),
-                       set())
-        mesh.deployment = Path(path)
-        mesh.tls = supervision_file.member_tls_of(mesh.endpoints["conductor"], directory / "cache")
+        lines = up.output.wait_for(READY, 10)
+        mesh = LocalUp(up, directory, lines, printed_endpoints(lines), _printed_metrics(lines),
+                       children(up.output.proc.pid))
+        mesh.tls = supervision_file.member_tls_of(up.conductor, Path(up.env["STARMESH_CACHE"]))
         mesh.arenas = {describe(a, mesh.tls).arena for a in mesh._services()}
         for address in mesh._services():  # the leak check expects their arenas to outlive each test
             registry.register(address, describe(address, mesh.tls).arena, mesh.tls)
@@ -88,8 +86,9 @@ def start_local_up(tiny_omni, directory: Path) -> LocalUp:
         _keep_a_bagel_context(mesh)
         mesh.families = {name: declared_families(scrape(url)) for name, url in mesh.metrics.items()}
     except BaseException:
-        up.kill()
-        up.communicate(timeout=60)
+        for address in up.services.values():
+            registry.unregister(address)
+        up.stop(signal.SIGKILL)
         raise
     return mesh
 
@@ -113,7 +112,7 @@ def _keep_a_bagel_context(mesh: LocalUp) -> None:
         return {s.name: s.value for f in text_string_to_metric_families(scrape(mesh.metrics["bagel"]))
                 for s in f.samples if s.labels.get("service") == "bagel"}
 
-    env = {**os.environ, "STARMESH_CACHE": str(mesh.directory / "cache")}
+    env = mesh.mesh.env
     status = [sys.executable, "-m", "cli", "status", "--deployment", str(mesh.deployment)]
     mesh.bagel["before"] = samples()
     mesh.bagel["image"] = subprocess.run(

@@ -1,7 +1,8 @@
 """`starmesh up` as users run it: the default deployment (every model, `--verbose`), one
-speech, one image and one rollout request, then SIGTERM: no child process, port or
-/dev/shm arena is left. The mesh is the session's `local_up` (tests/cluster/local_up.py),
-which sent the speech and image requests when it started."""
+speech, one image and one rollout request, then its stop (SIGINT; SIGTERM takes the same
+path in cli/up.py): no child process, port or /dev/shm arena is left. The mesh is the
+session's `local_up` (tests/cluster/local_up.py), which sent the speech and image
+requests when it started; this test runs after every other test of it (tests/conftest.py)."""
 from __future__ import annotations
 
 import json
@@ -20,6 +21,7 @@ PHASES = ("interpreter and imports of `up`", "deployment file", "trace store", "
           "launch", "13 services + gateway -> SERVING", "conductor -> SERVING", "children CPU", "total")
 
 
+@pytest.mark.stops_local_up
 def test_up_serves_speech_and_image_then_stops_clean(local_up, tmp_path):
     endpoints = dict(local_up.endpoints)
     conductor = endpoints.pop("conductor")

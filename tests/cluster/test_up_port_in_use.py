@@ -11,26 +11,19 @@ import pytest
 
 from cluster.launchable import read_launchable
 from cluster.shipped_deployments import rewrite_shipped
+from tests.fixtures.processes import port_held
 
 pytestmark = pytest.mark.timeout(120)
-HOLD_PORT = ("import socket, sys\ns = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen()\n"
-             "print('holding', flush=True); sys.stdin.read()")
 
 
 def test_up_fails_at_once_while_a_port_is_held(tmp_path):
     # the ports are checked before anything is loaded: no checkpoint is read
     path = rewrite_shipped("colocated", {"omni": str(tmp_path / "unused")}, ("qwen3-omni",), str(tmp_path))
     address = read_launchable(path).services["talker"].replicas[0]
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_PORT, address.rpartition(":")[2]], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "holding"
+    with port_held(address):
         up = subprocess.run([sys.executable, "-m", "cli", "up", "--deployment", str(path), "--no-trace-store"],
                             env={**os.environ, "STARMESH_CACHE": str(tmp_path / "cache")}, capture_output=True,
                             text=True, timeout=100)
-    finally:
-        holder.kill()
-        holder.wait()
     assert up.returncode == 2, up.stdout + up.stderr
     assert f"starmesh up: {address} (talker) is already in use by another process" in up.stderr, up.stderr
     assert "serving" not in up.stdout  # nothing started

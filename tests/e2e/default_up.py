@@ -1,5 +1,6 @@
 """`starmesh up` of the default deployment as a user starts it, for tests that then use it
-as a user does (tests/e2e/test_readme_examples.py).
+as a user does: the session's `local_up` (tests/cluster/local_up.py), which the README's
+examples run against (tests/e2e/test_readme_examples.py).
 
 The shipped compose/deployments/local.yaml, every address moved to a free port (so it runs
 beside anything else on the machine) and nothing else changed: its tiny checkpoints are
@@ -72,12 +73,15 @@ class DefaultUp:
     conductor: str = ""        # HOST:PORT
     gateway: str = ""          # HOST:PORT of the HTTP gateway
     services: dict[str, str] = field(default_factory=dict)  # service name -> its (first) gRPC address
+    stopped: tuple[int, str] | None = None  # what stop() returned
 
     def stop(self, sig: int = signal.SIGINT) -> tuple[int, str]:
-        """(exit code, everything printed). SIGINT is Ctrl-C at the terminal: it reaches
-        `up` alone (each child leads its own process group)."""
-        text = self.output.stop(sig)
-        return self.output.proc.returncode, text
+        """(exit code, everything printed), the first call's for every call. SIGINT is
+        Ctrl-C at the terminal: it reaches `up` alone (each child leads its own process group)."""
+        if self.stopped is None:
+            text = self.output.stop(sig)
+            self.stopped = (self.output.proc.returncode, text)
+        return self.stopped
 
 
 def shipped_with_free_ports(directory: Path) -> Path:
@@ -102,11 +106,11 @@ def run_env(directory: Path) -> dict[str, str]:
     return {**os.environ, "STARMESH_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
 
 
-def start_default_up(directory: Path, timeout_s: float = 400.0) -> DefaultUp:
-    """`starmesh up --deployment <the default, on free ports>`, SERVING."""
+def start_default_up(directory: Path, timeout_s: float = 400.0, options: tuple[str, ...] = ()) -> DefaultUp:
+    """`starmesh up --deployment <the default, on free ports> [options]`, SERVING."""
     path = shipped_with_free_ports(directory)
     env = run_env(directory)
-    proc = subprocess.Popen([sys.executable, "-m", "cli", "up", "--deployment", str(path)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "up", "--deployment", str(path), *options], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     up = DefaultUp(path, env, Output(proc))
     try:

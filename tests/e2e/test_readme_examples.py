@@ -1,6 +1,7 @@
 """Every example of the README and of docs/*.md runs as written against one `starmesh up`
-of the default deployment (tests/e2e/default_up.py), then a Ctrl-C stops it all without
-an ERROR or a traceback in any process's output.
+of the default deployment (the session's `local_up`: tests/cluster/local_up.py, started as
+tests/e2e/default_up.py starts it), then a Ctrl-C stops it all without an ERROR or a
+traceback in any process's output.
 
 The commands are read from the documents (tests/e2e/doc_examples.py), so an example that
 changes is tested as it now reads. What the test changes, and nothing else
@@ -35,7 +36,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.default_up import READY, start_default_up, trouble
+from tests.e2e.default_up import READY, trouble
 from tests.e2e.doc_examples import REPO, Example, distinct, documented_examples
 from tests.e2e.example_placeholders import as_run_here
 from tests.e2e.readme_inputs import checkout_commands, make_inputs, output_files_ok
@@ -97,22 +97,10 @@ def _params(examples: list[Example]) -> list:
 
 
 @pytest.fixture(scope="module")
-def up(tmp_path_factory):
-    from cluster import supervision_file
-    from tests.fixtures import registry
-    from tests.fixtures.services import describe
-
-    mesh = start_default_up(tmp_path_factory.mktemp("default-up"))
-    members = supervision_file.member_tls_of(mesh.conductor, Path(mesh.env["STARMESH_CACHE"]))  # `up` made them
-    for address in mesh.services.values():  # its arenas outlive each test; their leases must not
-        registry.register(address, describe(address, members).arena, members)
-    try:
-        yield mesh
-    finally:
-        for address in mesh.services.values():
-            registry.unregister(address)
-        if mesh.output.proc.poll() is None:
-            mesh.stop(signal.SIGINT)
+def up(local_up):
+    """The session's `starmesh up` of the default deployment (tests/cluster/local_up.py):
+    its process, output and environment; its services are registered for the leak check."""
+    return local_up.mesh
 
 
 @pytest.fixture(scope="module")
@@ -256,13 +244,10 @@ def test_a_request_past_the_context_names_the_callers_field(up):
             assert "node" not in error["message"] and "items[" not in error["message"], error
 
 
-def test_ctrl_c_stops_everything_without_an_error_and_start_up_is_quiet(up):
-    """Last in this module: the fixture's `up` stopped as a user stops it."""
-    from tests.fixtures import registry
-
-    for address in up.services.values():  # nothing to ask them once stopped
-        registry.unregister(address)
-    code, text = up.stop(signal.SIGINT)
+@pytest.mark.stops_local_up
+def test_ctrl_c_stops_everything_without_an_error_and_start_up_is_quiet(local_up):
+    """After every test of the session's `up` (tests/conftest.py): stopped as a user stops it."""
+    code, text = local_up.stop()  # Ctrl-C: SIGINT (its services unregistered: nothing to ask them once stopped)
     assert code == 0, text[-3000:]
     assert not trouble(text), "\n".join(trouble(text)[:20]) + "\n" + text[-4000:]
     start = text[:text.index(READY)]
