@@ -19,7 +19,13 @@ and reports the median of the paired ratios over --rounds. Keys:
 - edit_cfg_parallel_speedup: the same for an edit's three branches (gen on one replica,
   cfg_text and cfg_img batched on the other; 1.5 is the bound on two cores; goal >= 1.3);
 - t2i_mesh_over_inprocess_p50: text-to-image request latency through the mesh (one
-  replica) over pipelines/bagel/runner.py doing the same work in this process (<= 1.05);
+  replica: the denoising loop runs inside it) over pipelines/bagel/runner.py doing the
+  same work in this process, the PNG the mesh's client gets included (the runner's image
+  encoded by the conductor's own encoder) (<= 1.05); t2i_mesh_update_ms and
+  t2i_inprocess_update_ms: one denoising update of the same pairs (the step events'
+  spacing, the runner's on_step calls'); t2i_fused_over_fanout_p50: the same request's
+  latency with the loop run inside the backbone over the conductor driving it (velocity
+  runs, then combine, each update), both on one replica of the same process;
 - und_batch16_over_sequential: 16 understanding requests (an image and a question, a
   16-token answer: --answer-tokens) at once over one at a time, in requests per second
   (goal >= 3);
@@ -38,7 +44,7 @@ import statistics
 import tempfile
 import time
 
-from bench.bagel_mesh import CFGP, ONE, BagelBenchMesh, request, run
+from bench.bagel_mesh import CFGP, FANOUT, ONE, BagelBenchMesh, request, run
 from bench.output import print_table, write_json
 
 SPEC = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=2, num_attention_heads=8,
@@ -102,27 +108,53 @@ async def cfg_parallel(stub, rounds: int, steps: int) -> dict:
 
 
 async def mesh_over_inprocess(stub, runner, rounds: int, steps: int) -> dict:
+    from conductor.png import encode_png
     from engine.models.bagel.params import BagelParams
 
     params = dict(GUIDED, steps=steps, width=SIZE, height=SIZE, cfg_img_scale=1.0)
 
-    async def inprocess():
+    async def inprocess():  # the same product as the mesh's Image event: PNG bytes
+        steps_at = []
         t0 = time.perf_counter()
-        runner.run([PROMPT], BagelParams(**params))
-        return (time.perf_counter() - t0) * 1e3
+        out = runner.run([PROMPT], BagelParams(**params), on_step=lambda k, n: steps_at.append(time.perf_counter()))
+        encode_png(out.image)
+        return (time.perf_counter() - t0) * 1e3, _spacing_ms(steps_at)
 
     async def mesh():
-        return (await run(stub, request(ONE, PROMPT, **params))).latency_ms
+        out = await run(stub, request(ONE, PROMPT, **params))
+        return out.latency_ms, out.step_ms
 
-    ratios, lat = [], []
+    ratios, lat, step = [], [], []
     for i in range(rounds + 1):
-        m, r = await _pair(mesh, inprocess, i)
+        (m, m_step), (r, r_step) = await _pair(mesh, inprocess, i)
         if i:
             ratios.append(m / r)
             lat.append((m, r))
+            step.append((m_step, r_step))
     return {"t2i_mesh_over_inprocess_p50": _paired(ratios),
             "t2i_mesh_p50_ms": round(statistics.median(m for m, _ in lat), 1),
-            "t2i_inprocess_p50_ms": round(statistics.median(r for _, r in lat), 1)}
+            "t2i_inprocess_p50_ms": round(statistics.median(r for _, r in lat), 1),
+            "t2i_mesh_update_ms": round(statistics.median(m for m, _ in step), 2),
+            "t2i_inprocess_update_ms": round(statistics.median(r for _, r in step), 2)}
+
+
+async def fused_over_fanout(stub, rounds: int, steps: int) -> dict:
+    params = dict(GUIDED, steps=steps, width=SIZE, height=SIZE, cfg_img_scale=1.0)
+    ratios, lat = [], []
+    for i in range(rounds + 1):
+        fused, fanned = await _pair(lambda: run(stub, request(ONE, PROMPT, **params)),
+                                    lambda: run(stub, request(FANOUT, PROMPT, **params)), i)
+        if i:
+            ratios.append(fused.latency_ms / fanned.latency_ms)
+            lat.append((fused.step_ms, fanned.step_ms))
+    return {"t2i_fused_over_fanout_p50": _paired(ratios),
+            "t2i_fused_update_ms": round(statistics.median(f for f, _ in lat), 2),
+            "t2i_fanout_update_ms": round(statistics.median(o for _, o in lat), 2)}
+
+
+def _spacing_ms(times: list[float]) -> float:
+    """The median gap between consecutive times (s), in ms: one denoising update."""
+    return statistics.median(b - a for a, b in zip(times, times[1:])) * 1e3
 
 
 async def understanding(stub, rounds: int, n: int, answer: int) -> dict:
@@ -187,6 +219,7 @@ async def measure_async(mesh: BagelBenchMesh, runner, rounds: int, steps: int, c
         stub = conductor_pb2_grpc.ConductorStub(channel)
         results = await cfg_parallel(stub, rounds, steps)
         results |= await mesh_over_inprocess(stub, runner, rounds, steps)
+        results |= await fused_over_fanout(stub, rounds, steps)
         results |= await understanding(stub, rounds, concurrent, answer)
         results |= await followup(stub, mesh, rounds, steps)
     return results
@@ -217,12 +250,15 @@ def main(argv=None) -> None:
     ap.add_argument("--answer-tokens", type=int, default=16,
                     help="max_new_tokens of each understanding request (its answer's length)")
     args = ap.parse_args(argv)
+    if args.steps < 3:
+        ap.error(f"--steps {args.steps}: at least 3 (an update is timed between two step events)")
     sizes = QUICK if args.quick else dict(rounds=args.rounds, steps=args.steps, concurrent=16,
                                           answer=args.answer_tokens)
     results = measure(threads=args.threads, **sizes)
     print_table([("t2i cfg-parallel speedup", "t2i_cfg_parallel_speedup", "x"),
                  ("edit cfg-parallel speedup", "edit_cfg_parallel_speedup", "x"),
                  ("t2i mesh / in-process p50", "t2i_mesh_over_inprocess_p50", "x"),
+                 ("t2i fused / fan-out loop p50", "t2i_fused_over_fanout_p50", "x"),
                  ("understand batched / seq", "und_batch16_over_sequential", "x"),
                  ("follow-up first step", "followup_first_step_speedup", "x"),
                  ("follow-up rows saved", "followup_prefill_tokens_saved", "")], results)

@@ -2,8 +2,10 @@
 and a second `starmesh serve bagel_backbone` replica on loopback, each at --threads torch
 threads, and a conductor in this process serving two placements of the same graph:
 
-    "bagel"       every node on the first process (its branches batched in one forward)
-    "bagel_cfgp"  the cfg branches and their prefills on the second replica (CFG-parallel)
+    "bagel"         every node on the first process (the denoising loop runs inside it)
+    "bagel_fanout"  the same, the loop fanned out to the velocity nodes and combine (the
+                    conductor drives it; its branches batched in one forward)
+    "bagel_cfgp"    the cfg branches and their prefills on the second replica (CFG-parallel)
 
 A request's timings come from its events as they arrive: the latency, the first step
 event (the first denoising update) and the step events' spacing.
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 
 from bench.service_mesh import ServiceMesh
 
-ONE, CFGP = "bagel", "bagel_cfgp"
+ONE, FANOUT, CFGP = "bagel", "bagel_fanout", "bagel_cfgp"
 
 
 @dataclass
@@ -69,7 +71,8 @@ class BagelBenchMesh(ServiceMesh):
         from pipelines.bagel.model import served_model
 
         main, cfg = addresses
-        return [served_model(ONE, main, main, main), served_model(CFGP, main, main, main, cfg)]
+        return [served_model(ONE, main, main, main), served_model(FANOUT, main, main, main, fused=False),
+                served_model(CFGP, main, main, main, cfg)]
 
     def counters(self) -> dict[str, int]:
         """The first backbone's load report (rows_written, rows_queried, kv blocks, ...)."""

@@ -18,6 +18,9 @@ KVPool and ModelRunner with those.
     init_latent         size -> latent [1, C, h, w] (randn from Generator(params.seed))
     velocity_<context>  latent, size -> v [1, N, p*p*C] (empty when the step does not need it)
     combine             latent, size, gen, cfg_text, cfg_img -> latent, step [k+1, steps-1], done [1]
+    denoise             latent, size, size_cfg -> step [k+1, steps-1] at each update k; latent
+                        [1, C, h, w] and done [1] after the last (the loop run here, opened once:
+                        every branch on this replica)
 
 A prefill node builds the request's contexts once per replica (the first of a request's
 prefill nodes here does; the other finds them) and claims those its replica's velocity
@@ -26,7 +29,9 @@ node of the last step gives its context up; when every claimed one is, the reque
 blocks go back (and at the latest when the conductor's Cancel ends the request here).
 Velocity runs of any requests and contexts queued together are one forward; `answer` and
 `plan` decode token by token beside every other decode in flight (services/bagel/decodes.py:
-one forward per step over all of them), outside the engine's queue.
+one forward per step over all of them), outside the engine's queue; `denoise` runs take
+their updates side by side the same way (services/bagel/denoises.py: every branch of every
+run in flight in one forward per step), with no conductor round trip per update.
 
 Kept contexts (engine/models/bagel/kept.py): a request whose params say keep_context is
 kept here under the conductor's id when it is done here (the run that kept it says
@@ -42,12 +47,14 @@ from typing import Any, Hashable
 import torch
 
 from core.errors import InvalidArgument
+from runtime.grpc_status import failure
 from engine.models.bagel.kv_contexts import BagelKV
 from engine.models.bagel.params import BagelParams
 from engine.stateless_engine import StatelessConfig, WorkItem, WorkResult
-from runtime.items import NodeOutput, OpenNode
+from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode
 from runtime.stateless_component import StatelessComponent
 from services.bagel.decodes import Decodes
+from services.bagel.denoises import Denoises
 from services.bagel.model_nodes import BagelNodes
 from services.bagel.requests import RequestTable
 
@@ -59,13 +66,14 @@ PREFILLS = ("prefill_chat", "prefill_und", "prefill_t2i", "prefill_t2i_cfg", "pr
 
 class BagelComponent(StatelessComponent):
     name = "bagel"
-    nodes = ("image_in", *PREFILLS, *DECODES, "init_latent", *VELOCITY, "combine")
+    nodes = ("image_in", *PREFILLS, *DECODES, "init_latent", *VELOCITY, "combine", "denoise")
 
     def __init__(self, parts, kv: BagelKV, config: StatelessConfig = StatelessConfig()) -> None:
         super().__init__(config)
         self.table = RequestTable(kv, parts.markers)
         self.impl = BagelNodes(parts, kv, self.table)
         self.decodes = Decodes(self.impl)
+        self.denoises = Denoises(self.impl)
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str, dtype: str | None = None, device: str = "cpu", num_blocks: int = 2048,
@@ -79,6 +87,9 @@ class BagelComponent(StatelessComponent):
     def open(self, item: OpenNode, inputs: dict[str, Any]) -> None:
         if item.node in DECODES:  # token by token beside the other decodes, not one engine run
             self.decodes.add(item, BagelParams.from_params(item.params))
+            return
+        if item.node == "denoise":  # update by update beside the other loops in flight
+            self.denoises.add(item, BagelParams.from_params(item.params), inputs)
             return
         super().open(item, inputs)
 
@@ -112,7 +123,7 @@ class BagelComponent(StatelessComponent):
         return [self.impl.init_latent(*p) for p in payloads]
 
     def has_work(self) -> bool:
-        return bool(self.decodes) or super().has_work()
+        return bool(self.decodes) or bool(self.denoises) or super().has_work()
 
     def step(self) -> list:
         self.table.kept.table.expire()  # kept contexts past their TTL go (a sweep at most each second)
@@ -123,6 +134,22 @@ class BagelComponent(StatelessComponent):
             for item, output, error in ended:
                 done = WorkResult(WorkItem(item.request_id, DECODES, None, tag=item), output, error)
                 events += self.events_for(done)
+        if self.denoises:
+            with torch.inference_mode():
+                stepped = self.denoises.step()
+            for item, k, output, error in stepped:
+                events += self._denoise_events(item, k, output, error)
+        return events
+
+    def _denoise_events(self, item: OpenNode, k: int, output, error) -> list:
+        """A denoise run's k-th update: its outputs at iteration + (k,), NodeDone after the
+        last (the one that may have kept the request's contexts says so)."""
+        if error is not None:
+            status, message = failure(error, f"node {item.node} step {k}")
+            return [NodeError(item.request_id, item.node, status, message, item.iteration)]
+        events = [NodeOutput(item.request_id, item.node, output, item.iteration + (k,), metadata=self._kept(item))]
+        if "done" in output:
+            events.append(NodeDone(item.request_id, item.node, iteration=item.iteration))
         return events
 
     def events_for(self, result) -> list:
@@ -132,10 +159,7 @@ class BagelComponent(StatelessComponent):
         many gen holds (Usage.prompt_tokens), as the thinker's prefill does."""
         events = super().events_for(result)
         item = result.item.tag
-        metadata = {}
-        kept = self.table.kept_by.pop((item.request_id, item.node, item.iteration), None)
-        if kept:
-            metadata["context_kept"] = kept
+        metadata = self._kept(item)
         req = self.table.get(item.request_id)
         if item.node in PREFILLS and not item.node.endswith("_cfg") and req is not None and req.ctx.num_kept_rows:
             metadata.update(cached_prompt_tokens=req.ctx.num_kept_rows, prompt_tokens=req.ctx.gen.num_cached_tokens)
@@ -143,9 +167,15 @@ class BagelComponent(StatelessComponent):
             events[0] = dataclasses.replace(events[0], metadata=metadata)
         return events
 
+    def _kept(self, item: OpenNode) -> dict:
+        """{"context_kept": id} when this run kept the request's contexts, else {}."""
+        kept = self.table.kept_by.pop((item.request_id, item.node, item.iteration), None)
+        return {"context_kept": kept} if kept else {}
+
     def cancel(self, request_id: str) -> None:
         super().cancel(request_id)
         self.decodes.cancel(request_id)
+        self.denoises.cancel(request_id)
         self.table.drop(request_id)
         for key in [k for k in self.table.kept_by if k[0] == request_id]:
             del self.table.kept_by[key]
@@ -172,6 +202,7 @@ class BagelComponent(StatelessComponent):
 
     def close(self) -> None:
         self.decodes.clear()
+        self.denoises.clear()
         for request_id in list(self.table.requests):
             self.table.drop(request_id)
         super().close()

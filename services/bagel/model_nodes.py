@@ -114,7 +114,7 @@ class BagelNodes:
         req.size = data.get("size", (0, 0))
 
     # -- text --------------------------------------------------------------------------
-    def _request(self, item: OpenNode):
+    def request(self, item: OpenNode):
         req = self.table.get(item.request_id)
         if req is None:
             raise NotFound(f"node {item.node}: request {item.request_id!r} has no contexts on this replica "
@@ -124,7 +124,7 @@ class BagelNodes:
     def start_decode(self, item: OpenNode, params: BagelParams) -> TextDecode | None:
         """answer: a decode on gen; plan: one on a fork of gen with params.think (once),
         else None (nothing to decode). NotFound when the request has no contexts here."""
-        req, p = self._request(item), self.parts
+        req, p = self.request(item), self.parts
         if item.node == "answer":
             return req.ctx.start_decode(p.bos_id, p.eos_id, params.max_new_tokens, on_fork=False)
         if params.think and not req.planned:
@@ -135,7 +135,7 @@ class BagelNodes:
     def finish_decode(self, item: OpenNode, params: BagelParams, decode: TextDecode | None) -> dict[str, torch.Tensor]:
         """The node's outputs once its decode is done: an answer ends the request here
         (kept first, when asked); a plan goes into gen."""
-        req, p = self._request(item), self.parts
+        req, p = self.request(item), self.parts
         ids = decode.ids if decode is not None else []
         if decode is not None:
             req.ctx.end_decode(decode)
@@ -161,11 +161,7 @@ class BagelNodes:
 
     # -- the denoising loop ----------------------------------------------------------------
     def loop_payload(self, item: OpenNode, inputs, params: BagelParams, k: int) -> tuple:
-        h, w = size_input(inputs, item.node)
-        latent = latent_input(inputs, self.d.latent_channels)
-        grid = self._grid(h, w, "open.inputs[size]")
-        if latent.shape[1:] != (h // self.d.vae_downsample, w // self.d.vae_downsample):
-            raise InvalidArgument(f"open.inputs[latent]: {list(latent.shape)} does not fit size {h}x{w}")
+        latent, grid = self.loop_latent(item, inputs)
         if item.node == "combine":
             noise = {}
             for name in BRANCHES:
@@ -176,22 +172,40 @@ class BagelNodes:
             return item, params, k, latent, grid, noise
         return item, params, k, item.node[len("velocity_"):], latent, grid
 
+    def loop_latent(self, item: OpenNode, inputs) -> tuple[torch.Tensor, Any]:
+        """The latent a loop node reads ([1, C, h, w] on the wire, -> [C, h, w] fp32) and its
+        size's latent grid, checked."""
+        h, w = size_input(inputs, item.node)
+        latent = latent_input(inputs, self.d.latent_channels)
+        grid = self._grid(h, w, "open.inputs[size]")
+        if latent.shape[1:] != (h // self.d.vae_downsample, w // self.d.vae_downsample):
+            raise InvalidArgument(f"open.inputs[latent]: {list(latent.shape)} does not fit size {h}x{w}")
+        return latent, grid
+
+    def query(self, queries: list[tuple]) -> list[torch.Tensor]:
+        """queries: (item, branch, x [N, p*p*C], t, grid) -> each one's velocity [N, p*p*C]
+        (fp32, host), all in one forward, nothing stored. A missing context raises (NotFound)
+        before anything runs."""
+        items, embedded = [], {}
+        for item, branch, x, t, grid in queries:
+            ctx = self.request(item).ctx.context(branch)
+            key = (id(x), float(t))  # a loop's branches query the same latent: its input rows once
+            if key not in embedded:
+                embedded[key] = latent_tokens(self.model, x, t, grid.position_ids)
+            items.append((ctx, image_rows(self.model, self.parts.markers, embedded[key], GENERATION, ctx.rope)[0]))
+        return [self.model.latent_io.velocity(h[1:-1]).float().cpu() for h in self.kv.query(items)] if items else []
+
     def velocities(self, payloads: list[tuple]) -> list[dict[str, torch.Tensor]]:
         """Every needed branch of every payload in one forward, nothing stored. A missing
         context raises before anything changes (the engine then retries each payload alone)."""
         outs = [{"v": torch.zeros(0)} for _ in payloads]
-        items, owners = [], []
+        queries, owners = [], []
         for i, (item, params, k, branch, latent, grid) in enumerate(payloads):
-            t = _schedule(params.steps, params.shift).timesteps[k]
-            if branch not in params.guidance().branches_at(t):
-                continue
-            ctx = self._request(item).ctx.context(branch)
-            tokens = latent_tokens(self.model, self.model.latent_io.patchify(latent), t, grid.position_ids)
-            items.append((ctx, image_rows(self.model, self.parts.markers, tokens, GENERATION, ctx.rope)[0]))
-            owners.append(i)
-        if items:
-            for i, hidden in zip(owners, self.kv.query(items)):
-                outs[i] = {"v": self.model.latent_io.velocity(hidden[1:-1]).float().cpu()[None]}  # [1, N, p*p*C]
+            if branch in branches_at(params, k):
+                queries.append((item, branch, self.model.latent_io.patchify(latent), timestep(params, k), grid))
+                owners.append(i)
+        for i, v in zip(owners, self.query(queries)):
+            outs[i] = {"v": v[None]}  # [1, N, p*p*C]
         for item, params, k, branch, _, _ in payloads:
             if k == params.steps - 2:
                 self.table.read_last(item.request_id, branch, (item.node, item.iteration))
@@ -199,21 +213,40 @@ class BagelNodes:
 
     def combine(self, item: OpenNode, params: BagelParams, k: int, latent: torch.Tensor, grid,
                 noise: dict) -> dict[str, torch.Tensor]:
-        schedule, guidance = _schedule(params.steps, params.shift), params.guidance()
-        t = schedule.timesteps[k]
         io = self.model.latent_io
         x = io.patchify(latent)  # [N, p*p*C]
         v = {}
-        for name in guidance.branches_at(t):
+        for name in branches_at(params, k):
             if tuple(noise[name].shape) != (1, *x.shape):
                 raise InvalidArgument(f"open.inputs[{name}]: step {k} needs its velocity [1, {x.shape[0]}, "
                                       f"{x.shape[1]}], got {list(noise[name].shape)}")
             v[name] = noise[name][0]
-        x = euler_step(x, guidance.combine(t, v).float(), schedule.dts[k])
-        last = params.steps - 1
-        return {"latent": io.unpatchify(x, grid.rows, grid.cols)[None],
-                "step": torch.tensor([k + 1, last], dtype=torch.int64),
-                "done": torch.tensor([int(k + 1 == last)], dtype=torch.int64)}
+        return {"latent": io.unpatchify(update(params, k, x, v), grid.rows, grid.cols)[None],
+                **step_outputs(params, k)}
+
+
+def branches_at(params: BagelParams, k: int) -> tuple[str, ...]:
+    """The contexts the k-th Euler update reads (gen first)."""
+    return params.guidance().branches_at(timestep(params, k))
+
+
+def timestep(params: BagelParams, k: int) -> torch.Tensor:
+    """The flow time of the k-th update (fp32, 0-d)."""
+    return _schedule(params.steps, params.shift).timesteps[k]
+
+
+def update(params: BagelParams, k: int, x: torch.Tensor, v: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The k-th Euler update of x [N, p*p*C] from its branches' velocities (branches_at):
+    guidance and renorm (engine/models/bagel/guidance.py), then x - v' dt."""
+    schedule = _schedule(params.steps, params.shift)
+    return euler_step(x, params.guidance().combine(schedule.timesteps[k], v).float(), schedule.dts[k])
+
+
+def step_outputs(params: BagelParams, k: int) -> dict[str, torch.Tensor]:
+    """step [k + 1, steps - 1] (the progress a client sees) and done [1] after the k-th update."""
+    last = params.steps - 1
+    return {"step": torch.tensor([k + 1, last], dtype=torch.int64),
+            "done": torch.tensor([int(k + 1 == last)], dtype=torch.int64)}
 
 
 def _lockstep(batch: ExtendBatch, puts: list[tuple]) -> None:

@@ -5,8 +5,10 @@ image sizes (tests/pipelines/bagel_cases.py).
     main   `starmesh serve bagel`: backbone + ViT tower + VAE co-located (one replica)
     cfg_b  `starmesh serve bagel_backbone`: a second backbone replica
 
-    model "bagel"       every node on main
-    model "bagel_cfgp"  the cfg branches and their prefills on cfg_b (CFG-parallel)
+    model "bagel"         every node on main: the denoising loop runs inside it (denoise)
+    model "bagel_fanout"  every node on main, the loop fanned out to the velocity nodes and
+                          combine (the conductor drives it)
+    model "bagel_cfgp"    the cfg branches and their prefills on cfg_b (CFG-parallel)
 """
 from __future__ import annotations
 
@@ -52,7 +54,8 @@ def bagel_mesh(checkpoint: str):
 
     def models(addresses):
         main, cfg_b = addresses
-        return [served_model("bagel", main, main, main), served_model("bagel_cfgp", main, main, main, cfg_b)]
+        return [served_model("bagel", main, main, main), served_model("bagel_fanout", main, main, main, fused=False),
+                served_model("bagel_cfgp", main, main, main, cfg_b)]
 
     with conductor_server_over(list(procs.values()), models, metrics=ConductorMetrics()) as server:
         yield BagelMesh(server.address, procs, server.hosted)

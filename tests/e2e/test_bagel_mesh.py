@@ -1,7 +1,8 @@
 """BAGEL through real services on loopback (tests/e2e/bagel_mesh.py) equals the in-process
 runner (pipelines/bagel/runner.py) on the same tiny checkpoint: text ids identical, the
 float image within 1e-5 and the uint8 one within 1 LSB (the VAE service rounds, the runner
-truncates as upstream does), with the branches on one backbone replica and on two; every
+truncates as upstream does), with the branches on one backbone replica (the loop fused
+into it, and fanned out by the conductor) and on two; every
 KV block is free after a request ends, fails or is cancelled; bad input is
 INVALID_ARGUMENT naming the field."""
 from __future__ import annotations
@@ -64,6 +65,23 @@ def test_generate_equals_the_runner(setup, model):
     grew = {name for name, n in _queried(mesh).items() if n > queried[name]}
     assert grew == ({"main", "cfg_b"} if model == "bagel_cfgp" else {"main"})  # where the branches ran
     assert [s.tolist() for s in out["step"]] == [[1, 3], [2, 3], [3, 3]]
+    assert wait_until(lambda: _all_blocks_free(mesh), 10)
+
+
+def test_the_fused_loop_draws_the_fan_out_loops_image(setup):
+    """The same edit (three branches) with the loop inside the backbone and driven by the
+    conductor: the same image; the fused one makes no conductor hop per update. (Bit for bit
+    when the fan-out's three velocity runs share a forward, as they do when queued together:
+    tests/services/test_bagel_denoises.py; here the conductor's timing decides that.)"""
+    mesh, _ = setup
+    picture, params = image(50, 40, 1), dict(GUIDED, cfg_renorm_type="global")
+    hops = mesh.edge_hops("bagel", "combine") + mesh.edge_hops("bagel", "velocity")
+    fused = generate(mesh, request("bagel", "make it snowy", rid="fused", images=[picture], **params))
+    fanned = generate(mesh, request("bagel_fanout", "make it snowy", rid="fanned", images=[picture], **params))
+    torch.testing.assert_close(fused["image_float"][0], fanned["image_float"][0], atol=1e-6, rtol=1e-6)
+    assert [s.tolist() for s in fused["step"]] == [s.tolist() for s in fanned["step"]] == [[1, 3], [2, 3], [3, 3]]
+    assert mesh.edge_hops("bagel", "combine") + mesh.edge_hops("bagel", "velocity") == hops
+    assert mesh.edge_hops("bagel_fanout", "combine") > 0
     assert wait_until(lambda: _all_blocks_free(mesh), 10)
 
 
