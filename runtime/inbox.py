@@ -23,7 +23,8 @@ class Inbox:
     def put(self, msg: Any) -> None:
         with self._lock:
             self._pending += 1
-            self._idle.clear()
+            if self._idle.is_set():  # Event.clear takes the event's own lock: only when it changes
+                self._idle.clear()
         self._queue.put(msg)
 
     @property
@@ -45,8 +46,12 @@ class Inbox:
             self._pending -= 1
 
     def update_idle(self, has_runs: bool) -> None:
+        """Called once per engine iteration: the event changes (set takes its lock and
+        wakes its waiters) only when idleness begins, not on every quiet iteration."""
+        if has_runs or self._pending or self._idle.is_set():  # unlocked reads: a quick no
+            return
         with self._lock:
-            if self._pending == 0 and not has_runs:
+            if self._pending == 0:
                 self._idle.set()
 
     def set_idle(self) -> None:

@@ -193,8 +193,13 @@ class InboundRoutes:
         template = route.accept.run
         chunk = ChunkInfo(push.start, push.num_context, push.end_of_stream, push.num_pad)
         pace = template.pace.starting_at(chunk.first_new) if template.pace else None
-        # evolve: the template was checked when its grant was decoded; these fields have no checks
-        item = evolve(template, iteration=template.iteration + (route.num_opened,), inputs={}, chunk=chunk, pace=pace)
+        # A copy of the template's fields, as core.evolve makes it, without its keyword
+        # call and name check (~0.6 us, not ~1.5, once per item of a per-item stream): the
+        # template was checked when its grant was decoded, and these fields have no checks.
+        item = object.__new__(OpenNode)
+        state = item.__dict__
+        state.update(template.__dict__)
+        state.update(iteration=template.iteration + (route.num_opened,), inputs={}, chunk=chunk, pace=pace)
         route.num_opened += 1
         route.num_running += 1
         self.chunk_runs[(item.request_id, item.node, item.iteration)] = (route, len(push.produced_us))
