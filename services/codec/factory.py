@@ -13,12 +13,14 @@ from core.errors import InvalidArgument
 from services.model_hooks import hook_results
 
 
-def codec_from_checkpoint(checkpoint: str, dtype: str | None = None, device: str = "cpu", max_batch_size: int = 8,
-                          max_queued: int = 1024, schedule: str = "deadline", max_batch_frames: int | None = None,
-                          hooks: tuple[str, ...] = ()):
-    """dtype, max_batch_frames: for the codecs that take them (None: each codec's default)."""
-    options = dict(dtype=dtype, device=device, max_batch_size=max_batch_size, max_queued=max_queued,
-                   schedule=schedule, max_batch_frames=max_batch_frames)
+def codec_from_checkpoint(checkpoint: str, dtype: str | None = None, device: str = "cpu",
+                          max_batch_size: int | None = None, max_queued: int = 1024, schedule: str = "deadline",
+                          max_batch_frames: int | None = None, hooks: tuple[str, ...] = ()):
+    """dtype, max_batch_size, max_batch_frames: None is each codec's default (an option left
+    None is not passed to its hook)."""
+    given = dict(dtype=dtype, device=device, max_batch_size=max_batch_size, max_queued=max_queued,
+                 schedule=schedule, max_batch_frames=max_batch_frames)
+    options = {name: value for name, value in given.items() if value is not None}
     components = hook_results(hooks, checkpoint, **options)
     if not components:
         raise InvalidArgument(f"checkpoint {checkpoint}: no codec any registered model's hook recognises "

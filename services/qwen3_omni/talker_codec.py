@@ -5,7 +5,7 @@ this service, the conductor hands the talker -> code2wav edge over to the proces
 from __future__ import annotations
 
 
-def make_talker_codec(checkpoint: str, dtype: str | None = None, max_batch_size: int = 8,
+def make_talker_codec(checkpoint: str, dtype: str | None = None, max_batch_size: int | None = None,
                       max_batch_frames: int | None = None, **engine_options):
     """max_batch_size, max_batch_frames: code2wav's (None: its default); the rest: the talker's."""
     from services.qwen3_omni.code2wav import Code2WavComponent

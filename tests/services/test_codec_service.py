@@ -184,3 +184,23 @@ def test_code2wav_batches_windows_up_to_max_batch_frames(tmp_path):
         assert torch.equal(audio[rid], codec.model.decode_window(codes))
     with pytest.raises(InvalidArgument, match="max_batch_frames"):
         Code2WavComponent.from_checkpoint(str(ckpt), max_batch_frames=0)
+
+
+def test_a_burst_of_first_windows_decodes_in_one_step(tiny_omni):
+    """The codec service's defaults (its factory, no options): 16 streams' 4-frame first
+    windows (64 frames, the frames bound) run as one batch, so the last of them waits for
+    no second batch; a 17th waits for the next step. Each window's audio is its own alone."""
+    from services.codec.factory import codec_from_checkpoint
+
+    codec = codec_from_checkpoint(str(tiny_omni), hooks=hooks_for("codec"))
+    windows = {f"r{i}": codes(4, seed=i) for i in range(17)}
+    for rid, window in windows.items():
+        codec.open(OpenNode(rid, "code2wav"), {"codes": window})
+    sizes, audio = [], {}
+    while codec.has_work():
+        outputs = [ev for ev in codec.step() if isinstance(ev, NodeOutput)]
+        sizes.append(len(outputs))
+        audio.update({ev.request_id: ev.tensors["audio"] for ev in outputs})
+    assert sizes == [16, 1]
+    for rid, window in windows.items():
+        assert torch.equal(audio[rid], codec.model.decode_window(window))
