@@ -156,6 +156,18 @@ def bagel_graph(name: str = "bagel", max_steps: int = MAX_STEPS, fused: bool = F
     return WalkGraph(name, _nodes(), _walks(max_steps, fused), first_walk=_first_walk)
 
 
+def with_denoise(placement):
+    """`placement` with `denoise` on the service of the guidance branches when they share
+    one and the file does not place it (a deployment written before the fused loop)."""
+    import dataclasses
+
+    where = dict(placement.node_to_service)
+    services = {where.get(v) for v in VELOCITY}
+    if "denoise" in where or len(services) != 1 or None in services:
+        return placement
+    return dataclasses.replace(placement, node_to_service={**where, "denoise": services.pop()})
+
+
 def fuses(placement) -> bool:
     """Whether `placement` (conductor.placement.Placement) runs every guidance branch on one
     service, where the loop then runs (`denoise` must be placed there: GraphError naming
@@ -202,6 +214,7 @@ def bagel_model(name: str, placement, max_steps: int | None = None, fused: bool 
     from engine.models.bagel.params import BagelParams
     from pipelines.prompt_format import Utf8Prompt
 
+    placement = with_denoise(placement)
     one_service = fuses(placement)
     if fused and not one_service:
         raise GraphError(f"models.{name}.options.fused: the fused denoising loop runs every guidance branch on "
