@@ -197,7 +197,8 @@ class BagelComponent(StatelessComponent):
         return {"queued": self.engine.num_queued, "num_running": len(self.table.requests),
                 "kv_blocks_used": kv.pool.num_used_blocks, "kv_blocks_total": kv.pool.total,
                 "kv_blocks_free": kv.pool.num_free_blocks, "contexts": len(self.table.kept),
-                "context_blocks": self.table.kept.num_blocks,
+                "context_blocks": self.table.kept.num_blocks, "contexts_kept_total": self.table.kept.kept_total,
+                "contexts_dropped_total": self.table.kept.dropped_total,
                 "rows_written": kv.rows_written, "rows_queried": kv.rows_queried}
 
     def close(self) -> None:

@@ -31,6 +31,8 @@ def test_a_kept_bagel_context_shows_in_status_and_metrics(local_up):
 
     before, after = record["before"], record["after"]
     assert before["starmesh_contexts_kept"] == 0 and after["starmesh_contexts_kept"] == 1
+    assert (before["starmesh_contexts_kept_total"], after["starmesh_contexts_kept_total"]) == (0, 1)  # contexts, not entries
+    assert after["starmesh_contexts_dropped_total"] == 0
     assert after["starmesh_context_blocks"] == blocks
     assert (after["starmesh_kv_blocks_used"], after["starmesh_kv_blocks_capacity"]) == (used, total)
     assert after["starmesh_kv_blocks_free"] == free

@@ -70,6 +70,7 @@ def test_a_kept_context_is_its_owners_and_goes_when_released_or_expired(parts):
     kept = runner.run(["hello"], BagelParams(max_new_tokens=3), want_image=False,
                       context=ContextRequest(owner="a", keep=True)).context_id
     assert runner.kv.pool.num_used_blocks > 0 and len(runner.kept) == 1
+    assert (runner.kept.kept_total, runner.kept.dropped_total) == (1, 0)  # contexts, not their two entries
     runner.kv.check(runner.kept.holders())
     for owner, cid in (("b", kept), ("a", "0" * 32)):
         with pytest.raises(NotFound, match="params.context_id"):
@@ -82,6 +83,7 @@ def test_a_kept_context_is_its_owners_and_goes_when_released_or_expired(parts):
     with pytest.raises(NotFound, match="dropped: unused for its TTL"):
         runner.run(["late"], BagelParams(max_new_tokens=2), want_image=False,
                    context=ContextRequest(owner="a", context_id=kept))
+    assert (runner.kept.kept_total, runner.kept.dropped_total) == (1, 1)
     assert _all_free(runner)
 
 
@@ -100,4 +102,5 @@ def test_past_the_block_limit_the_least_recently_used_context_goes(parts):
         runner.kept.get(ids[0], "a")
     for cid in ids[1:]:
         runner.kept.release(cid, "a")
+    assert (runner.kept.kept_total, runner.kept.dropped_total) == (3, 1)  # a release is not a drop
     assert _all_free(runner)

@@ -40,6 +40,9 @@ class KeptContexts:
         self.kv = kv
         self.table = ContextTable(kv.pool, limits, clock)
         self._meta: dict[str, tuple[int, int, tuple, tuple]] = {}  # id -> (gen rope, texts rope, texts, images)
+        # contexts, not table entries (each context is two): kept, and dropped by TTL or limits
+        self.kept_total = 0
+        self.dropped_total = 0
 
     def __len__(self) -> int:
         self._forget_dropped()
@@ -62,6 +65,7 @@ class KeptContexts:
         finally:
             if built:
                 self.kv.free(texts.tag)
+        self.kept_total += 1
         self._forget_dropped()
         return context_id
 
@@ -91,12 +95,13 @@ class KeptContexts:
         self.get(context_id, owner)
         self.table.release(context_id, owner)
         self.table.release(context_id + TEXTS, owner)
-        self._forget_dropped()
+        del self._meta[context_id]  # released, not dropped
 
     def _forget_dropped(self) -> None:
         """An id whose entries the table dropped (limits, TTL) goes entirely."""
         for cid in [c for c in self._meta if c not in self.table or c + TEXTS not in self.table]:
             del self._meta[cid]
+            self.dropped_total += 1
             for entry in (cid, cid + TEXTS):
                 held = [c for c in self.table.values() if c.context_id == entry]
                 if held:
