@@ -78,6 +78,11 @@ def _paired(ratios: list[float]) -> float:
     return round(statistics.median(ratios), 4)
 
 
+def _t2i(steps: int) -> dict:
+    """A guided text-to-image request's params (cfg_text only: no image branch)."""
+    return dict(GUIDED, steps=steps, width=SIZE, height=SIZE, cfg_img_scale=1.0)
+
+
 async def _pair(first, second, i: int):
     """Both coroutine factories' results, the order alternating with round i."""
     if i % 2:
@@ -88,7 +93,7 @@ async def _pair(first, second, i: int):
 
 
 async def cfg_parallel(stub, rounds: int, steps: int) -> dict:
-    t2i = dict(GUIDED, steps=steps, width=SIZE, height=SIZE, cfg_img_scale=1.0)
+    t2i = _t2i(steps)
     edit = dict(GUIDED, steps=steps, cfg_img_scale=2.0)
     out: dict[str, list[float]] = {"t2i": [], "edit": []}
     for i in range(rounds + 1):  # round 0 warms both placements up
@@ -111,7 +116,7 @@ async def mesh_over_inprocess(stub, runner, rounds: int, steps: int) -> dict:
     from conductor.png import encode_png
     from engine.models.bagel.params import BagelParams
 
-    params = dict(GUIDED, steps=steps, width=SIZE, height=SIZE, cfg_img_scale=1.0)
+    params = _t2i(steps)
 
     async def inprocess():  # the same product as the mesh's Image event: PNG bytes
         steps_at = []
@@ -139,7 +144,7 @@ async def mesh_over_inprocess(stub, runner, rounds: int, steps: int) -> dict:
 
 
 async def fused_over_fanout(stub, rounds: int, steps: int) -> dict:
-    params = dict(GUIDED, steps=steps, width=SIZE, height=SIZE, cfg_img_scale=1.0)
+    params = _t2i(steps)
     ratios, lat = [], []
     for i in range(rounds + 1):
         fused, fanned = await _pair(lambda: run(stub, request(ONE, PROMPT, **params)),

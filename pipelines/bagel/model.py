@@ -156,26 +156,30 @@ def bagel_graph(name: str = "bagel", max_steps: int = MAX_STEPS, fused: bool = F
     return WalkGraph(name, _nodes(), _walks(max_steps, fused), first_walk=_first_walk)
 
 
+def branch_service(placement) -> str | None:
+    """The one service every guidance branch's velocity node is placed on, else None."""
+    services = {placement.node_to_service.get(v) for v in VELOCITY}
+    return services.pop() if len(services) == 1 else None
+
+
 def with_denoise(placement):
     """`placement` with `denoise` on the service of the guidance branches when they share
     one and the file does not place it (a deployment written before the fused loop)."""
     import dataclasses
 
-    where = dict(placement.node_to_service)
-    services = {where.get(v) for v in VELOCITY}
-    if "denoise" in where or len(services) != 1 or None in services:
+    service = branch_service(placement)
+    if "denoise" in placement.node_to_service or service is None:
         return placement
-    return dataclasses.replace(placement, node_to_service={**where, "denoise": services.pop()})
+    return dataclasses.replace(placement, node_to_service={**placement.node_to_service, "denoise": service})
 
 
 def fuses(placement) -> bool:
     """Whether `placement` (conductor.placement.Placement) runs every guidance branch on one
     service, where the loop then runs (`denoise` must be placed there: GraphError naming
     placement.denoise otherwise)."""
-    services = {placement.node_to_service.get(v) for v in VELOCITY}
-    if len(services) != 1 or None in services:
+    service = branch_service(placement)
+    if service is None:
         return False
-    (service,) = services
     if placement.node_to_service.get("denoise") != service:
         raise GraphError(f"placement.denoise: the guidance branches all run on service {service}, where the "
                          f"denoising loop then runs: place denoise there (it is on "

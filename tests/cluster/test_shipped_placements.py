@@ -57,9 +57,8 @@ def test_every_node_of_every_walk_runs_on_a_named_service(path):
 
 @pytest.mark.parametrize("name", PLACEMENT_ONLY)
 def test_the_top_level_placements_cover_the_toy_graph(name):
-    placement = Placement.from_yaml(SHIPPED_DIR / name)
-    placement.validate(toy_graph())
-    graph = toy_graph()
+    placement, graph = Placement.from_yaml(SHIPPED_DIR / name), toy_graph()
+    placement.validate(graph)
     assert {placement.service_name_for(n, w.name) for w in graph.walks for n in w.node_names} <= set(placement.services)
 
 
