@@ -45,12 +45,14 @@ def make_a():
     return PacedToy("bench_a", {"src": lambda i, p: {"x": i["n"] + 1}, "step": _step}, loops={"src": {"x": "n"}})
 
 
-def make_b():
-    return Toy("bench_b", {"mid": lambda i, p: {"y": i["x"]}, "check": _check})
+def make_b(item_runs: bool = True):
+    """item_runs: `mid` takes a per-item stream as one run (False: one run per item)."""
+    return Toy("bench_b", {"mid": lambda i, p: {"y": i["x"]}, "check": _check},
+               item_nodes=("mid",) if item_runs else ())
 
 
-def make_c():
-    return Toy("bench_c", {"sink": lambda i, p: {"z": i["y"]}})
+def make_c(item_runs: bool = True):
+    return Toy("bench_c", {"sink": lambda i, p: {"z": i["y"]}}, item_nodes=("sink",) if item_runs else ())
 
 
 # ---- graphs ------------------------------------------------------------------------

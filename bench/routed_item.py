@@ -4,7 +4,10 @@
 
 A StepLoop (its engine thread, as in a service) runs bench.conductor's middle toy `mid`:
 the consumer of one routed edge (FixedChunk(1), a chunk run per item) and the producer
-of the next (its outputs exported and posted to a peer). Each batch is one PushBatch of S
+of the next (its outputs exported and posted to a peer). A second StepLoop runs the same
+toy as an item node (runtime.route_item_runs: one run per stream, its items pushed), in
+alternate rounds: item_runs_us_per_item is its CPU per item, and
+item_runs_over_chunk_runs the median of the rounds' paired ratios. Each batch is one PushBatch of S
 entries, one per stream, as a producer's engine step sends them (runtime.push_batch);
 the next goes once the peer posts of this one are out. runtime_us_per_item is this process's CPU per item:
 claim, chunk run, resolve, the toy's open and step, route out, export, credit.
@@ -129,34 +132,40 @@ def measure(streams: int, rounds: int, batches_per_round: int) -> dict:
 
     torch.set_num_threads(1)
     peers, transport = CountingPeers(), Transport(TransportConfig(host_id="bench-host"))
-    loop = StepLoop(make_b(), transport, peers=peers)
-    loop.start()
+    loops = {form: StepLoop(make_b(item_runs=form == "items"), transport, peers=peers) for form in ("chunks", "items")}
     value, k = torch.tensor([5]), 0
     try:
-        loop.attach("conductor", lambda events: None)
-        loop.submit("conductor", _grants(streams))
-        loop.name_stream("peer-a", "bench-a")
-        runtime, component, ratios, encode, decode = [], [], [], [], []
+        for loop in loops.values():
+            loop.start()
+            loop.attach("conductor", lambda events: None)
+            loop.submit("conductor", _grants(streams))
+            loop.name_stream("peer-a", "bench-a")
+        runtime, item_runs, component, ratios, item_ratios, encode, decode = [], [], [], [], [], [], []
         for r in range(rounds + 1):  # round 0 warms both up
             batches = [_batch(streams, k + i, value.reshape(1)) for i in range(batches_per_round)]
             k += batches_per_round
             items = streams * batches_per_round
-            rt = runtime_round(loop, peers, batches) / items
-            ct = component_round(make_b(), batches, {"x": value}) / items
+            rt = runtime_round(loops["chunks"], peers, batches) / items
+            ct = component_round(make_b(item_runs=False), batches, {"x": value}) / items
+            it = runtime_round(loops["items"], peers, batches) / items
             et, dt = wire_round(batches)
             if r:
                 encode.append(et / items * 1e6)
                 decode.append(dt / items * 1e6)
                 runtime.append(rt * 1e6)
+                item_runs.append(it * 1e6)
                 component.append(ct * 1e6)
                 ratios.append(rt / ct)
+                item_ratios.append(it / rt)
     finally:
-        loop.stop(10)
+        for loop in loops.values():
+            loop.stop(10)
         transport.close()
     return {"streams": streams, "rounds": rounds, "items_per_round": streams * batches_per_round,
             "runtime_us_per_item": statistics.median(runtime), "component_us_per_item": statistics.median(component),
             "runtime_over_component": statistics.median(ratios), "encode_us_per_item": statistics.median(encode),
-            "decode_us_per_item": statistics.median(decode)}
+            "decode_us_per_item": statistics.median(decode), "item_runs_us_per_item": statistics.median(item_runs),
+            "item_runs_over_chunk_runs": statistics.median(item_ratios)}
 
 
 def main(argv=None) -> int:
@@ -171,7 +180,7 @@ def main(argv=None) -> int:
         args.streams, args.rounds, args.batches = 2, 1, 10
     results = measure(args.streams, args.rounds, args.batches)
     for key in ("runtime_us_per_item", "component_us_per_item", "runtime_over_component", "encode_us_per_item",
-                "decode_us_per_item"):
+                "decode_us_per_item", "item_runs_us_per_item", "item_runs_over_chunk_runs"):
         print(f"{key:28s} {results[key]:8.2f}")
     write_json(args.json, results)
     return 0

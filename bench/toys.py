@@ -32,7 +32,10 @@ class LoopRun:
 @dataclass
 class Toy:
     """fns[node](inputs, params) -> outputs. loops[node] = {out_port: in_port} carried
-    between the iterations of a loop that runs inside this component."""
+    between the iterations of a loop that runs inside this component. item_nodes: nodes
+    it maps item by item when a per-item routed edge feeds them one run for its stream
+    (runtime.route_item_runs): each engine step answers the items queued, an output each
+    at iteration + (k,), and the run ends with the stream."""
 
     name: str
     fns: dict[str, Callable]
@@ -43,6 +46,7 @@ class Toy:
     run_delay_s: float = 0.0  # per loop run advanced in a step: a batch costs more with more runs
     predicates: dict[str, Callable] = field(default_factory=dict)  # registered stop rules, by name
     seed: int = 0
+    item_nodes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.nodes = tuple(self.fns)
@@ -58,7 +62,7 @@ class Toy:
         predicate = item.stop_rule.component_predicate
         if predicate and predicate not in self.predicates:
             raise InvalidArgument(f"stop_rule.predicate {predicate!r} is not registered by {self.name}")
-        if item.node in self.loops:
+        if item.node in self.loops or (item.node in self.item_nodes and item.stream is not None):
             stream = item.stream and {"port": item.stream.port,
                                       "continue_after_producer_done": item.stream.continue_after_producer_done}
             run = LoopRun(item, {k: v.clone() for k, v in inputs.items()}, stream=stream)
@@ -86,8 +90,11 @@ class Toy:
             if run is None:
                 failures[i] = KeyError(key)
                 continue
-            if batch.stops[i] > batch.starts[i]:
-                run.queue += list(batch.values(i)[batch.num_context[i]:].split(1))
+            start, stop = batch.starts[i] + batch.num_context[i], batch.stops[i]
+            if stop - start == 1:  # one new item (a per-item stream): one view, not a split (~1 us, not ~4)
+                run.queue.append(batch.rows[start:stop])
+            elif stop > start:
+                run.queue += list(batch.rows[start:stop].split(1))
             run.is_eos = batch.ends[i]
         return failures
 
@@ -119,6 +126,8 @@ class Toy:
 
     def _advance(self, key, run: LoopRun):
         item = run.item
+        if item.node not in self.loops:
+            return self._map_items(key, run)
         if run.stream is not None:
             if run.queue:
                 run.state[run.stream["port"]] = run.queue.pop(0)
@@ -135,6 +144,21 @@ class Toy:
         if item.stop_rule.component_predicate:
             hit = hit or self.predicates[item.stop_rule.component_predicate](outputs)
         if hit or run.k >= item.max_iters:
+            del self._loops[key]
+            self.parked.discard(key)
+            events.append(NodeDone(item.request_id, item.node, iteration=item.iteration))
+        return events
+
+    def _map_items(self, key, run: LoopRun) -> list:
+        """An item run's step answers every item queued (the runtime hands it no more than
+        the run's client credit covers); the run ends with its stream."""
+        item, fn, port, events = run.item, self.fns[run.item.node], run.stream["port"], []
+        for value in run.queue:
+            events.append(NodeOutput(item.request_id, item.node, fn({port: value}, item.params),
+                                     item.iteration + (run.k,)))
+            run.k += 1
+        run.queue = []
+        if run.is_eos:
             del self._loops[key]
             self.parked.discard(key)
             events.append(NodeDone(item.request_id, item.node, iteration=item.iteration))

@@ -23,6 +23,7 @@ from core.evolve import evolve
 from runtime.edge_stats import EdgeRecorder, now_us, percentile
 from runtime.items import AcceptRoute, ChunkInfo, OpenNode, PushChunk, RouteCredit
 from runtime.push_batch import route_id
+from runtime.telemetry import extract_context
 
 RunKey = tuple[str, str, tuple[int, ...]]
 MAX_UNCLAIMED_TOKENS = 1024
@@ -43,6 +44,8 @@ class InRoute:
     num_running: int = 0
     is_ended: bool = False  # the producer's end of stream arrived
     is_finished: bool = False  # ended, every chunk run done, statistics reported
+    item_run: bool = False  # fed into one run of its node, not a run per item (runtime.route_item_runs)
+    num_pending: int = 0  # an item run's items pushed and not answered yet (not credited back)
     waiting: list = field(default_factory=list)  # (push, tensors) not applied yet, in order
     credits: dict[str, int] = field(default_factory=dict)  # client-bound port -> outputs it may still send
     recorder: EdgeRecorder = field(default_factory=EdgeRecorder)
@@ -93,6 +96,13 @@ class InRoute:
             self.owed += amount
             return True
         return False
+
+    def report(self, tracer, wire_id: Callable[[str], str]) -> dict:
+        """The edge's statistics for the conductor, and its spans in the request's trace."""
+        stats = summary(self)
+        run = self.accept.run
+        self.recorder.emit_spans(tracer, extract_context(run.traceparent, run.tracestate), wire_id(run.request_id))
+        return {"edge": stats} if stats else {}
 
     def end_span(self, error: str | None = None) -> None:
         """Ends the shared span of a per-item route's chunk runs (once), with how many ran."""
@@ -219,12 +229,12 @@ class InboundRoutes:
     def granted(self, request_id: str, node: str, iteration: tuple[int, ...]) -> InRoute | None:
         """The chunk-mode route whose runs are `node` at `iteration` + (k,)."""
         route = self.by_run.get((request_id, node, iteration))
-        return route if route is not None and not route.accept.push else None
+        return route if route is not None and not (route.accept.push or route.item_run) else None
 
     def pushing_into(self, request_id: str, node: str, iteration: tuple[int, ...]) -> InRoute | None:
-        """The push-mode route feeding this open loop run, if any."""
+        """The route pushing into this open run (a loop run, or an item run), if any."""
         route = self.by_run.get((request_id, node, iteration))
-        return route if route is not None and route.accept.push else None
+        return route if route is not None and (route.accept.push or route.item_run) else None
 
     def sent_by(self, stream_id: str) -> list[InRoute]:
         return [r for r in self.routes.values() if r.sender == stream_id and not r.is_finished]
@@ -245,10 +255,12 @@ class InboundRoutes:
             del self.unclaimed[rid]
 
     def check_integrity(self) -> None:
-        """Each route's running count is its open chunk runs; every index entry is live."""
+        """Each route's running count is its open chunk runs, only an item run has items
+        pending; every index entry is live."""
         for route in self.routes.values():
             running = sum(1 for r, _ in self.chunk_runs.values() if r is route)
             assert route.num_running == running, (route.accept.token, route.num_running, running)
+            assert route.num_pending >= 0 and (route.item_run or not route.num_pending), route.accept.token
         assert all(r in self.routes.values() for r in self.by_run.values())
         assert len(self.by_id) == len(self.routes) and all(route_id(t) in self.by_id for t in self.routes)
         assert len(self.unclaimed) <= MAX_UNCLAIMED_TOKENS and len(self.refused) <= MAX_UNCLAIMED_TOKENS

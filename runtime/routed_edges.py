@@ -8,13 +8,13 @@ per engine iteration (runtime.route_sender, runtime.push_batch) on the peer's li
 Credits and lease acknowledgements come back on that link; a run whose route window is
 full is parked.
 
-Consumer half (runtime.route_in): a granted route's pushes feed the open loop run, or
-open one run per chunk (runtime.route_chunk_runs). A batch's entries for open loop runs
-reach a component with `push_rows` in one call (runtime.row_batch). Those chunk runs
-answer nobody per run: when the stream has ended and every chunk run is done, one
-NodeDone for the node at the route's base iteration (with the edge's statistics) goes to
-the conductor that granted the route, and the edge's span is emitted here, in the
-request's trace.
+Consumer half (runtime.route_in): a granted route's pushes feed the open loop run, open
+one run per chunk (runtime.route_chunk_runs), or feed one run of a node its component maps
+item by item (runtime.route_item_runs). A batch's entries for open runs reach a component
+with `push_rows` in one call (runtime.row_batch). Chunk runs answer nobody per run: when
+the stream has ended and every chunk run is done, one NodeDone for the node at the
+route's base iteration (with the edge's statistics) goes to the conductor that granted
+the route, and the edge's span is emitted here, in the request's trace.
 """
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ from runtime.items import AcceptRoute, Credit, NodeDone, NodeError, OpenNode, Pu
 from runtime.parts import resolve_inputs
 from runtime.push_batch import PushBatch
 from runtime.route_chunk_runs import ChunkRuns
+from runtime.route_item_runs import ItemRuns
 from runtime.route_sender import PeerSender
 from runtime.row_batch import RowCollector
-from runtime.route_in import InboundRoutes, InRoute, RoutePermissionDenied, summary
+from runtime.route_in import InboundRoutes, InRoute, RoutePermissionDenied
 from runtime.route_out import OutboundRoutes, Send
-from runtime.telemetry import extract_context
 
 LOCAL = "local"  # the sender of this process's own pushes (co-located consumers)
 
@@ -52,6 +52,7 @@ class RoutedEdges:
         self.names: dict[str, str] = {}  # peer stream -> the producer's own name
         self.sender = PeerSender(self.out, transport, peers, gate, fail, drop, self._credit_now)
         self.chunks = ChunkRuns(self.inb, table, component, self._values, fail, self._maybe_finish)
+        self.items = ItemRuns(self.inb, table, component, gate, fail, self._credit, self._push_into_run)
         # while a PushBatch is applied to a component with push_rows: (its rows,), and the
         # collector of its entries for open loop runs (made at the first)
         self._batch: tuple | None = None
@@ -65,6 +66,8 @@ class RoutedEdges:
         if not item.push:  # the chunk runs' own routes (two routed edges in a row)
             self.out.open(run.request_id, run.node, run.iteration, run.routes)
         held = self.inb.accept(stream_id, item)
+        if self.items.takes(item):
+            self.items.open(self.inb.routes[item.token])
         refused = self.inb.refusal(item.token)
         if refused is not None:
             self._refuse(refused[0], self.inb.routes[item.token], refused[1])
@@ -122,7 +125,7 @@ class RoutedEdges:
             return
         if push.request_id != route.request_id:  # held before its grant, or named by the id its stream knows
             push = self.inb.identify(route, push)
-        if route.accept.push:
+        if route.accept.push or route.item_run:
             self._push_into_run(route, push, tensors, field)
         else:
             self.chunks.open(route, push, tensors, field)
@@ -137,6 +140,9 @@ class RoutedEdges:
     def _push_into_run(self, route: InRoute, push: PushChunk, tensors, field: str) -> None:
         key = (push.request_id, push.node, push.iteration)
         run = self.table.runs.get(key)
+        if run is not None and route.item_run and not self.items.has_room(route, run, len(push.produced_us)):
+            route.waiting.append((push, tensors))  # past its client credit: held, its producer not credited
+            return
         if run is None:
             if self.table.has_ended(*key):  # the loop stopped first (a talker at codec EOS)
                 close_unused(tensors)
@@ -160,11 +166,14 @@ class RoutedEdges:
             self.fail(push.request_id, push.node, *failure(e, f"{field} (node {push.node})"), push.iteration)
             return
         route.is_ended = route.is_ended or push.end_of_stream
-        self._credit(route, len(push.produced_us), ())
+        if route.item_run:  # credited as its items are answered
+            self.items.pushed(route, len(push.produced_us))
+        else:
+            self._credit(route, len(push.produced_us), ())
 
     def grant(self, item: Credit) -> bool:
-        """Client room for a chunk-mode route's outputs; False: not a route's."""
-        return self.chunks.grant(item)
+        """Client room for a route's outputs; False: not a route's."""
+        return self.chunks.grant(item) or self.items.grant(item)
 
     def opened(self, item: OpenNode) -> None:
         """A run the conductor opened: its routes, and pushes that waited for it."""
@@ -184,16 +193,8 @@ class RoutedEdges:
         run = route.accept.run
         self._send(self.out.end(run.request_id, run.node, run.iteration))
         self.emit(route.owner, NodeDone(run.request_id, run.node, iteration=run.iteration,
-                                        metadata=self._report(route)))
+                                        metadata=route.report(self.tracer, self.table.wire_id)))
         route.end_span()
-
-    def _report(self, route: InRoute) -> dict:
-        """The edge's statistics for the conductor, and its spans in the request's trace."""
-        stats = summary(route)
-        run = route.accept.run
-        route.recorder.emit_spans(self.tracer, extract_context(run.traceparent, run.tracestate),
-                                  self.table.wire_id(run.request_id))
-        return {"edge": stats} if stats else {}
 
     def _credit(self, route: InRoute, amount: int, consumed) -> None:
         # only the producer's own leases: ids are per arena
@@ -225,6 +226,8 @@ class RoutedEdges:
             base = (request_id, node, iteration[:-1])
             if not self.out.has_room(*base):
                 self.gate.block(base)
+        if node in self.items.nodes:
+            self.items.output(request_id, node, iteration)
         quiet = run.quiet_ports if run is not None else ()
         owned = {k: v for k, v in tensors.items() if k not in quiet} if quiet else tensors
         route = self.inb.of_chunk_run((request_id, node, iteration))
@@ -252,14 +255,19 @@ class RoutedEdges:
         metadata = dict(ev.metadata)
         if route is not None and not route.is_finished:
             route.is_finished = True
-            metadata.update(self._report(route))
-            self._credit(route, 0, consumed)  # the pushes' leases, now unreferenced
+            metadata.update(route.report(self.tracer, self.table.wire_id))
+            if route.item_run:  # what it never answered, and the pushes' leases
+                self.items.ended(route, consumed)
+            else:
+                self._credit(route, 0, consumed)  # the pushes' leases, now unreferenced
         return NodeDone(ev.request_id, ev.node, ev.consumed + consumed, ev.iteration, metadata)
 
     def run_failed(self, request_id: str, node: str, iteration: tuple[int, ...], message: str) -> None:
         found = self.inb.run_ended((request_id, node, iteration))
         if found is not None:
             found[0].span_error = found[0].span_error or message
+        elif node in self.items.nodes:
+            self.items.failed(request_id, node, iteration)
 
     # ---- producer half: sending, credits, peers -----------------------------------
 

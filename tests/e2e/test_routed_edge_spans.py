@@ -27,8 +27,10 @@ def traced():
     def telemetry(name: str) -> Telemetry:
         return Telemetry(name, span_processors=[SimpleSpanProcessor(exporter)], environ={})
 
+    # the consumers run a chunk run per item (their item runs have one span each, as any run)
     services = {k: start_in_process(make(), telemetry(f"svc-{k}"))
-                for k, make in {"a": make_a, "b": make_b, "c": make_c}.items()}
+                for k, make in {"a": make_a, "b": lambda: make_b(item_runs=False),
+                                "c": lambda: make_c(item_runs=False)}.items()}
     yield exporter, telemetry("conductor"), services
     for server in services.values():
         server.stop()

@@ -47,8 +47,9 @@ def credits(stream: RunStream) -> list[RouteCredit]:
     return [e for e in stream.events() if isinstance(e, RouteCredit)]
 
 
-def test_a_consumer_credits_half_a_window_at_a_time_and_settles_at_the_end():
-    server = start_in_process(make_b())
+@pytest.mark.parametrize("item_runs", [True, False])
+def test_a_consumer_credits_half_a_window_at_a_time_and_settles_at_the_end(item_runs):
+    server = start_in_process(make_b(item_runs))
     try:
         with RunStream(server.address) as conductor, RunStream(server.address) as producer:
             conductor.send(grant("r1", window=8))

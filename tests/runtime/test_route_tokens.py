@@ -15,9 +15,9 @@ from transport.codec import view
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(scope="module")
-def server():
-    s = start_in_process(make_b())
+@pytest.fixture(scope="module", params=[True, False], ids=["item_runs", "chunk_runs"])
+def server(request):
+    s = start_in_process(make_b(item_runs=request.param))
     yield s
     s.stop()
 
