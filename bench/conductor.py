@@ -45,6 +45,10 @@ one src emission carried end to end: two streaming hops and one client event.
 - grpc_stream_floor_us_per_msg (bench.grpc_floor): the CPU a bare grpc.aio server stream
   spends per message on this machine; conductor_cpu_over_floor = conductor CPU per item
   / it (each item reaches the client as one message, so 1.0 is the floor).
+  items_per_client_message: at that sweep point, the items per message the clients read
+  (the conductor sends a request's outputs that arrived together as one message: the
+  more upstream batches, the fewer messages per item, so its CPU per item falls);
+  conductor_cpu_us_per_client_message = conductor_cpu_us_per_item * it.
 
 Speculation (bench.conductor_spec): DynamicLoop(step on A -> check on B), the conductor
 driving it one iteration at a time; `step` sleeps `--step-ms` (device compute), `check`
@@ -147,13 +151,15 @@ def saturation_phases(client: Client, args, model: str, tag: str) -> dict:
         sweep.append({"concurrency": conc, "items_per_s": r["items"] / r["wall_s"],
                       "cpu_us_per_item": r["conductor_cpu_s"] / r["items"] * 1e6,
                       "cpu_util": r["conductor_cpu_s"] / r["wall_s"],
+                      "items_per_client_message": r["items"] / max(1, r["messages"]),
                       "other_cpu_util": {k: v / r["wall_s"] for k, v in r["other_cpu_s"].items()}})
     best = max(sweep, key=lambda p: p["items_per_s"])
     at_conc = next((p for p in sweep if p["concurrency"] == args.concurrency), best)
     return {"sweep": sweep, "conductor_saturation_items_per_s": best["items_per_s"],
             "conductor_items_per_core_s": 1e6 / best["cpu_us_per_item"],
             "conductor_cpu_us_per_item": best["cpu_us_per_item"], "conductor_cpu_util": best["cpu_util"],
-            "saturation_concurrency": best["concurrency"], "mesh_items_per_s": at_conc["items_per_s"]}
+            "saturation_concurrency": best["concurrency"], "mesh_items_per_s": at_conc["items_per_s"],
+            "items_per_client_message": best["items_per_client_message"]}
 
 
 async def inprocess_items_per_s(items: int, concurrency: int, rounds: int) -> float:
@@ -188,7 +194,8 @@ def rounds_of(client: Client, store, args) -> dict:
             got[prefix] = {**hop_phases(client, store, args, model, tag), **saturation_phases(client, args, model, tag)}
             print(f"round {r} {model}: hop c1 {got[prefix]['hop_us_c1']:.0f} us, c16 {got[prefix]['hop_us_c16']:.0f}"
                   f" us, conductor {got[prefix]['conductor_cpu_us_per_item']:.1f} us/item, "
-                  f"{got[prefix]['conductor_saturation_items_per_s']:.0f} items/s", flush=True)
+                  f"{got[prefix]['conductor_saturation_items_per_s']:.0f} items/s, "
+                  f"{got[prefix]['items_per_client_message']:.2f} items per client message", flush=True)
         per_round.append(got)
     results = {}
     for prefix in MODELS:
@@ -290,6 +297,8 @@ def report(results: dict) -> None:
         ("one busy core would route", "conductor_items_per_core_s", "items/s (1e6 / CPU us per item)"),
         ("bare grpc.aio stream, CPU per message", "grpc_stream_floor_us_per_msg", "us (bench.grpc_floor)"),
         ("conductor CPU per item / that", "conductor_cpu_over_floor", "x"),
+        ("items per client message there", "items_per_client_message", ""),
+        ("conductor CPU per client message", "conductor_cpu_us_per_client_message", "us"),
         ("mesh", "mesh_items_per_s", "items/s"),
         ("in-process", "inprocess_items_per_s", "items/s"),
         ("mesh / in-process", "mesh_over_inprocess", "x (target >= 0.9)"),
@@ -362,6 +371,8 @@ def main(argv=None) -> int:
         results[f"{prefix}hop_over_echo_hot"] = results[f"{prefix}hop_us_c1"] / results["grpc_echo_us"]
         results[f"{prefix}mesh_over_inprocess"] = results[f"{prefix}mesh_items_per_s"] / results["inprocess_items_per_s"]
         results[f"{prefix}hop_c16_over_c1"] = results[f"{prefix}hop_us_c16"] / results[f"{prefix}hop_us_c1"]
+        results[f"{prefix}conductor_cpu_us_per_client_message"] = (results[f"{prefix}conductor_cpu_us_per_item"]
+                                                                 * results[f"{prefix}items_per_client_message"])
     results["items_per_request"] = args.items
     results["bench_wall_s"] = time.perf_counter() - t0
     results["cpu_steal_share"] = steal_share(ticks0, cpu_ticks())

@@ -5,7 +5,8 @@ process's CPU time is the conductor's alone.
 
 Reads one JSON command per stdin line, {"model", "prefix", "requests", "concurrency",
 "items", "params"}, runs that many `Conductor.Generate` calls (at most `concurrency`
-at a time), and answers one JSON line: {"wall_s", "items", "latency_s": [...]}.
+at a time), and answers one JSON line: {"wall_s", "items", "messages", "latency_s": [...]}
+(messages: the batches the calls read, each one gRPC message).
 A call ends once it has `items` tensor events; the client then closes it (a chained
 streaming edge never ends its request yet: see bench.conductor).
 
@@ -35,17 +36,18 @@ def make_request(model: str, request_id: str, params: dict):
     return req
 
 
-async def one_call(stub, req, items: int) -> tuple[int, float]:
+async def one_call(stub, req, items: int) -> tuple[int, float, int]:
     t0 = time.perf_counter()
-    call, got = stub.GenerateBatches(req), 0  # as starmesh's own clients read
+    call, got, messages = stub.GenerateBatches(req), 0, 0  # as starmesh's own clients read
     try:
         async for batch in call:
+            messages += 1
             got += sum(1 for ev in batch.events if ev.WhichOneof("kind") == "tensor")
             if got >= items:
                 break
     finally:
         call.cancel()
-    return got, time.perf_counter() - t0
+    return got, time.perf_counter() - t0, messages
 
 
 async def run_phase(stub, cmd: dict) -> dict:
@@ -59,7 +61,8 @@ async def run_phase(stub, cmd: dict) -> dict:
     t0 = time.perf_counter()
     results = await asyncio.gather(*(bounded(r) for r in reqs))
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "items": sum(g for g, _ in results), "latency_s": [t for _, t in results]}
+    return {"wall_s": wall, "items": sum(r[0] for r in results), "latency_s": [r[1] for r in results],
+            "messages": sum(r[2] for r in results)}
 
 
 async def serve(address: str) -> None:
