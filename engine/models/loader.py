@@ -32,6 +32,7 @@ from engine.models import CausalLM, model_class
 from engine.offload.config import OffloadConfig
 from engine.offload.loading import attach_offload, effective_config, prepare_host_weights, skipped_names
 from core.errors import InvalidArgument
+from engine.models.meta_device import meta_device
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -143,7 +144,7 @@ def _load_weights(model: CausalLM, tensors: _Tensors, skip: frozenset[str] = fro
 
 def build_model(config: ModelConfig, device: str | torch.device = "cpu") -> CausalLM:
     """An uninitialized model of config's family, dtype and device (no random init)."""
-    with torch.device("meta"):
+    with meta_device():
         model = model_class(config)(config)
     model = model.to(dtype=config.torch_dtype).to_empty(device=device)
     return model.requires_grad_(False).eval()

@@ -23,6 +23,7 @@ import torch
 from core.errors import InvalidArgument
 from engine.models.sd3.checkpoint import torch_dtype
 from engine.models.sd3.vae import Sd3Vae
+from engine.models.meta_device import meta_device
 
 SCALE_FACTOR, SHIFT_FACTOR = 0.3611, 0.1159
 
@@ -155,7 +156,7 @@ def build_vae(state: Mapping[str, torch.Tensor], config: FluxAeConfig):
     from diffusers import AutoencoderKL
 
     converted = to_diffusers_state(state, config)
-    with torch.device("meta"):
+    with meta_device():
         vae = AutoencoderKL(**config.diffusers_config())
     slots = vae.state_dict()
     origin = {diffusers_key(k, len(config.ch_mult)): k for k in state}

@@ -21,6 +21,7 @@ from engine.models.bagel import EMA_WEIGHTS
 from engine.models.bagel.backbone import BagelLM, checkpoint_name
 from engine.models.bagel.config import BagelConfig, read_bagel_config
 from engine.models.loader import _load_weights, _open, _Tensors, tokenizer_path
+from engine.models.meta_device import meta_device
 
 BACKBONE_PREFIXES = ("language_model.", "vae2llm.", "llm2vae.", "time_embedder.", "latent_pos_embed.")
 VISION_PREFIXES = ("vit_model.", "connector.", "vit_pos_embed.")
@@ -28,7 +29,7 @@ VISION_PREFIXES = ("vit_model.", "connector.", "vit_pos_embed.")
 
 def build_backbone(config: BagelConfig, device: str | torch.device = "cpu") -> BagelLM:
     """An uninitialized backbone of config's dtype on `device` ("meta": shapes only, no memory)."""
-    with torch.device("meta"):
+    with meta_device():
         model = BagelLM(config)
     model = model.to(dtype=config.llm.torch_dtype)
     if torch.device(device).type != "meta":

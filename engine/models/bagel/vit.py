@@ -27,6 +27,7 @@ from torch import nn
 from core.errors import InvalidArgument
 from engine.models.bagel.sincos import PositionTable
 from engine.models.bagel.vit_config import VitConfig
+from engine.models.meta_device import meta_device
 
 
 def activation(name: str):
@@ -165,7 +166,7 @@ def tiny_vit_state(vit_config: Mapping[str, Any], llm_hidden: int, generator: to
     overrides: VitConfig.from_siglip's keywords (num_dropped_layers, max_num_patch_per_side, ...).
     Matrices are scaled by fan_in ** -0.5, norm weights around 1, biases and tables small."""
     config = VitConfig.from_siglip(vit_config, llm_hidden, **overrides)
-    with torch.device("meta"):
+    with meta_device():
         shapes = {name: t.shape for name, t in BagelVit(config).state_dict().items()}
     state = {}
     for name, shape in shapes.items():

@@ -34,6 +34,7 @@ from engine.offload.loading import attach_offload, effective_config, prepare_hos
 from engine.models.qwen3_omni.code2wav_layers import (CausalConvNet, CausalTransConvNet, ConvNeXtBlock, DecoderBlock,
                                            PreTransformer, SnakeBeta)
 from core.errors import InvalidArgument
+from engine.models.meta_device import meta_device
 
 PREFIX = "code2wav."
 _POSITIVE = ("codebook_size", "num_quantizers", "hidden_size", "num_attention_heads", "num_key_value_heads",
@@ -136,7 +137,7 @@ class Code2Wav(nn.Module):
             raise InvalidArgument(f"{path / 'config.json'}: no code2wav_config (not a Qwen3-Omni checkpoint?)")
         config = Code2WavConfig.from_hf(section)
         offload = effective_config(offload, "stateless")
-        with torch.device("meta"):
+        with meta_device():
             model = cls(config)
         model = model.to(dtype=_torch_dtype(dtype or raw.get("dtype") or raw.get("torch_dtype"))).to_empty(
             device="cpu" if offload else device)

@@ -15,6 +15,7 @@ from engine.models.qwen3_omni.audio_encoder import AudioEncoder
 from engine.models.qwen3_omni.encoder_config import (AUDIO_PREFIX, VISION_PREFIX, audio_config_from_hf,
                                                      vision_config_from_hf)
 from engine.models.qwen3_omni.vision_encoder import VisionEncoder
+from engine.models.meta_device import meta_device
 
 
 def _materialize(module: nn.Module, dtype: str, device) -> nn.Module:
@@ -37,7 +38,7 @@ def _load_prefixed(module: nn.Module, path: Path, prefix: str) -> None:
 def _load_tower(checkpoint_dir, build, read_config, prefix: str, dtype: str, device) -> nn.Module:
     path = _checkpoint_dir(checkpoint_dir)
     config = read_config(_read_json(path / "config.json"), str(path / "config.json"))
-    with torch.device("meta"):
+    with meta_device():
         model = build(config)
     model = _materialize(model, dtype, device)
     _load_prefixed(model, path, prefix)

@@ -11,6 +11,7 @@ from engine.models.qwen3_omni.talker import Talker
 from engine.offload.config import OffloadConfig
 from engine.offload.loading import attach_offload, effective_config, prepare_host_weights, skipped_names
 from engine.models.qwen3_omni.talker_config import TalkerSpec, talker_spec_from_hf
+from engine.models.meta_device import meta_device
 
 
 def read_talker_spec(checkpoint_dir: str | Path, dtype: str | None = None) -> TalkerSpec:
@@ -25,7 +26,7 @@ def load_talker(checkpoint_dir: str | Path, dtype: str | None = None, device: st
     path = _checkpoint_dir(checkpoint_dir)
     spec = read_talker_spec(path, dtype)
     offload = effective_config(offload, "kv_cache")
-    with torch.device("meta"):
+    with meta_device():
         model = Talker(spec)
     model = model.to(dtype=spec.decoder.torch_dtype).to_empty(device="cpu" if offload else device)
     model = model.requires_grad_(False).eval()
