@@ -3,7 +3,9 @@
 One long-lived stream per peer address, multiplexing every request whose routed edge
 goes there (as the conductor's streams do). `post` is called on the engine thread and
 never blocks: the batch crosses to the event loop with the engine iteration's other
-calls (runtime.loop_calls), where a writer sends it as one RunRequest. What comes back
+calls (runtime.loop_calls), where a writer sends it as one RunRequest, with every batch
+posted while its last write was under way (a busy link sends fewer, larger messages;
+message_split still cuts one over the size limit). What comes back
 (credits, refusals) goes to `on_events(peer, events)`; a broken stream goes to
 `on_broken(peer, message)` once, and the next post opens a new one (the peer may have
 restarted).
@@ -35,7 +37,10 @@ class _Link:
 
         try:
             while True:
-                too_big = await self.client.send(await self.queue.get(), sender=self.links.name)
+                items = await self.queue.get()
+                while not self.queue.empty():  # posted while the last write was under way: one message
+                    items = items + self.queue.get_nowait()
+                too_big = await self.client.send(items, sender=self.links.name)
                 if too_big:  # fails those requests, as a refusal from the peer would
                     self.links.on_events(self.peer, [oversized_error(i, self.client.max_message_bytes)
                                                      for i in too_big])
