@@ -12,7 +12,7 @@ route's grant gives its request, node, iteration and port.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -46,6 +46,7 @@ class InRoute:
     is_finished: bool = False  # ended, every chunk run done, statistics reported
     item_run: bool = False  # fed into one run of its node, not a run per item (runtime.route_item_runs)
     num_pending: int = 0  # an item run's items pushed and not answered yet (not credited back)
+    held: deque = field(default_factory=deque)  # an item run's [items not answered, their handles] per push
     waiting: list = field(default_factory=list)  # (push, tensors) not applied yet, in order
     credits: dict[str, int] = field(default_factory=dict)  # client-bound port -> outputs it may still send
     recorder: EdgeRecorder = field(default_factory=EdgeRecorder)
@@ -261,6 +262,7 @@ class InboundRoutes:
             running = sum(1 for r, _ in self.chunk_runs.values() if r is route)
             assert route.num_running == running, (route.accept.token, route.num_running, running)
             assert route.num_pending >= 0 and (route.item_run or not route.num_pending), route.accept.token
+            assert sum(n for n, _ in route.held) == (route.num_pending if route.held else 0), route.accept.token
         assert all(r in self.routes.values() for r in self.by_run.values())
         assert len(self.by_id) == len(self.routes) and all(route_id(t) in self.by_id for t in self.routes)
         assert len(self.unclaimed) <= MAX_UNCLAIMED_TOKENS and len(self.refused) <= MAX_UNCLAIMED_TOKENS

@@ -11,7 +11,10 @@ would have answered together, without a run, a span and a NodeDone per item.
 
 Credits: the producer is credited for an item once its output is out (not when it is
 pushed), so the route's window bounds the items queued in the component as it bounds
-running chunk runs; whatever is still owed when the run ends is settled then. Client
+running chunk runs; whatever is still owed when the run ends is settled then. A push's
+resolved inputs are closed once its items are answered, their leases acknowledged with
+that credit (a component keeps no pushed rows past its step, as the push contract says),
+so a long stream holds no more of its producer's memory than its window. Client
 credits (OpenNode.credits, then Credit items) are the run's own: the component is handed
 no more items than the run may still answer (the rest wait here, uncredited, so the
 producer parks at its window), and the step loop parks the run when they are spent. A
@@ -26,6 +29,7 @@ from opentelemetry import trace
 from core.evolve import evolve
 from runtime.grpc_status import failure
 from runtime.items import AcceptRoute, Credit, StreamInput
+from runtime.request_table import NodeRun
 from runtime.route_in import InboundRoutes, InRoute
 
 
@@ -64,8 +68,14 @@ class ItemRuns:
             return True
         return route.num_pending + num_items <= min(run.credits.values())
 
-    def pushed(self, route: InRoute, num_items: int) -> None:
+    def hold(self, route: InRoute, num_items: int) -> list:
+        """The list a push's resolved inputs go in: closed (their leases acknowledged to
+        the producer with its credit) once its `num_items` items are answered."""
         route.num_pending += num_items
+        handles: list = []
+        if num_items:
+            route.held.append([num_items, handles])
+        return handles
 
     def grant(self, item: Credit) -> bool:
         """Client room for an item run (False: the Credit is not for one): the run's
@@ -84,15 +94,37 @@ class ItemRuns:
         route = self.inb.pushing_into(request_id, node, iteration[:-1]) if iteration else None
         if route is not None and route.item_run and route.num_pending > 0:
             route.num_pending -= 1
-            self.credit(route, 1, ())
+            head = route.held[0]
+            head[0] -= 1
+            if head[0]:
+                self.credit(route, 1, ())
+            else:  # the push's last item: its inputs are done with
+                route.held.popleft()
+                self.credit(route, 1, NodeRun(handles=head[1]).close())
 
     def ended(self, route: InRoute, consumed) -> None:
         """The run ended: the items it never answered, and the leases it consumed, are
         credited back at once (nothing owed is lost)."""
         route.is_finished = True  # from now on every credit goes at once
         owed, route.num_pending = route.num_pending, 0
+        consumed = tuple(consumed) + self._release(route)
         if owed or consumed:
             self.credit(route, owed, consumed)
+
+    def cancel(self, request_id: str) -> None:
+        """The request is gone: its item runs' held inputs are closed (its leases go
+        with the request at their producers)."""
+        for route in self.inb.routes.values():
+            if route.request_id == request_id and route.held:
+                self._release(route)
+
+    @staticmethod
+    def _release(route: InRoute) -> tuple:
+        """Closes every input the route's run still holds; the leases they consumed."""
+        consumed: tuple = ()
+        while route.held:
+            consumed += NodeRun(handles=route.held.popleft()[1]).close()
+        return consumed
 
     def failed(self, request_id: str, node: str, iteration: tuple[int, ...]) -> None:
         """The run failed: its producer may still be streaming, and is owed what it sent

@@ -150,25 +150,25 @@ class RoutedEdges:
             else:  # the conductor opens the loop run when its other inputs are ready
                 route.waiting.append((push, tensors))
             return
+        # an item run frees each item's inputs once it is answered; a loop run at its end
+        handles = self.items.hold(route, len(push.produced_us)) if route.item_run else run.handles
         try:
             if self._batch is not None:  # a batch's entry: one push_rows call for the batch
                 if self._rows_in is None:
                     self._rows_in = RowCollector(self._batch[0])
                 if tensors is not None:
-                    tensors.hold(run.handles, route.arenas)
+                    tensors.hold(handles, route.arenas)
                 self.inb.record(route, push, tensors)
                 self._rows_in.add(push, tensors)
             else:
-                values = self._values(route, push, tensors, run.handles, field)
+                values = self._values(route, push, tensors, handles, field)
                 self.inb.record(route, push, value_of(push, tensors))
                 self.component.push(push, values)
         except Exception as e:
             self.fail(push.request_id, push.node, *failure(e, f"{field} (node {push.node})"), push.iteration)
             return
         route.is_ended = route.is_ended or push.end_of_stream
-        if route.item_run:  # credited as its items are answered
-            self.items.pushed(route, len(push.produced_us))
-        else:
+        if not route.item_run:  # an item run's are credited as they are answered
             self._credit(route, len(push.produced_us), ())
 
     def grant(self, item: Credit) -> bool:
@@ -294,6 +294,7 @@ class RoutedEdges:
 
     def cancel(self, request_id: str) -> None:
         self.out.cancel(request_id)
+        self.items.cancel(request_id)
         for route in self.inb.routes.values():
             if route.request_id == request_id and not route.is_finished:
                 route.end_span("cancelled")

@@ -188,3 +188,36 @@ def test_an_item_run_that_fails_to_open_fails_its_request_alone_and_owes_nothing
         server.hosted.step_loop.routed.inb.check_integrity()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("item_runs", [True, False])
+def test_inputs_in_shared_memory_are_freed_as_items_are_answered(item_runs):
+    """The producer's leases are acknowledged item by item (an item run's as each item is
+    answered, a chunk run's at its end), not held to the stream's end."""
+    from transport.config import TransportConfig
+
+    shm = TransportConfig(host_id="test-host", mode="shm")
+    services = {"a": start_in_process(make_a(), transport_config=shm),
+                "b": start_in_process(make_b(item_runs), transport_config=shm),
+                "c": start_in_process(make_c(item_runs), transport_config=shm)}
+    arena = services["a"].hosted.step_loop.transport.arena
+    placement = Placement.from_dict({"services": {k: {"replicas": [s.address]} for k, s in services.items()},
+                                     "placement": {"src": "a", "mid": "b", "sink": "c"}})
+
+    async def main() -> tuple[int, int]:
+        async with remote_executor(pipeline_graph(100000), placement, PIPELINE_INNER_LOOPS) as ex:
+            got = 0
+            async with contextlib.aclosing(ex.generate("long", {"n": (torch.tensor([0.0]),)},
+                                                       {"interval_s": 0.001})) as outputs:
+                async for _ in outputs:
+                    got += 1
+                    if got == 300:
+                        return got, arena.num_leases  # the stream goes on: nothing has ended
+
+    try:
+        got, leases = asyncio.run(main())
+        assert got == 300 and leases < 100  # held to the end, 300 items would hold 300 leases
+        _settled(services)
+    finally:
+        for server in services.values():
+            server.stop()
