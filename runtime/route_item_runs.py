@@ -99,8 +99,8 @@ class ItemRuns:
             if head[0]:
                 self.credit(route, 1, ())
             else:  # the push's last item: its inputs are done with
-                route.held.popleft()
-                self.credit(route, 1, NodeRun(handles=head[1]).close())
+                route.held.popleft()  # an inline push resolved to no handle: nothing to close
+                self.credit(route, 1, NodeRun(handles=head[1]).close() if head[1] else ())
 
     def ended(self, route: InRoute, consumed) -> None:
         """The run ended: the items it never answered, and the leases it consumed, are
