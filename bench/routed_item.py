@@ -6,11 +6,11 @@ A StepLoop (its engine thread, as in a service) runs bench.conductor's middle to
 the consumer of one routed edge (FixedChunk(1), a chunk run per item) and the producer
 of the next (its outputs exported and posted to a peer). A second StepLoop runs the same
 toy as an item node (runtime.route_item_runs: one run per stream, its items pushed), in
-alternate rounds: item_runs_us_per_item is its CPU per item, and
-item_runs_over_chunk_runs the median of the rounds' paired ratios. Each batch is one PushBatch of S
-entries, one per stream, as a producer's engine step sends them (runtime.push_batch);
-the next goes once the peer posts of this one are out. runtime_us_per_item is this process's CPU per item:
-claim, chunk run, resolve, the toy's open and step, route out, export, credit.
+alternate rounds: item_runs_us_per_item is its CPU per item, and item_runs_over_chunk_runs
+the median of the rounds' paired ratios. Each batch is one PushBatch of S entries, one
+per stream, as a producer's engine step sends them (runtime.push_batch); the next goes
+once the peer posts of this one are out. runtime_us_per_item is this process's CPU per
+item: claim, chunk run, resolve, the toy's open and step, route out, export, credit.
 component_us_per_item, the baseline measured in alternate rounds, is the toy alone
 (open + step of the same items, no runtime); runtime_over_component is the median of the
 rounds' paired ratios.

@@ -63,6 +63,11 @@ class InRoute:
         return self.accept.run.request_id
 
     @property
+    def feeds_one_run(self) -> bool:
+        """Its pushes go into one open run (a loop run, or an item run), not a run each."""
+        return self.accept.push or self.item_run
+
+    @property
     def is_blocked(self) -> bool:
         """Its client is behind: no chunk run opens until the conductor grants more."""
         for c in self.credits.values():  # a loop, not any(genexpr): asked per chunk, mostly of none
@@ -230,12 +235,12 @@ class InboundRoutes:
     def granted(self, request_id: str, node: str, iteration: tuple[int, ...]) -> InRoute | None:
         """The chunk-mode route whose runs are `node` at `iteration` + (k,)."""
         route = self.by_run.get((request_id, node, iteration))
-        return route if route is not None and not (route.accept.push or route.item_run) else None
+        return route if route is not None and not route.feeds_one_run else None
 
     def pushing_into(self, request_id: str, node: str, iteration: tuple[int, ...]) -> InRoute | None:
         """The route pushing into this open run (a loop run, or an item run), if any."""
         route = self.by_run.get((request_id, node, iteration))
-        return route if route is not None and (route.accept.push or route.item_run) else None
+        return route if route is not None and route.feeds_one_run else None
 
     def sent_by(self, stream_id: str) -> list[InRoute]:
         return [r for r in self.routes.values() if r.sender == stream_id and not r.is_finished]
@@ -262,7 +267,7 @@ class InboundRoutes:
             running = sum(1 for r, _ in self.chunk_runs.values() if r is route)
             assert route.num_running == running, (route.accept.token, route.num_running, running)
             assert route.num_pending >= 0 and (route.item_run or not route.num_pending), route.accept.token
-            assert sum(n for n, _ in route.held) == (route.num_pending if route.held else 0), route.accept.token
+            assert sum(n for n, _ in route.held) == route.num_pending, route.accept.token  # a counter of held
         assert all(r in self.routes.values() for r in self.by_run.values())
         assert len(self.by_id) == len(self.routes) and all(route_id(t) in self.by_id for t in self.routes)
         assert len(self.unclaimed) <= MAX_UNCLAIMED_TOKENS and len(self.refused) <= MAX_UNCLAIMED_TOKENS

@@ -125,7 +125,7 @@ class RoutedEdges:
             return
         if push.request_id != route.request_id:  # held before its grant, or named by the id its stream knows
             push = self.inb.identify(route, push)
-        if route.accept.push or route.item_run:
+        if route.feeds_one_run:
             self._push_into_run(route, push, tensors, field)
         else:
             self.chunks.open(route, push, tensors, field)
