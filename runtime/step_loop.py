@@ -198,6 +198,9 @@ class StepLoop:
         self._outbox.detach(stream_id)
         for rid in self._table.drop_stream(stream_id):
             self._drop_in_component(rid)
+            # leases it sent on peer links (another carrier): their consumer dropped
+            # the request too and will not acknowledge them
+            self._call_transport("release_request", rid)
         self._call_transport("release_carrier", stream_id)
 
     def _stop_streams(self) -> None:

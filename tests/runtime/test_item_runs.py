@@ -218,6 +218,9 @@ def test_inputs_in_shared_memory_are_freed_as_items_are_answered(item_runs):
         got, leases = asyncio.run(main())
         assert got == 300 and leases < 100  # held to the end, 300 items would hold 300 leases
         _settled(services)
+        # the executor's streams closed mid-stream, with no Cancel: the producer frees
+        # what it had sent on the peer link as it drops the request
+        assert wait_until(lambda: arena.num_leases == 0, 10), arena.num_leases
     finally:
         for server in services.values():
             server.stop()
