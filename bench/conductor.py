@@ -74,6 +74,7 @@ import time
 
 from bench.conductor_client import Client
 from bench.output import cpu_ticks, print_table, steal_share, write_json
+from core import event_loop
 
 STREAM_EDGES = ("src.x -> mid.x", "mid.y -> sink.y")  # the per-item hops (not input.n -> src.n)
 FACTORIES = {"a": "bench.conductor_toys:make_a", "b": "bench.conductor_toys:make_b", "c": "bench.conductor_toys:make_c",
@@ -362,7 +363,8 @@ def main(argv=None) -> int:
         for svc in services.values():
             svc.stop()
         store.close()
-    results["inprocess_items_per_s"] = asyncio.run(inprocess_items_per_s(args.items, args.concurrency, 3))
+    # on the loop a starmesh process runs (the mesh's processes do), not the bench client's
+    results["inprocess_items_per_s"] = event_loop.run(inprocess_items_per_s(args.items, args.concurrency, 3))
     results.update(floor_us_per_message(args.floor_messages))
     results["conductor_cpu_over_floor"] = (results["conductor_cpu_us_per_item"]
                                            / results["grpc_stream_floor_us_per_msg"])

@@ -18,6 +18,7 @@ import sys
 import time
 
 from bench.output import proc_cpu_s, write_json
+from core import event_loop
 
 
 def _event():
@@ -99,8 +100,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="PATH", help="write the figures here")
     p.add_argument("--quick", action="store_true", help="smoke run: 200 messages per call, one round")
     args = p.parse_args(argv)
-    if args.serve:
-        asyncio.run(_serve(args.messages))
+    if args.serve:  # on the loop the conductor it is the floor of runs
+        event_loop.run(_serve(args.messages))
         return 0
     rounds = 3
     if args.quick:

@@ -9,6 +9,7 @@ import asyncio
 import socket
 
 from client.connection import Connection
+from core import event_loop
 from gateway.app import make_app
 from gateway.config import GatewayConfig
 
@@ -36,7 +37,7 @@ def serve(connection: Connection, config: GatewayConfig, on_ready=None) -> None:
         # stop exits 0, as every service's does
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: None)
-    asyncio.run(_serve(connection, config, on_ready))
+    event_loop.run(_serve(connection, config, on_ready))
 
 
 def uvicorn_config(app, config: GatewayConfig):

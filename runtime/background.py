@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import threading
 
+from core import event_loop
 from runtime.server import GrpcServer, HostedService, ServerConfig
 from runtime.telemetry import Telemetry
 
@@ -36,7 +37,7 @@ class BackgroundServer:
 
     def start(self, timeout_s: float = 30.0, wait_serving: bool = True) -> int:
         """Starts the thread and the server; returns the bound port."""
-        loop = asyncio.new_event_loop()
+        loop = event_loop.new_event_loop()
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="grpc-server", daemon=True)
         self._thread.start()

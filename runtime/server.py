@@ -24,6 +24,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from core import event_loop
 from core.priority import MAX_NICE, is_nice
 from runtime.decode_guard import DecodeGuard
 from runtime.health_list import ListingHealthServicer
@@ -167,7 +168,8 @@ class GrpcServer:
             bind(self._set_health)
         self.hosted.start()
         self._watcher = asyncio.create_task(self._watch_ready())
-        log.info("listening on %s:%d (%s)", self.config.host, self.port, _security(self.config.tls))
+        log.info("listening on %s:%d (%s, %s)", self.config.host, self.port, _security(self.config.tls),
+                 event_loop.name(asyncio.get_running_loop()))
         return self.port
 
     def _set_health(self, name: str, is_serving: bool) -> None:
@@ -301,4 +303,4 @@ def serve_blocking(hosted: HostedService, config: ServerConfig, telemetry: Telem
     from runtime.process import write_port_file
 
     on_serving = (lambda port: write_port_file(port_file, port)) if port_file else None
-    asyncio.run(serve(hosted, config, telemetry, on_serving=on_serving))
+    event_loop.run(serve(hosted, config, telemetry, on_serving=on_serving))

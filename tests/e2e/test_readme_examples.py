@@ -254,3 +254,5 @@ def test_ctrl_c_stops_everything_without_an_error_and_start_up_is_quiet(local_up
     for noise in ("Loading weights", "Unrecognized keys in `rope_parameters`", "requires torchvision", "it/s]"):
         assert noise not in start, noise
     assert "listening on" in start  # and what a user needs is still there
+    listening = [line for line in start.splitlines() if "listening on" in line]
+    assert all(line.endswith(", uvloop)") for line in listening), listening  # every process on uvloop
