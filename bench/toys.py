@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode
+from runtime.items import NodeDone, NodeError, NodeOutput, NodeOutputs, OpenNode
 from core.errors import InvalidArgument
 
 
@@ -47,6 +47,10 @@ class Toy:
     predicates: dict[str, Callable] = field(default_factory=dict)  # registered stop rules, by name
     seed: int = 0
     item_nodes: tuple[str, ...] = ()
+    # item nodes whose fn maps rows independently and reads no params: a step answers the
+    # queued items of every run of the node with one call on their stacked rows, returned
+    # as one NodeOutputs (a component's columnar outputs)
+    columnar: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.nodes = tuple(self.fns)
@@ -113,9 +117,15 @@ class Toy:
         if active and self.run_delay_s:
             time.sleep(self.run_delay_s * len(active))
         events, self._events = self._events, []
+        columns: dict[str, list] = {}  # columnar node -> its runs that step
         for key, run in list(self._loops.items()):
             if key not in self.parked and run.is_runnable:
-                events += self._advance(key, run)
+                if run.item.node in self.columnar and run.stream is not None:
+                    columns.setdefault(run.item.node, []).append((key, run))
+                else:
+                    events += self._advance(key, run)
+        for node, runs in columns.items():
+            events += self._map_columns(node, runs)
         return events
 
     def park(self, request_id, node, iteration) -> None:
@@ -162,6 +172,29 @@ class Toy:
             del self._loops[key]
             self.parked.discard(key)
             events.append(NodeDone(item.request_id, item.node, iteration=item.iteration))
+        return events
+
+    def _map_columns(self, node: str, runs: list) -> list:
+        """Every queued item of these item runs of `node` in one call of its fn: one
+        NodeOutputs, entry i one item ([N, ...] rows); a run whose stream ended ends."""
+        rids, iterations, values = [], [], []
+        for _, run in runs:
+            item = run.item
+            for value in run.queue:
+                rids.append(item.request_id)
+                iterations.append(item.iteration + (run.k,))
+                values.append(value)
+                run.k += 1
+            run.queue = []
+        events = []
+        if values:
+            port = runs[0][1].stream["port"]
+            events.append(NodeOutputs(node, tuple(rids), tuple(iterations), self.fns[node]({port: torch.cat(values)}, {})))
+        for key, run in runs:
+            if run.is_eos:
+                del self._loops[key]
+                self.parked.discard(key)
+                events.append(NodeDone(run.item.request_id, node, iteration=run.item.iteration))
         return events
 
     def ready(self) -> bool:

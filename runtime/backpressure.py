@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from runtime.items import Credit, NodeOutput
+from runtime.items import Credit
 from runtime.request_table import RequestTable
 
 log = logging.getLogger(__name__)
@@ -18,13 +18,14 @@ class CreditGate:
         self.component = component
         self.can_park = hasattr(component, "park") and hasattr(component, "resume")
 
-    def spend(self, ev: NodeOutput, found) -> None:
+    def spend(self, ports, found) -> None:
         """One item per output port leaves; park the run when a limited port hits 0.
-        found: the output's (key, run) from RequestTable.run_of (None: no open run)."""
+        ports: the output's port names (its tensors); found: the output's (key, run) from
+        RequestTable.run_of (None: no open run)."""
         if found is None or not found[1].credits:
             return
         key, run = found
-        for port in ev.tensors:
+        for port in ports:
             if port in run.credits:
                 run.credits[port] -= 1
         self._sync(key, run)

@@ -21,6 +21,12 @@ run once it no longer uses its inputs; after NodeDone or NodeError they are rele
 A port value sent in parts (a chunk of streamed items, an accumulated loop output)
 arrives concatenated along dim 0 (runtime.parts).
 
+Columnar outputs (optional): step() may return a step's outputs of one node as ONE
+NodeOutputs (request ids, iterations, and each port's values stacked [N, ...], a row per
+entry) instead of N NodeOutputs; the runtime treats it as the outputs it stands for, and
+sends the entries bound only for the client on without an object per entry
+(runtime.columnar_outputs).
+
 Batched pushes (optional): a component with `push_rows(batch) -> {entry: error}` gets
 every entry of a peer's engine step that feeds one of its open loop runs in one call,
 the rows stacked as they arrived (runtime.row_batch); one without it gets a `push` per

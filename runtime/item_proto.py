@@ -39,7 +39,7 @@ from runtime.items import (
     Alive,
     StopRule,
 )
-from runtime.output_batch import OutputGroup, group, group_to_proto, outputs_from_proto
+from runtime.output_batch import OutputGroup, OutputRows, group, group_to_proto, outputs_from_proto, rows_to_proto
 from runtime.push_batch import PushBatch
 from runtime.push_batch_proto import batch_from_proto, batch_to_proto
 from runtime.route_proto import MAX_WINDOW, routes_from_proto, routes_to_proto
@@ -328,6 +328,8 @@ def units_to_proto(units: Iterable) -> pb.RunResponse:
         e = msg.events.add()
         if isinstance(ev, OutputGroup):
             group_to_proto(ev, e.outputs)
+        elif isinstance(ev, OutputRows):
+            rows_to_proto(ev, e.outputs)
         elif isinstance(ev, NodeOutput):
             o = e.output
             o.request_id, o.node = ev.request_id, ev.node

@@ -1,7 +1,8 @@
 """Work items that travel on `Component.Run`, as the core sees them (no protobuf).
 
 `runtime.item_proto` converts them to and from `starmesh.v1` messages at the gRPC edge.
-Inbound: OpenNode, PushChunk, Cancel, Release, Credit, AcceptRoute. Outbound: NodeOutput,
+Inbound: OpenNode, PushChunk, Cancel, Release, Credit, AcceptRoute. Outbound: NodeOutput
+(or NodeOutputs: a step's outputs of one node, columnar, as a component returns them),
 NodeError, NodeDone, RouteCredit (to a producer's runtime on its peer stream) and Alive
 (the heartbeat).
 """
@@ -208,6 +209,26 @@ class NodeOutput:
 
 
 @dataclass(frozen=True)
+class NodeOutputs:
+    """One step's outputs of one node for several of its runs, columnar: entry i is the
+    run (request_ids[i], node, iterations[i]), and each port's tensor stacks the entries'
+    values along dim 0, one row each ([N, ...]: entry i's value is row i, a [1, ...] view).
+    The runtime treats it as the N NodeOutputs it stands for, in order; the component
+    builds no object or tensor per entry."""
+
+    node: str
+    request_ids: tuple[str, ...]
+    iterations: tuple[tuple[int, ...], ...]
+    tensors: dict[str, Any]  # port -> [N, ...]
+
+    def __post_init__(self) -> None:
+        n = len(self.request_ids)
+        if len(self.iterations) != n or any(int(t.shape[0]) != n for t in self.tensors.values()):
+            raise ValueError(f"NodeOutputs of {self.node}: {n} request ids, {len(self.iterations)} iterations, "
+                             f"rows {[int(t.shape[0]) for t in self.tensors.values()]}: one row per entry")
+
+
+@dataclass(frozen=True)
 class NodeError:
     request_id: str
     node: str
@@ -245,4 +266,4 @@ class Alive:
     request_id: str = ""
 
 
-OutboundEvent = Union[NodeOutput, NodeError, NodeDone, RouteCredit, Alive]
+OutboundEvent = Union[NodeOutput, "NodeOutputs", NodeError, NodeDone, RouteCredit, Alive]

@@ -1,7 +1,9 @@
 """A stream's outputs of one step, columnar: the wire's OutputBatch.
 
-A component's step emits one NodeOutput per request it advanced (a token, a frame).
-On a Run stream, consecutive outputs of one node with the same ports, no metadata and
+Outputs a component returned columnar (NodeOutputs: a step's outputs of one node,
+stacked) whose entries go only to the client leave as they came: one OutputRows per
+stream, one inline reference per port, no object per entry. Any other output is one
+NodeOutput (a token, a frame of one request), and on a Run stream consecutive outputs of one node with the same ports, no metadata and
 every value inline travel as ONE OutputBatch event: each port's values stacked into one
 inline tensor, the entries' request ids, iterations, production times and row counts as
 parallel columns. Only consecutive outputs join (an event of any other kind, or an
@@ -34,6 +36,47 @@ class OutputGroup:
     key: tuple
     outputs: list[NodeOutput] = field(default_factory=list)
     nbytes: int = 0
+
+
+@dataclass
+class OutputRows:
+    """Outputs of one node for several runs on one stream, exported already stacked: one
+    inline reference per port, [N, ...], entry i's value its row i (the step loop's form of
+    a component's NodeOutputs bound only for the client). A wire unit of its own."""
+
+    node: str
+    request_ids: list[str]
+    iterations: list[tuple[int, ...]]  # every entry's path has the same depth
+    produced_us: float
+    tensors: dict[str, TensorRef]
+
+    @property
+    def outputs(self) -> list[NodeOutput]:
+        """The NodeOutputs it stands for (what a reader gets back), each value its own row."""
+        rows = {port: _rows(ref, len(self.request_ids)) for port, ref in self.tensors.items()}
+        return [NodeOutput(rid, self.node, {p: r[i] for p, r in rows.items()}, self.iterations[i], {},
+                           self.produced_us) for i, rid in enumerate(self.request_ids)]
+
+
+def _rows(ref: TensorRef, n: int) -> list[TensorRef]:
+    data, trailing = ref.location.data, ref.shape[1:]
+    size = len(data) // n if n else 0
+    return [TensorRef.of_tensor(ref.dtype, (1,) + trailing, InlineLocation(data[i * size:(i + 1) * size]))
+            for i in range(n)]
+
+
+def rows_to_proto(r: OutputRows, out: pb.OutputBatch) -> None:
+    n, depth = len(r.request_ids), len(r.iterations[0]) if r.iterations else 0
+    out.node, out.depth = r.node, depth
+    out.request_ids.extend(r.request_ids)
+    if depth:
+        out.iterations = np.array(r.iterations, dtype="<u4").tobytes()
+    out.produced_us = np.full(n, r.produced_us, dtype="<f8").tobytes()
+    ones = np.ones(n, dtype="<u4").tobytes()
+    for port in sorted(r.tensors):
+        col = out.columns.add(port=port)
+        col.rows = ones
+        ref_to_proto(r.tensors[port], col.values)
 
 
 def _key(ev) -> tuple | None:

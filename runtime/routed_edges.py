@@ -226,6 +226,11 @@ class RoutedEdges:
             base = (request_id, node, iteration[:-1])
             if not self.out.has_room(*base):
                 self.gate.block(base)
+        return self.answered(request_id, node, iteration, tensors, run)
+
+    def answered(self, request_id: str, node: str, iteration: tuple[int, ...], tensors: dict, run) -> dict:
+        """The output's routed inputs are answered (an item run's producer is credited, a
+        chunk run's route spends its client credit); returns what the conductor needs."""
         if node in self.items.nodes:
             self.items.output(request_id, node, iteration)
         quiet = run.quiet_ports if run is not None else ()

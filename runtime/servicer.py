@@ -26,7 +26,7 @@ from runtime.edge_stats import now_us
 from runtime.grpc_status import map_errors
 from runtime.heartbeat import DEFAULT_INTERVAL_S, beat
 from runtime.message_split import oversized_error, split
-from runtime.output_batch import OutputGroup, group
+from runtime.output_batch import OutputGroup, OutputRows, group
 from runtime.items import NodeError, NodeOutput, OutboundEvent
 from runtime.step_loop import StepLoop
 from core.errors import StarmeshError
@@ -133,7 +133,7 @@ class ComponentServicer(component_pb2_grpc.ComponentServicer):
         parts, oversized = split(_events_to_proto(units), "events", self._max_message_bytes)
         if oversized:
             errors = [oversized_error(ev, self._max_message_bytes) for i in oversized
-                      for ev in (units[i].outputs if isinstance(units[i], OutputGroup) else [units[i]])]
+                      for ev in (units[i].outputs if isinstance(units[i], (OutputGroup, OutputRows)) else [units[i]])]
             parts.append(wire.events_to_proto(errors))
         return parts
 

@@ -29,7 +29,8 @@ from runtime.grpc_status import failure
 from runtime.heartbeat import QueuedOpens, known_requests
 from runtime.inbound_items import InboundItems
 from runtime.inbox import Inbox
-from runtime.items import NodeDone, NodeError, NodeOutput, OutboundEvent
+from runtime.columnar_outputs import ColumnarOutputs
+from runtime.items import NodeDone, NodeError, NodeOutput, NodeOutputs, OutboundEvent
 from runtime.loop_calls import LoopCalls
 from runtime.outbox import Outbox, Sink
 from runtime.request_table import RequestTable
@@ -56,13 +57,15 @@ class StepLoop:
         self.transport = transport
         self.loop_calls = loop_calls or LoopCalls()
         self._table = RequestTable(tracer or trace.NoOpTracer(), max_requests)
+        self._outbox = Outbox()
         self._credits = CreditGate(self._table, component)
         self.routed = RoutedEdges(self._table, component, transport, self._credits, self._emit, self._fail,
                                   self._cancel, peers, tracer)
         self._items = InboundItems(self._table, component, transport, self.routed, self._credits, self._emit,
                                    self._fail, self._cancel)
+        self._columns = ColumnarOutputs(self._table, transport, self.routed, self._credits, self._output,
+                                        self._outbox.emit, self._fail)
         self._inbox = Inbox()
-        self._outbox = Outbox()
         self._queued = QueuedOpens()
         self._is_draining = False
         # Engine-thread time inside component.step() and steps taken, since start: the
@@ -247,6 +250,9 @@ class StepLoop:
             self._drop_in_component(rid)
 
     def _postprocess(self, ev: OutboundEvent) -> None:
+        if isinstance(ev, NodeOutputs):
+            self._columns.handle(ev)
+            return
         state = self._table.requests.get(ev.request_id)
         if state is None:
             return  # cancelled or its stream ended meanwhile: nobody to tell
@@ -261,11 +267,13 @@ class StepLoop:
         elif isinstance(ev, NodeError):
             self._fail(ev.request_id, ev.node, ev.status, ev.message, ev.iteration)
 
-    def _output(self, state, ev: NodeOutput) -> None:
+    def _output(self, state, ev: NodeOutput, found: Any = False) -> None:
         """Routed ports go to their consumers; the rest, exported, to the stream: a port
         the conductor or its client reads (client_ports) inline, any other for the hosts
-        of the services that read it (shared memory on this host, Mooncake across)."""
-        found = self._table.run_of(ev.request_id, ev.node, ev.iteration)
+        of the services that read it (shared memory on this host, Mooncake across).
+        found: the run's RequestTable.run_of, when the caller has looked it up."""
+        if found is False:
+            found = self._table.run_of(ev.request_id, ev.node, ev.iteration)
         run = found[1] if found else None
         known = run if run is not None else state  # a run's own, else the request's last opened
         hosts, client_ports = known.consumer_host_ids, known.client_ports
@@ -283,7 +291,7 @@ class StepLoop:
         except Exception as e:
             self._fail(ev.request_id, ev.node, *failure(e, f"output {ev.node}"), ev.iteration)
             return
-        self._credits.spend(ev, found)
+        self._credits.spend(ev.tensors, found)
         if refs or not ev.tensors:
             # produced_us: when the output was produced, for the conductor's edge latency spans
             # (a field, not metadata: a Struct per output cost both ends more than the output).

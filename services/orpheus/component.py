@@ -4,8 +4,9 @@ request (the count of accepted codes decides each token's frame position).
 
 open(inputs):  first_token [1], the token prefill produced.
 push("token"): the decode loop's tokens [n]; end_of_stream: the LM is done.
-outputs:       one NodeOutput {"codes": int64 [1]} per accepted code at iteration + (k,),
-               k the code's stream position; NodeDone at the run's iteration once the LM
+outputs:       one output {"codes": int64 [1]} per accepted code at iteration + (k,),
+               k the code's stream position, a step's codes returned together (NodeOutputs,
+               codes [N]); NodeDone at the run's iteration once the LM
                is done (or the loop's max_iters codes were accepted).
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 from core.errors import InvalidArgument
 from engine.models.orpheus.audio_codes import AudioCodeCounter
-from runtime.items import NodeDone, NodeOutput, OpenNode
+from runtime.items import NodeDone, NodeOutputs, OpenNode
 
 NODE = "codes"
 
@@ -38,7 +39,8 @@ class AudioCodesComponent:
 
     def __init__(self) -> None:
         self.runs: dict[str, CodesRun] = {}
-        self._events: list = []
+        self._events: list = []  # NodeDones (after the codes of the same step)
+        self._codes: list[tuple[str, tuple[int, ...], int]] = []  # (request, iteration, code) since the last step
 
     def open(self, item: OpenNode, inputs) -> None:
         if item.node != NODE:
@@ -96,8 +98,7 @@ class AudioCodesComponent:
             code = run.counter.accept(int(token))
             if code is None:
                 continue
-            self._events.append(NodeOutput(item.request_id, NODE, {"codes": torch.tensor([code], dtype=torch.int64)},
-                                           item.iteration + (k,)))
+            self._codes.append((item.request_id, item.iteration + (k,), code))
             if item.max_iters and run.counter.num_accepted >= item.max_iters:
                 self._finish(run)
 
@@ -108,13 +109,18 @@ class AudioCodesComponent:
     def cancel(self, request_id: str) -> None:
         self.runs.pop(request_id, None)
         self._events = [e for e in self._events if e.request_id != request_id]
+        self._codes = [c for c in self._codes if c[0] != request_id]
 
     def has_work(self) -> bool:
-        return bool(self._events)
+        return bool(self._events or self._codes)
 
     def step(self) -> list:
         events, self._events = self._events, []
-        return events
+        if not self._codes:
+            return events
+        rids, iterations, codes = zip(*self._codes)
+        self._codes = []
+        return [NodeOutputs(NODE, rids, iterations, {"codes": torch.tensor(codes, dtype=torch.int64)})] + events
 
     def ready(self) -> bool:
         return True

@@ -12,8 +12,9 @@ open(inputs):  prompt_ids [P] (the chat prompt the thinker saw), prompt_embeds
                thinker's decode rows as `embeds` (and `hidden`) and the thinker is done.
 push(stream port, e.g. "embeds"): further rows, one per thinker decode step (and "hidden");
                end_of_stream = the thinker is done. The talker goes on until its codec EOS.
-outputs:       one NodeOutput per frame, {"codes": int64 [1, G]} at iteration + (k,);
-               NodeDone at the run's iteration once the talker stops.
+outputs:       one output per frame, {"codes": int64 [1, G]} at iteration + (k,), a step's
+               frames returned together (NodeOutputs, codes [N, G]); NodeDone at the
+               run's iteration once the talker stops.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from engine.models.qwen3_omni.params import TalkerParams
 from engine.models.qwen3_omni.talker_engine import TalkerEngine
 from engine.models.qwen3_omni.talker_prompt import CODEC_HEAD, user_positions
 from engine.models.qwen3_omni.talker_request import set_videos
-from runtime.items import NodeDone, NodeError, NodeOutput, OpenNode
+from runtime.items import NodeDone, NodeError, NodeOutputs, OpenNode
 from core.errors import InvalidArgument
 
 
@@ -178,6 +179,9 @@ class TalkerComponent:
         return self.engine.has_work()
 
     def step(self) -> list:
+        """The step's frames as one NodeOutputs per node (codes [N, G], a row per run that
+        produced one), then the runs that ended."""
+        frames: dict[str, tuple[list, list, list]] = {}  # node -> (request ids, iterations, frames)
         events = []
         for out in self.engine.step():
             run = self.runs.get(out.request_id)
@@ -185,9 +189,10 @@ class TalkerComponent:
                 continue
             item = run.item
             if out.frame is not None:
-                codes = torch.tensor([out.frame], dtype=torch.int64)  # [1, G]
-                events.append(NodeOutput(item.request_id, item.node, {"codes": codes},
-                                         item.iteration + (run.num_frames,)))
+                rids, iterations, rows = frames.setdefault(item.node, ([], [], []))
+                rids.append(item.request_id)
+                iterations.append(item.iteration + (run.num_frames,))
+                rows.append(out.frame)
                 run.num_frames += 1
             if out.is_finished:
                 del self.runs[out.request_id]
@@ -197,7 +202,9 @@ class TalkerComponent:
                                             item.iteration))
                 else:
                     events.append(NodeDone(item.request_id, item.node, iteration=item.iteration))
-        return events
+        outputs = [NodeOutputs(node, tuple(rids), tuple(iterations), {"codes": torch.tensor(rows, dtype=torch.int64)})
+                   for node, (rids, iterations, rows) in frames.items()]
+        return outputs + events  # a run's last frame before its end
 
     def load(self) -> dict:
         return engine_load(self.engine)
