@@ -39,7 +39,15 @@ one src emission carried end to end: two streaming hops and one client event.
   conductor_items_per_core_s = 1e6 / conductor_cpu_us_per_item is the rate one
   fully busy core would route at that cost.
 - mesh_items_per_s (sweep point at `--concurrency`) vs inprocess_items_per_s (the same
-  graph and toys in this process through `inprocess_executor`, same concurrency).
+  graph and toys in this process through `inprocess_executor`, same concurrency, no
+  client wire: its items are Python objects handed over in this process).
+  mesh_cpu_us_per_item: the CPU of the conductor and the three services at that point,
+  summed, per item; inprocess_cpu_us_per_item: this process's, per item, in-process.
+- frontdoor_inprocess_items_per_s (bench.conductor_inprocess): the in-process deployment
+  behind the same Conductor gRPC front door, read by the same client process at the same
+  concurrency; mesh_over_frontdoor_inprocess = mesh_items_per_s / it compares only what
+  the mesh adds (its processes and hops), not the client wire as well;
+  frontdoor_inprocess_cpu_us_per_item is that process's CPU per item.
 - time_to_unavailable_ms: a request whose sink runs alone on service K; K is killed at
   its first item; the time until the client sees UNAVAILABLE.
 - grpc_stream_floor_us_per_msg (bench.grpc_floor): the CPU a bare grpc.aio server stream
@@ -73,6 +81,7 @@ import statistics
 import time
 
 from bench.conductor_client import Client
+from bench.conductor_inprocess import frontdoor_inprocess, inprocess_items_per_s
 from bench.output import cpu_ticks, print_table, steal_share, write_json
 from core import event_loop
 
@@ -156,33 +165,14 @@ def saturation_phases(client: Client, args, model: str, tag: str) -> dict:
                       "other_cpu_util": {k: v / r["wall_s"] for k, v in r["other_cpu_s"].items()}})
     best = max(sweep, key=lambda p: p["items_per_s"])
     at_conc = next((p for p in sweep if p["concurrency"] == args.concurrency), best)
+    # the CPU of every process on the items' path (conductor and services, not the client)
+    path_util = at_conc["cpu_util"] + sum(v for k, v in at_conc["other_cpu_util"].items() if k != "client")
     return {"sweep": sweep, "conductor_saturation_items_per_s": best["items_per_s"],
             "conductor_items_per_core_s": 1e6 / best["cpu_us_per_item"],
             "conductor_cpu_us_per_item": best["cpu_us_per_item"], "conductor_cpu_util": best["cpu_util"],
             "saturation_concurrency": best["concurrency"], "mesh_items_per_s": at_conc["items_per_s"],
+            "mesh_cpu_us_per_item": path_util / at_conc["items_per_s"] * 1e6,
             "items_per_client_message": best["items_per_client_message"]}
-
-
-async def inprocess_items_per_s(items: int, concurrency: int, rounds: int) -> float:
-    import torch
-
-    from bench.conductor_toys import PIPELINE_INNER_LOOPS, make_a, make_b, make_c, pipeline_graph
-    from conductor.executor_setup import inprocess_executor
-
-    async with inprocess_executor(pipeline_graph(items), [make_a(), make_b(), make_c()], PIPELINE_INNER_LOOPS) as ex:
-        async def one(rid: str) -> int:
-            got = 0
-            async with contextlib.aclosing(ex.generate(rid, {"n": (torch.tensor([0.0]),)})) as outputs:
-                async for _ in outputs:
-                    got += 1
-                    if got >= items:
-                        break
-            return got
-
-        await asyncio.gather(*(one(f"warm-{i}") for i in range(concurrency)))
-        t0 = time.perf_counter()
-        total = sum(await asyncio.gather(*(one(f"r{i}") for i in range(rounds * concurrency))))
-        return total / (time.perf_counter() - t0)
 
 
 def rounds_of(client: Client, store, args) -> dict:
@@ -303,6 +293,11 @@ def report(results: dict) -> None:
         ("mesh", "mesh_items_per_s", "items/s"),
         ("in-process", "inprocess_items_per_s", "items/s"),
         ("mesh / in-process", "mesh_over_inprocess", "x (target >= 0.9)"),
+        ("mesh CPU per item", "mesh_cpu_us_per_item", "us (conductor and services, summed)"),
+        ("in-process CPU per item", "inprocess_cpu_us_per_item", "us (no client wire)"),
+        ("in-process behind the front door", "frontdoor_inprocess_items_per_s", "items/s (same client, gRPC)"),
+        ("its CPU per item", "frontdoor_inprocess_cpu_us_per_item", "us"),
+        ("mesh / that", "mesh_over_frontdoor_inprocess", "x"),
         ("killed consumer -> UNAVAILABLE", "time_to_unavailable_ms", "ms"),
         ("loop, speculation off", "spec_off_ms", f"ms (formula 9: {results['spec_predicted_serial_ms']:.1f})"),
         ("loop, speculation on", "spec_on_ms", f"ms (formula 9: {results['spec_predicted_pipe_ms']:.1f})"),
@@ -364,7 +359,9 @@ def main(argv=None) -> int:
             svc.stop()
         store.close()
     # on the loop a starmesh process runs (the mesh's processes do), not the bench client's
-    results["inprocess_items_per_s"] = event_loop.run(inprocess_items_per_s(args.items, args.concurrency, 3))
+    results["inprocess_items_per_s"], results["inprocess_cpu_us_per_item"] = event_loop.run(
+        inprocess_items_per_s(args.items, args.concurrency, 3))
+    results.update(frontdoor_inprocess(args))
     results.update(floor_us_per_message(args.floor_messages))
     results["conductor_cpu_over_floor"] = (results["conductor_cpu_us_per_item"]
                                            / results["grpc_stream_floor_us_per_msg"])
@@ -372,6 +369,8 @@ def main(argv=None) -> int:
         results[f"{prefix}hop_over_echo"] = results[f"{prefix}hop_us_c1"] / results["grpc_echo_paced_us"]
         results[f"{prefix}hop_over_echo_hot"] = results[f"{prefix}hop_us_c1"] / results["grpc_echo_us"]
         results[f"{prefix}mesh_over_inprocess"] = results[f"{prefix}mesh_items_per_s"] / results["inprocess_items_per_s"]
+        results[f"{prefix}mesh_over_frontdoor_inprocess"] = (results[f"{prefix}mesh_items_per_s"]
+                                                            / results["frontdoor_inprocess_items_per_s"])
         results[f"{prefix}hop_c16_over_c1"] = results[f"{prefix}hop_us_c16"] / results[f"{prefix}hop_us_c1"]
         results[f"{prefix}conductor_cpu_us_per_client_message"] = (results[f"{prefix}conductor_cpu_us_per_item"]
                                                                  * results[f"{prefix}items_per_client_message"])
