@@ -358,7 +358,8 @@ def main(argv=None) -> int:
         for svc in services.values():
             svc.stop()
         store.close()
-    # on the loop a starmesh process runs (the mesh's processes do), not the bench client's
+    # on the loop a process hosting components runs (STARMESH_EVENT_LOOP applies to it as
+    # to the mesh's processes), not the bench client's
     results["inprocess_items_per_s"], results["inprocess_cpu_us_per_item"] = event_loop.run(
         inprocess_items_per_s(args.items, args.concurrency, 3))
     results.update(frontdoor_inprocess(args))

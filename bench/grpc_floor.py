@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="smoke run: 200 messages per call, one round")
     args = p.parse_args(argv)
     if args.serve:  # on the loop the conductor it is the floor of runs
-        event_loop.run(_serve(args.messages))
+        event_loop.run(_serve(args.messages), "uvloop")
         return 0
     rounds = 3
     if args.quick:

@@ -185,6 +185,7 @@ class ConductorService:
     api_key: the token every Conductor call must carry (conductor/auth.py); "" for none."""
 
     service_names = (CONDUCTOR_SERVICE, SESSIONS_SERVICE)
+    event_loop = "uvloop"  # it only moves messages: the loop's cost per message is its cost (core.event_loop)
 
     def __init__(self, models: list[ServedModel], telemetry=None, metrics: ConductorMetrics | None = None,
                  limits: InputLimits | None = None, tls=None, api_key: str = "",

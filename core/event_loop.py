@@ -1,13 +1,16 @@
-"""The event loop every starmesh asyncio process runs: uvloop, where it is installed.
+"""The event loop of each starmesh asyncio process: uvloop where the process only moves
+messages, asyncio's own where it also runs a model.
 
-Every process of a mesh is mostly an event loop moving gRPC messages, so the loop's own
-cost per wake-up and per callback is paid on every message. uvloop (pinned by the
-project) is measured against asyncio's loop in bench.conductor: a bare grpc.aio stream
-and a unary round trip cost less CPU and time per message on it, and so does every hop.
+The conductor and the gateway do little but move gRPC and HTTP messages, so the loop's
+own cost per wake-up and per callback is paid on every message: on uvloop (pinned by the
+project) they run by default. A component service's event loop shares its process (and
+the GIL) with an engine thread running a model; there uvloop saved no CPU and cost
+first-audio latency in the speech mesh, so component services run asyncio's loop by
+default. Measured in docs/operations.md.
 
-STARMESH_EVENT_LOOP=asyncio runs asyncio's own loop instead (to compare, or to rule the
-loop out); a machine without uvloop runs asyncio's too. Any other value is refused,
-naming the variable.
+STARMESH_EVENT_LOOP=uvloop or =asyncio picks the loop of every process that reads it
+(to compare, or for a service whose engine is light); a machine without uvloop runs
+asyncio's. Any other value is refused, naming the variable.
 """
 from __future__ import annotations
 
@@ -19,9 +22,10 @@ VARIABLE = "STARMESH_EVENT_LOOP"
 CHOICES = ("uvloop", "asyncio")
 
 
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
-    """What makes a new event loop for this process (read from the environment each call)."""
-    choice = os.environ.get(VARIABLE, "") or "uvloop"
+def loop_factory(default: str = "asyncio") -> Callable[[], asyncio.AbstractEventLoop]:
+    """What makes this process's event loops: STARMESH_EVENT_LOOP when set, else
+    `default` (the process's role: "uvloop" for a message mover)."""
+    choice = os.environ.get(VARIABLE, "") or default
     if choice not in CHOICES:
         raise ValueError(f"{VARIABLE}={choice!r}: must be one of {', '.join(CHOICES)}")
     if choice == "uvloop":
@@ -33,14 +37,14 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return asyncio.new_event_loop
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    return loop_factory()()
+def new_event_loop(default: str = "asyncio") -> asyncio.AbstractEventLoop:
+    return loop_factory(default)()
 
 
-def run(main: Awaitable[Any]) -> Any:
+def run(main: Awaitable[Any], default: str = "asyncio") -> Any:
     """asyncio.run(main) on this process's event loop."""
     try:
-        factory = loop_factory()
+        factory = loop_factory(default)
     except ValueError:
         if asyncio.iscoroutine(main):
             main.close()  # never to run: no "never awaited" warning beside the error
@@ -50,5 +54,5 @@ def run(main: Awaitable[Any]) -> Any:
 
 
 def name(loop: asyncio.AbstractEventLoop) -> str:
-    """'uvloop' or 'asyncio': which loop `loop` is (Describe and logs say it)."""
+    """'uvloop' or 'asyncio': which loop `loop` is (each server logs it)."""
     return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"

@@ -37,7 +37,7 @@ def serve(connection: Connection, config: GatewayConfig, on_ready=None) -> None:
         # stop exits 0, as every service's does
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: None)
-    event_loop.run(_serve(connection, config, on_ready))
+    event_loop.run(_serve(connection, config, on_ready), "uvloop")  # it only moves messages
 
 
 def uvicorn_config(app, config: GatewayConfig):

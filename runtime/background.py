@@ -37,7 +37,7 @@ class BackgroundServer:
 
     def start(self, timeout_s: float = 30.0, wait_serving: bool = True) -> int:
         """Starts the thread and the server; returns the bound port."""
-        loop = event_loop.new_event_loop()
+        loop = event_loop.new_event_loop(getattr(self.hosted, "event_loop", "asyncio"))
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="grpc-server", daemon=True)
         self._thread.start()

@@ -123,6 +123,9 @@ class HostedService(Protocol):
     # per-model health); ignored once a graceful stop began.
     # Optional: `server_interceptors`, a sequence of grpc.aio.ServerInterceptor run before
     # the telemetry ones (the conductor's token check); GrpcServer reads it with a default.
+    # Optional: `event_loop`, the loop it runs on unless STARMESH_EVENT_LOOP says otherwise
+    # (core.event_loop): "uvloop" for the conductor, which only moves messages; "asyncio"
+    # without it (a component service, beside its engine thread).
 
 
 class GrpcServer:
@@ -303,4 +306,4 @@ def serve_blocking(hosted: HostedService, config: ServerConfig, telemetry: Telem
     from runtime.process import write_port_file
 
     on_serving = (lambda port: write_port_file(port_file, port)) if port_file else None
-    event_loop.run(serve(hosted, config, telemetry, on_serving=on_serving))
+    event_loop.run(serve(hosted, config, telemetry, on_serving=on_serving), getattr(hosted, "event_loop", "asyncio"))

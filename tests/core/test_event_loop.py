@@ -1,5 +1,7 @@
-"""Every starmesh asyncio process runs the loop core.event_loop makes: uvloop by default,
-asyncio's own on STARMESH_EVENT_LOOP=asyncio; anything else is refused, naming the variable."""
+"""Every starmesh asyncio process runs the loop core.event_loop makes: uvloop for the
+conductor and the gateway (they only move messages), asyncio's own for a component
+service (beside its engine thread); STARMESH_EVENT_LOOP picks one for every process;
+anything else is refused, naming the variable."""
 import asyncio
 
 import grpc
@@ -13,19 +15,21 @@ async def _which() -> str:
     return event_loop.name(asyncio.get_running_loop())
 
 
-def test_uvloop_by_default(monkeypatch):
+def test_the_default_is_the_process_role_s(monkeypatch):
     monkeypatch.delenv(event_loop.VARIABLE, raising=False)
-    assert event_loop.run(_which()) == "uvloop"
-    monkeypatch.setenv(event_loop.VARIABLE, "")
-    assert event_loop.run(_which()) == "uvloop"
-
-
-def test_asyncio_on_request(monkeypatch):
-    monkeypatch.setenv(event_loop.VARIABLE, "asyncio")
     assert event_loop.run(_which()) == "asyncio"
+    assert event_loop.run(_which(), "uvloop") == "uvloop"
+    monkeypatch.setenv(event_loop.VARIABLE, "")  # empty: unset
+    assert event_loop.run(_which(), "uvloop") == "uvloop"
+
+
+def test_the_variable_picks_the_loop_of_every_role(monkeypatch):
+    monkeypatch.setenv(event_loop.VARIABLE, "asyncio")
+    assert event_loop.run(_which(), "uvloop") == "asyncio"
+    monkeypatch.setenv(event_loop.VARIABLE, "uvloop")
     loop = event_loop.new_event_loop()
     try:
-        assert event_loop.name(loop) == "asyncio"
+        assert event_loop.name(loop) == "uvloop"
     finally:
         loop.close()
 
@@ -36,20 +40,25 @@ def test_an_unknown_loop_is_refused_naming_the_variable(monkeypatch):
         event_loop.run(_which())
 
 
-def test_an_in_process_service_serves_on_uvloop(monkeypatch):
-    """A real component service (BackgroundServer, as tests and tools host one) on uvloop
-    answers a health check over gRPC."""
+def _serving(address: str) -> bool:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    with grpc.insecure_channel(address) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=30)
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_component_service_runs_asyncio_and_the_conductor_uvloop(monkeypatch):
+    """Real servers (BackgroundServer, as tests and tools host them) on their loops answer
+    a health check over gRPC."""
+    from bench.conductor_inprocess import start_frontdoor_inprocess
     from bench.conductor_toys import make_c
     from tests.fixtures.services import start_in_process
 
     monkeypatch.delenv(event_loop.VARIABLE, raising=False)
-    server = start_in_process(make_c())
-    try:
-        assert event_loop.name(server._loop) == "uvloop"
-        with grpc.insecure_channel(server.address) as channel:
-            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=30)
-        assert reply.status == health_pb2.HealthCheckResponse.SERVING
-    finally:
-        server.stop()
+    for server, loop in ((start_in_process(make_c()), "asyncio"), (start_frontdoor_inprocess(4), "uvloop")):
+        try:
+            assert event_loop.name(server._loop) == loop
+            assert _serving(server.address)
+        finally:
+            server.stop()
