@@ -266,4 +266,4 @@ class Alive:
     request_id: str = ""
 
 
-OutboundEvent = Union[NodeOutput, "NodeOutputs", NodeError, NodeDone, RouteCredit, Alive]
+OutboundEvent = Union[NodeOutput, NodeOutputs, NodeError, NodeDone, RouteCredit, Alive]

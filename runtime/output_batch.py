@@ -3,13 +3,13 @@
 Outputs a component returned columnar (NodeOutputs: a step's outputs of one node,
 stacked) whose entries go only to the client leave as they came: one OutputRows per
 stream, one inline reference per port, no object per entry. Any other output is one
-NodeOutput (a token, a frame of one request), and on a Run stream consecutive outputs of one node with the same ports, no metadata and
-every value inline travel as ONE OutputBatch event: each port's values stacked into one
-inline tensor, the entries' request ids, iterations, production times and row counts as
-parallel columns. Only consecutive outputs join (an event of any other kind, or an
-output that does not fit, closes the batch), so the stream's order of events is kept
-exactly. A batch stays under MAX_BATCH_BYTES, so it never passes a message limit that
-its outputs each fit.
+NodeOutput (a token, a frame of one request); on a Run stream, consecutive outputs of
+one node with the same ports, no metadata and every value inline travel as ONE
+OutputBatch event: each port's values stacked into one inline tensor, the entries'
+request ids, iterations, production times and row counts as parallel columns. Only
+consecutive outputs join (an event of any other kind, or an output that does not fit,
+closes the batch), so the stream's order of events is kept exactly. A batch stays under
+MAX_BATCH_BYTES, so it never passes a message limit that its outputs each fit.
 
 The reader gets the NodeOutputs back, each value an inline reference to its own rows,
 equal to what per-output events would have carried.

@@ -24,12 +24,12 @@ from typing import Any
 from opentelemetry import trace
 
 from runtime.backpressure import CreditGate
+from runtime.columnar_outputs import ColumnarOutputs
 from runtime.component import Component
 from runtime.grpc_status import failure
 from runtime.heartbeat import QueuedOpens, known_requests
 from runtime.inbound_items import InboundItems
 from runtime.inbox import Inbox
-from runtime.columnar_outputs import ColumnarOutputs
 from runtime.items import NodeDone, NodeError, NodeOutput, NodeOutputs, OutboundEvent
 from runtime.loop_calls import LoopCalls
 from runtime.outbox import Outbox, Sink
