@@ -142,8 +142,7 @@ class Toy:
             if run.queue:
                 run.state[run.stream["port"]] = run.queue.pop(0)
             elif not run.stream["continue_after_producer_done"]:  # the stream ended: so does the loop
-                del self._loops[key]
-                return [NodeDone(item.request_id, item.node, iteration=item.iteration)]
+                return [self._end(key, run)]
         outputs = self.fns[item.node](run.state, item.params)
         events = [NodeOutput(item.request_id, item.node, outputs, item.iteration + (run.k,))]
         for out_port, in_port in self.loops[item.node].items():
@@ -154,9 +153,7 @@ class Toy:
         if item.stop_rule.component_predicate:
             hit = hit or self.predicates[item.stop_rule.component_predicate](outputs)
         if hit or run.k >= item.max_iters:
-            del self._loops[key]
-            self.parked.discard(key)
-            events.append(NodeDone(item.request_id, item.node, iteration=item.iteration))
+            events.append(self._end(key, run))
         return events
 
     def _map_items(self, key, run: LoopRun) -> list:
@@ -169,9 +166,7 @@ class Toy:
             run.k += 1
         run.queue = []
         if run.is_eos:
-            del self._loops[key]
-            self.parked.discard(key)
-            events.append(NodeDone(item.request_id, item.node, iteration=item.iteration))
+            events.append(self._end(key, run))
         return events
 
     def _map_columns(self, node: str, runs: list) -> list:
@@ -190,12 +185,14 @@ class Toy:
         if values:
             port = runs[0][1].stream["port"]
             events.append(NodeOutputs(node, tuple(rids), tuple(iterations), self.fns[node]({port: torch.cat(values)}, {})))
-        for key, run in runs:
-            if run.is_eos:
-                del self._loops[key]
-                self.parked.discard(key)
-                events.append(NodeDone(run.item.request_id, node, iteration=run.item.iteration))
+        events += [self._end(key, run) for key, run in runs if run.is_eos]
         return events
+
+    def _end(self, key, run: LoopRun) -> NodeDone:
+        """The run is over: forgotten (parked or not), and its NodeDone."""
+        del self._loops[key]
+        self.parked.discard(key)
+        return NodeDone(run.item.request_id, run.item.node, iteration=run.item.iteration)
 
     def ready(self) -> bool:
         return True

@@ -22,7 +22,6 @@ from runtime.grpc_status import failure
 from runtime.items import NodeOutput, NodeOutputs
 from runtime.output_batch import MAX_BATCH_BYTES, OutputRows
 from transport.config import CLIENT_HOST
-from transport.dtypes import element_size, from_torch
 
 
 class ColumnarOutputs:
@@ -61,7 +60,7 @@ class ColumnarOutputs:
         select = getattr(self.transport, "select", None)  # an in-process target's has none
         if select is None or not ev.tensors:
             return False
-        return all(select(_nbytes(t), (CLIENT_HOST,)) == "inline" for t in ev.tensors.values())
+        return all(select(t.nbytes, (CLIENT_HOST,)) == "inline" for t in ev.tensors.values())
 
     def _only_to_client(self, rid: str, ev: NodeOutputs, iteration, known) -> bool:
         """No route takes a port, no service reads one, the client reads every one."""
@@ -72,7 +71,7 @@ class ColumnarOutputs:
     def _send(self, stream_id: str, ev: NodeOutputs, rows: list[int]) -> None:
         """The rows as OutputRows of at most MAX_BATCH_BYTES each (one row may pass it
         alone: the message limit then fails its request, as a lone output's would)."""
-        row_bytes = max(1, sum(_nbytes(t) // max(1, t.shape[0]) for t in ev.tensors.values()))
+        row_bytes = max(1, sum(t.nbytes // max(1, t.shape[0]) for t in ev.tensors.values()))
         per = max(1, MAX_BATCH_BYTES // row_bytes)
         produced = time.time() * 1e6
         for lo in range(0, len(rows), per):
@@ -93,6 +92,3 @@ class ColumnarOutputs:
                 rids = [self.table.scopes.wire_for(stream_id, rid) for rid in rids]
             self._emit(stream_id, OutputRows(ev.node, rids, [ev.iterations[i] for i in part], produced, refs))
 
-
-def _nbytes(t) -> int:
-    return t.numel() * element_size(from_torch(t.dtype))

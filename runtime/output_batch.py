@@ -52,17 +52,10 @@ class OutputRows:
 
     @property
     def outputs(self) -> list[NodeOutput]:
-        """The NodeOutputs it stands for (what a reader gets back), each value its own row."""
-        rows = {port: _rows(ref, len(self.request_ids)) for port, ref in self.tensors.items()}
-        return [NodeOutput(rid, self.node, {p: r[i] for p, r in rows.items()}, self.iterations[i], {},
-                           self.produced_us) for i, rid in enumerate(self.request_ids)]
-
-
-def _rows(ref: TensorRef, n: int) -> list[TensorRef]:
-    data, trailing = ref.location.data, ref.shape[1:]
-    size = len(data) // n if n else 0
-    return [TensorRef.of_tensor(ref.dtype, (1,) + trailing, InlineLocation(data[i * size:(i + 1) * size]))
-            for i in range(n)]
+        """The NodeOutputs it stands for: what a reader gets back from its OutputBatch."""
+        m = pb.OutputBatch()
+        rows_to_proto(self, m)
+        return outputs_from_proto(m, "outputs")
 
 
 def rows_to_proto(r: OutputRows, out: pb.OutputBatch) -> None:
