@@ -206,11 +206,12 @@ class Scheduler:
         now = self.clock()
         decodable = [s for s in self.running if s.num_uncached_tokens == 1]
         # A new request waiting for its prefill counts towards urgency (decodes far ahead
-        # of playback yield to it too; it is admitted below) when its blocks are there:
-        # yielding to one that cannot start would stall the steps that free them.
+        # of playback yield to it too; it is admitted below) when it can start now: its
+        # blocks are there and a sequence slot is free. Yielding to one that cannot start
+        # would stall the steps that free them (with every slot taken, an empty step).
         head = self.waiting[0] if self.waiting else None
-        fits = head is not None and self.pool.can_allocate(head, min(head.num_uncached_tokens,
-                                                                      self.config.prefill_chunk_size))
+        fits = head is not None and len(self.running) < self.config.max_num_seqs and self.pool.can_allocate(
+            head, min(head.num_uncached_tokens, self.config.prefill_chunk_size))
         waiting = [head] if fits else []
         for seq in self.config.policy.pick(decodable + waiting, lambda s: self._slack(s, now)):
             if budget.full:

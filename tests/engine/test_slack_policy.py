@@ -4,7 +4,7 @@ not depend on this machine's speed)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from core.errors import InvalidArgument
@@ -58,6 +58,7 @@ def test_least_slack_keeps_every_stream_ahead_of_playback_where_fcfs_does_not():
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 20), st.floats(-3, 3)), min_size=1, max_size=6),
        st.sampled_from(["deadline", "fcfs"]), st.integers(1, 6))
+@example(specs=[(1, 2.0)] * 4 + [(1, 0.0)], kind="deadline", budget=4)  # every slot taken, the urgent one waits
 def test_order_never_changes_what_a_request_computes(specs, kind, budget):
     clock = Clock()
     sched = Scheduler(config(max_num_batched_tokens=budget, max_num_seqs=4, num_blocks=128,
