@@ -38,6 +38,9 @@ one src emission carried end to end: two streaming hops and one client event.
   machine they share the cores, and the conductor may not reach a whole one);
   conductor_items_per_core_s = 1e6 / conductor_cpu_us_per_item is the rate one
   fully busy core would route at that cost.
+- conductor_cpu_us_per_request and conductor_cpu_us_per_extra_item (bench.conductor_request_cost):
+  that CPU split into each request's fixed cost and each item's, from one more point at
+  the saturation concurrency with 4x the items per request.
 - mesh_items_per_s (sweep point at `--concurrency`) vs inprocess_items_per_s (the same
   graph and toys in this process through `inprocess_executor`, same concurrency, no
   client wire: its items are Python objects handed over in this process).
@@ -82,6 +85,7 @@ import time
 
 from bench.conductor_client import Client
 from bench.conductor_inprocess import frontdoor_inprocess, inprocess_items_per_s
+from bench.conductor_request_cost import LONG, LONG_MODEL, request_cost
 from bench.output import cpu_ticks, print_table, steal_share, write_json
 from core import event_loop
 
@@ -109,6 +113,7 @@ def start_conductor(services: dict, items: int, trace_store: str):
     kill = Placement.from_dict({"services": {k: {"replicas": [s.address]} for k, s in services.items()},
                                 "placement": {"src": "a", "mid": "b", "sink": "k"}})
     models.append(ServedModel("pipe-kill", pipeline_graph(100000), kill, PIPELINE_INNER_LOOPS))
+    models.append(ServedModel(LONG_MODEL, pipeline_graph(LONG * items), placement, PIPELINE_INNER_LOOPS))
     server = BackgroundServer(ConductorService(models, telemetry), telemetry=telemetry)
     server.start()
     return server
@@ -165,6 +170,7 @@ def saturation_phases(client: Client, args, model: str, tag: str) -> dict:
                       "other_cpu_util": {k: v / r["wall_s"] for k, v in r["other_cpu_s"].items()}})
     best = max(sweep, key=lambda p: p["items_per_s"])
     at_conc = next((p for p in sweep if p["concurrency"] == args.concurrency), best)
+    split = request_cost(client, args.items, best["concurrency"], best, tag)  # after the sweep: its point is fresh
     # the CPU of every process on the items' path (conductor and services, not the client)
     path_util = at_conc["cpu_util"] + sum(v for k, v in at_conc["other_cpu_util"].items() if k != "client")
     return {"sweep": sweep, "conductor_saturation_items_per_s": best["items_per_s"],
@@ -172,7 +178,7 @@ def saturation_phases(client: Client, args, model: str, tag: str) -> dict:
             "conductor_cpu_us_per_item": best["cpu_us_per_item"], "conductor_cpu_util": best["cpu_util"],
             "saturation_concurrency": best["concurrency"], "mesh_items_per_s": at_conc["items_per_s"],
             "mesh_cpu_us_per_item": path_util / at_conc["items_per_s"] * 1e6,
-            "items_per_client_message": best["items_per_client_message"]}
+            "items_per_client_message": best["items_per_client_message"], **split}
 
 
 def rounds_of(client: Client, store, args) -> dict:
@@ -290,6 +296,9 @@ def report(results: dict) -> None:
         ("conductor CPU per item / that", "conductor_cpu_over_floor", "x"),
         ("items per client message there", "items_per_client_message", ""),
         ("conductor CPU per client message", "conductor_cpu_us_per_client_message", "us"),
+        ("  of it, per request", "conductor_cpu_us_per_request", f"us (fixed: {results['items_per_request']} items "
+                                                                  "per request carry it)"),
+        ("  of it, per extra item", "conductor_cpu_us_per_extra_item", "us"),
         ("mesh", "mesh_items_per_s", "items/s"),
         ("in-process", "inprocess_items_per_s", "items/s"),
         ("mesh / in-process", "mesh_over_inprocess", "x (target >= 0.9)"),

@@ -26,7 +26,9 @@ from conductor.model import ServedModel
 from conductor.png import MIME_TYPE, encode_png
 from conductor.text_hold import is_text
 from protos.starmesh.v1 import conductor_pb2 as pb
+from runtime.received_rows import RowsView
 from transport.codec import view
+from transport.ref_proto import inline_to_proto
 
 # Output kind -> the modality a client asks for to get it (conductor.model.OUTPUT_KINDS).
 KIND_MODALITY = {"text": "text", "audio": "audio", "image": "image", "progress": "image"}
@@ -95,6 +97,19 @@ class GenerateEvents:
         return outputs.event(request_id, name, value)
 
     @staticmethod
+    def tensor_rows(request_id: str, name: str, rows: RowsView) -> list[pb.GenerateEvent]:
+        """A tensor event per entry of the rows (inline), as `tensor` makes for each."""
+        col = rows.column
+        dtype, trailing, data, bounds, counts = col.dtype, col.trailing, col.data, col.bounds, col.counts
+        events = []
+        for i in rows.entries:
+            event = pb.GenerateEvent(request_id=request_id)
+            event.tensor.name = name
+            inline_to_proto(dtype, (counts[i],) + trailing, data[bounds[i]:bounds[i + 1]], event.tensor.tensor)
+            events.append(event)
+        return events
+
+    @staticmethod
     def usage(request_id: str, counts: dict, metrics: dict) -> pb.GenerateEvent:
         """counts: Usage's fields by name; metrics: its free-form metrics."""
         usage = pb.Usage(**counts)
@@ -147,6 +162,18 @@ class RequestEvents:
             # image_float: fidelity checks read it raw
             return [self.form.tensor(self.outputs, self.request_id, name, value)]
         return [getattr(self, f"_{kind}")(name, tensor, now)]
+
+    def of_rows(self, name: str, rows: RowsView, now: float) -> list:
+        """The events of several outputs of one name, in order: made straight from the rows
+        where the client takes them as tensor events and the form can (tensor_rows),
+        else of() for each."""
+        tensor_rows = getattr(self.form, "tensor_rows", None)
+        kind = self.model.output_kinds.get(name, "")
+        raw = name in self.wanted.raw or kind not in TYPED_EVENT
+        if tensor_rows is None or not raw or kind == "text":
+            return [ev for ref in rows.refs() for ev in self.of(name, ref, now)]
+        self.num_outputs += len(rows)
+        return tensor_rows(self.request_id, name, rows) if self.wanted.wants(name, kind) else []
 
     def _text(self, name: str, ids, now: float):
         ids = [int(i) for i in ids.reshape(-1).tolist()]

@@ -1,6 +1,6 @@
 """`ClientQueue`: one request's walk outputs waiting for its client, and how it ended.
 
-    queue.extend(outputs)        # the outputs one event batch made, at once
+    queue.extend(outputs)        # the outputs one event batch made, at once (a RowsView: several)
     queue.end(END | Failure)     # the first end wins; nothing is queued after it
     outputs, end = await queue.take()   # everything queued so far (end: None while running)
 
@@ -12,20 +12,25 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from runtime.received_rows import RowsView
+
 
 class ClientQueue:
     def __init__(self) -> None:
         self._items: list[tuple[str, Any]] = []
+        self._count = 0  # outputs queued: a RowsView counts each of its entries
         self._end: Any = None  # END or a Failure once the request ended
         self._waiter: asyncio.Future | None = None
 
     def __len__(self) -> int:
         """Outputs queued, not yet taken (the client's backlog)."""
-        return len(self._items)
+        return self._count
 
     def extend(self, outputs: list[tuple[str, Any]]) -> None:
+        """outputs: (name, value), a value a RowsView of several outputs of that name."""
         if outputs and self._end is None:
             self._items += outputs
+            self._count += sum(len(v) if isinstance(v, RowsView) else 1 for _, v in outputs)
             self._wake()
 
     def end(self, end: Any) -> None:
@@ -43,7 +48,7 @@ class ClientQueue:
                 await self._waiter
             finally:
                 self._waiter = None
-        items, self._items = self._items, []
+        items, self._items, self._count = self._items, [], 0
         return items, self._end
 
     def _wake(self) -> None:

@@ -116,9 +116,9 @@ class CreditLedger:
             unused = max(0, self.outstanding.pop(key))
             self.reserved = max(0, self.reserved - unused * self._to_client(node, key[2]))
 
-    def delivered(self) -> None:
-        """One reserved item reached the client's queue."""
-        self.reserved = max(0, self.reserved - 1)
+    def delivered(self, count: int = 1) -> None:
+        """`count` reserved items reached the client's queue."""
+        self.reserved = max(0, self.reserved - count)
 
     def dropped(self, nodes: list[str]) -> None:
         """Runs discarded after a stop never deliver what they reserved."""

@@ -29,6 +29,7 @@ from core.pace import NodePace
 from graph.validate import validate_inner_loops
 from graph.walk import WalkGraph
 from runtime.items import LOCKSTEP_PAD, Alive, Cancel, Credit, NodeDone, NodeError, NodeOutput, OutboundEvent, Repace
+from runtime.received_rows import ReceivedRows, RowsView
 from runtime.telemetry import inject_context
 
 log = logging.getLogger(__name__)
@@ -81,15 +82,21 @@ class Executor:
         async with contextlib.aclosing(self.generate_batches(request_id, inputs, params, wanted, playback,
                                                              silent)) as batches:
             async for batch in batches:
-                for output in batch:
-                    yield output
+                for name, value in batch:
+                    if isinstance(value, RowsView):  # several outputs of one name: each its own value here
+                        for ref in value.refs():
+                            yield name, ref
+                    else:
+                        yield name, value
 
     async def generate_batches(self, request_id: str, inputs: dict[str, tuple], params=None,
                                wanted: frozenset[str] = frozenset(), playback=None,
                                silent: frozenset[str] = frozenset(), contexts: tuple = (),
                                report: dict | None = None) -> AsyncIterator[list[tuple[str, Any]]]:
         """Runs a request through its walks; yields lists of (output name, value) as
-        produced: everything that arrived together (never an empty list).
+        produced: everything that arrived together (never an empty list); a value may be
+        a runtime.received_rows.RowsView, several outputs of that name (`generate`
+        yields each of them).
         `wanted`: the output kinds it asks for (graph.walk.FirstWalk; empty: all);
         playback: a media stream's conductor.playback.Playback: its origin_s is when media
         position 0 plays (core.pace; `repace` moves it), its attributes() end on the
@@ -266,6 +273,9 @@ class Executor:
             if isinstance(ev, Alive):
                 self._alive(ev, target)
                 continue
+            if isinstance(ev, ReceivedRows):
+                self._collect_rows(ev, target, touched)
+                continue
             run = self.requests.get(ev.request_id)
             if run is None or run.is_finished:
                 continue  # cancelled meanwhile: late events are dropped
@@ -283,6 +293,23 @@ class Executor:
             except StarmeshError as e:  # e.g. no serving replica for its next node
                 self._fail(run, e.status, str(e))
         self._flush()
+
+    def _collect_rows(self, rows: ReceivedRows, target, touched: dict) -> None:
+        """A batch of one node's outputs, request by request: forwarded as rows where
+        the node's outputs only go to the client (WalkState.on_rows), else entry by entry."""
+        for request_id, entries in rows.by_request().items():
+            run = self.requests.get(request_id)
+            if run is None or run.is_finished:
+                continue  # cancelled meanwhile: late events are dropped
+            touched[request_id] = run
+            try:
+                if not run.state.on_rows(rows, entries):
+                    for i in entries:
+                        self._collect(run, rows.output(i), target)
+                run.queue.extend(run.state.take_emitted())
+            except Exception as e:  # a bad event fails its request, never the executor
+                log.exception("collecting %s outputs of %s", rows.node, request_id)
+                self._fail(run, getattr(e, "status", "INTERNAL"), f"node {rows.node}: {e}")
 
     def _alive(self, ev: Alive, target) -> None:
         now = time.monotonic()

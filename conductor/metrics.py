@@ -109,6 +109,10 @@ class RequestMeter:
         if metrics is not None:
             metrics.in_flight.labels(self.model).inc()
 
+    def counts(self, name: str) -> bool:
+        """output() reads values of this name (audio samples, images)."""
+        return name in self.audio_outputs or name in self.image_outputs
+
     def output(self, name: str, value, now: float) -> None:
         if name in self.audio_outputs:
             if self.first_audio is None:

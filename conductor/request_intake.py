@@ -9,8 +9,10 @@ stream of the conductor (heartbeats unread, health checks unanswered).
 
 On the event loop, only counts: messages, content parts and the text's characters
 (conductor.prompt_size), so a text past its limit is refused at once, by its size,
-before a worker takes it. A request with nothing to work on (no text, messages or named
-inputs; a few input_ids) is parsed there too: a thread hop would cost more than its parse.
+before a worker takes it. A request with nothing to tokenize and little to check (no
+text or messages; a few input_ids; named inputs of a few KiB) is parsed there too: the
+thread hop (a worker woken, its answer handed back to the loop) would cost more CPU than
+its parse.
 Everything else runs conductor.generate_request.parse_generate_request on a pool of
 `workers` threads; the tokenizers release the GIL while they tokenize, so workers take
 cores, not the loop's turn. At most `max_waiting` requests are parsed or wait for a
@@ -47,12 +49,14 @@ def default_workers() -> int:
 @dataclass(frozen=True)
 class IntakeConfig:
     """workers: requests parsed at once; max_waiting: parsed or waiting for a worker (one
-    more is refused: RESOURCE_EXHAUSTED, retry after retry_after_ms); inline_ids: a request
-    with only input_ids, at most this many, is parsed on the event loop."""
+    more is refused: RESOURCE_EXHAUSTED, retry after retry_after_ms); a request without
+    text or messages, with at most inline_ids input_ids and named inputs of at most
+    inline_bytes (16 tensors at most), is parsed on the event loop."""
 
     workers: int = field(default_factory=default_workers)
     max_waiting: int = 256
     inline_ids: int = 4096
+    inline_bytes: int = 16384
     retry_after_ms: int = 200
 
     def __post_init__(self) -> None:
@@ -99,7 +103,11 @@ class RequestIntake:
             del value  # the refusal's traceback holds this frame: no cycle back to the refusal
 
     def _is_light(self, req) -> bool:
-        return not (req.text or len(req.messages) or len(req.inputs)) and len(req.input_ids) <= self.config.inline_ids
+        config = self.config
+        if req.text or len(req.messages) or len(req.input_ids) > config.inline_ids:
+            return False
+        named = req.inputs
+        return not named or (len(named) <= 16 and sum(nt.ByteSize() for nt in named) <= config.inline_bytes)
 
     def _finished(self, _work) -> None:
         with self._lock:

@@ -41,6 +41,7 @@ from conductor.session_servicer import SESSIONS_SERVICE, SessionsServicer, add_s
 from conductor.text_hold import TextHold
 from conductor.tokenizer import load_tokenizer
 from runtime.grpc_status import map_errors
+from runtime.received_rows import RowsView
 from core.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -108,9 +109,17 @@ class ConductorServicer(conductor_pb2_grpc.ConductorServicer):
                     async for outputs in stream:
                         batch, played = [], []
                         for name, value in outputs:
-                            batch += await self._events_of(events, meter, name, value)
-                            if playback is not None and name in meter.audio_outputs:
-                                played.append(numel(value))
+                            if isinstance(value, RowsView):
+                                if not meter.counts(name):  # its events straight from the rows
+                                    batch += events.of_rows(name, value, time.perf_counter())
+                                    continue
+                                values = value.refs()
+                            else:
+                                values = (value,)
+                            for value in values:
+                                batch += await self._events_of(events, meter, name, value)
+                                if playback is not None and name in meter.audio_outputs:
+                                    played.append(numel(value))
                         batch = hold.batch(batch)
                         if batch:
                             yield batch

@@ -187,7 +187,7 @@ class RemoteTarget:
     async def _read(self) -> None:
         try:
             while True:
-                self.sink(await self.client.recv(), self)
+                self.sink(await self.client.recv(rows=True), self)  # a batch stays columns: Executor.on_events
         except Exception as e:
             self._break(e)
 

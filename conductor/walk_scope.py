@@ -40,6 +40,10 @@ class WalkScope:
         self._quiet_silent: dict[tuple[str, frozenset[str]], tuple[str, ...]] = {}
         self.client_ports = self._client_ports()
         self.client_only = self._client_only()
+        # client-only nodes in no loop: a batch of their outputs is forwarded as rows (WalkState.on_rows)
+        self.forwarded = frozenset(n for n in self.client_only if not self.path[n] and n not in self.inner)
+        # node -> its walk-output edges (a client-only node has no other edges the conductor carries)
+        self.to_client = {n: tuple(e for e in self.out_edges[n] if e.dst_node == WALK_OUTPUT) for n in self.forwarded}
         self._depth = {loop.name: len(outer) for loop, outer in walk.loops}
         self._children = _child_loops(walk)
         self._direct = {loop.name: [n for n in self.nodes if self.path[n] and self.path[n][-1] is loop]

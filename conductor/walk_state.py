@@ -21,6 +21,7 @@ from conductor.walk_scope import Tag, WalkScope
 from graph.edge import GraphEdge
 from graph.node import WALK_INPUT, WALK_OUTPUT
 from graph.stream_buffer import StreamBuffer
+from runtime.received_rows import ReceivedRows, RowsView
 
 
 def as_is(value: Value) -> Value:
@@ -242,6 +243,39 @@ class WalkState:
             seq = self.next_seq.get(key, 0)
             self._apply_output(node, key[1] + (seq,), held.pop(seq))
             self.next_seq[key] = seq + 1
+
+    def on_rows(self, rows: ReceivedRows, entries: list[int]) -> bool:
+        """Entries of a batch of this request's outputs (runtime.received_rows), as on_output
+        would take them one by one; False (nothing done) unless their node only feeds the
+        client and its outputs are not kept (scope.forwarded, keep_outputs False). A
+        walk output taken from one port of the node goes out as ONE RowsView of the entries;
+        from several ports, value by value, entry by entry (the per-entry order)."""
+        node, iterations = rows.node, rows.iterations
+        if node not in self.scope.forwarded or self.keep_outputs:
+            return False
+        if node in self.scope.stream_in and not self._next_chunks(node, [iterations[i] for i in entries]):
+            return False
+        if node in self.scope.routed_in:
+            for i in entries:
+                self.credits.produced(node, iterations[i][:-1], rows.columns)
+        edges = [e for e in self.scope.to_client[node] if e.src_port in rows.columns and e.dst_port not in self.silent]
+        if len(edges) == 1:
+            self.emitted.append((edges[0].dst_port, RowsView(rows.columns[edges[0].src_port], entries)))
+        else:
+            self.emitted += [(e.dst_port, rows.columns[e.src_port].ref(i)) for i in entries for e in edges]
+        self.credits.delivered(len(entries) * len(edges))
+        return True
+
+    def _next_chunks(self, node: str, iterations: list[Tag]) -> bool:
+        """Chunk outputs apply in chunk order (on_output holds early ones): True, and they
+        are counted as applied, when these are exactly the next ones of one run and none is
+        held; False (nothing changed) otherwise."""
+        key = (node, iterations[0][:-1])
+        first = self.next_seq.get(key, 0)
+        if self.held.get(key) or any(it != key[1] + (first + j,) for j, it in enumerate(iterations)):
+            return False
+        self.next_seq[key] = first + len(iterations)
+        return True
 
     def _apply_output(self, node: str, iteration: Tag, outputs: dict[str, Any]) -> None:
         if node not in self.scope.client_only:  # no run reads a client-only node's values: not kept per item

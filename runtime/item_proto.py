@@ -39,7 +39,9 @@ from runtime.items import (
     Alive,
     StopRule,
 )
-from runtime.output_batch import OutputGroup, OutputRows, group, group_to_proto, outputs_from_proto, rows_to_proto
+from runtime.output_batch import (OutputGroup, OutputRows, batch_errors, group, group_to_proto, outputs_from_proto,
+                                  rows_to_proto)
+from runtime.received_rows import read_rows
 from runtime.push_batch import PushBatch
 from runtime.push_batch_proto import batch_from_proto, batch_to_proto
 from runtime.route_proto import MAX_WINDOW, routes_from_proto, routes_to_proto
@@ -86,15 +88,23 @@ def params_from_struct(msg: struct_pb2.Struct, field: str = "params") -> dict[st
     # Struct numbers are doubles on the wire: 3 comes back as 3.0. Walked directly (not
     # json_format, several times slower on the per-output metadata); NaN and infinities
     # stay floats for the node to judge.
-    return {k: _plain(v, f"{field}.{k}") for k, v in msg.fields.items()}
+    return {k: _plain(v, field, k) for k, v in msg.fields.items()}
 
 
-def _plain(value: struct_pb2.Value, field: str) -> Any:
+_SCALARS = frozenset({"number_value", "string_value", "bool_value"})
+
+
+def _plain(value: struct_pb2.Value, parent: str, key: str | int) -> Any:
+    """The value at `parent`.key (`parent`[key] for a list index); the field's name is
+    built only where it is needed (per output metadata is read here)."""
     kind = value.WhichOneof("kind")
+    if kind in _SCALARS:
+        return getattr(value, kind)
+    field = f"{parent}[{key}]" if isinstance(key, int) else f"{parent}.{key}"
     if kind == "struct_value":
         return params_from_struct(value.struct_value, field)
     if kind == "list_value":
-        return [_plain(v, f"{field}[{i}]") for i, v in enumerate(value.list_value.values)]
+        return [_plain(v, field, i) for i, v in enumerate(value.list_value.values)]
     if kind == "null_value":
         return None
     if kind is None:
@@ -361,14 +371,22 @@ def units_to_proto(units: Iterable) -> pb.RunResponse:
     return msg
 
 
-def events_from_proto(msg: pb.RunResponse) -> list[OutboundEvent]:
+def events_from_proto(msg: pb.RunResponse, rows: bool = False) -> list[OutboundEvent]:
     """Client side: NodeOutput.tensors hold TensorRefs (resolve them with a Transport).
     An event that cannot be read fails its own request (a NodeError naming the field),
-    never the stream that carries the others."""
+    never the stream that carries the others. rows: a batch of outputs comes as one
+    runtime.received_rows.ReceivedRows (else each output is its own NodeOutput again)."""
     out: list[OutboundEvent] = []
     for i, e in enumerate(msg.events):
-        if e.HasField("outputs"):  # a batch of outputs: each one its own event again
-            out += outputs_from_proto(e.outputs, f"events[{i}].outputs")
+        if e.HasField("outputs"):
+            where = f"events[{i}].outputs"
+            if not rows:
+                out += outputs_from_proto(e.outputs, where)
+                continue
+            try:
+                out.append(read_rows(e.outputs, where))
+            except InvalidArgument as err:
+                out += batch_errors(e.outputs, where, err)
             continue
         try:
             out.append(_event_from_proto(e, f"events[{i}]"))

@@ -12,7 +12,8 @@ closes the batch), so the stream's order of events is kept exactly. A batch stay
 MAX_BATCH_BYTES, so it never passes a message limit that its outputs each fit.
 
 The reader gets the NodeOutputs back, each value an inline reference to its own rows,
-equal to what per-output events would have carried.
+equal to what per-output events would have carried; or the batch as it came
+(runtime.received_rows), for a reader that only forwards it.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ import numpy as np
 from core.errors import InvalidArgument
 from protos.starmesh.v1 import component_pb2 as pb
 from runtime.items import NodeError, NodeOutput
-from transport.ref_proto import read_ref, ref_to_proto, UnnamedRefError
+from runtime.received_rows import read_rows
+from transport.ref_proto import ref_to_proto
 from transport.refs import InlineLocation, TensorRef
 
 MAX_BATCH_BYTES = 1 << 20  # inline bytes per batch: far below any message limit
@@ -124,47 +126,11 @@ def outputs_from_proto(m: pb.OutputBatch, where: str) -> list:
     """The batch's NodeOutputs, in order; a batch that does not hold together fails each
     request it names (a NodeError naming the field), never the stream."""
     try:
-        return _outputs(m, where)
+        return read_rows(m, where).outputs()
     except InvalidArgument as e:
-        return [NodeError(rid, m.node, e.status, f"{where}: {e}") for rid in dict.fromkeys(m.request_ids)]
+        return batch_errors(m, where, e)
 
 
-def _outputs(m: pb.OutputBatch, where: str) -> list[NodeOutput]:
-    request_ids, n = list(m.request_ids), len(m.request_ids)
-    iterations = _column(m.iterations, "<u4", n * m.depth, f"{where}.iterations").reshape(n, m.depth).tolist()
-    produced = _column(m.produced_us, "<f8", n, f"{where}.produced_us").tolist()
-    values: dict[str, list] = {}
-    for c, col in enumerate(m.columns):
-        field_name = f"{where}.columns[{c}]"
-        if not col.port or col.port in values:
-            raise InvalidArgument(f"{field_name}.port is empty or repeated")
-        values[col.port] = _slices(col, n, field_name)
-    names = list(values)
-    return [NodeOutput(request_ids[i], m.node, {p: values[p][i] for p in names}, tuple(iterations[i]), {},
-                       produced[i]) for i in range(n)]
-
-
-def _column(data: bytes, dtype: str, count: int, field_name: str) -> np.ndarray:
-    arr = np.frombuffer(data, dtype=dtype)
-    if len(arr) != count:
-        raise InvalidArgument(f"{field_name}: {len(arr)} values for {count}")
-    return arr
-
-
-def _slices(col: pb.OutputColumn, n: int, field_name: str) -> list[TensorRef]:
-    """Each entry's rows of the column, as an inline reference of its own."""
-    try:
-        ref = read_ref(col.values)
-    except UnnamedRefError as e:
-        raise InvalidArgument(f"{field_name}.values{e}") from None
-    rows = _column(col.rows, "<u4", n, f"{field_name}.rows")
-    if not isinstance(ref.location, InlineLocation) or not ref.shape or int(rows.sum()) != ref.shape[0]:
-        raise InvalidArgument(f"{field_name}.values must be inline with the entries' {int(rows.sum())} rows")
-    data, trailing = ref.location.data, ref.shape[1:]
-    row_bytes = len(data) // ref.shape[0] if ref.shape[0] else 0
-    off = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(rows, out=off[1:])
-    bounds = (off * row_bytes).tolist()
-    counts = rows.tolist()
-    return [TensorRef.of_tensor(ref.dtype, (counts[i],) + trailing, InlineLocation(data[bounds[i]:bounds[i + 1]]))
-            for i in range(n)]
+def batch_errors(m: pb.OutputBatch, where: str, e: InvalidArgument) -> list[NodeError]:
+    """What a batch that does not hold together is to its reader: each request it names fails."""
+    return [NodeError(rid, m.node, e.status, f"{where}: {e}") for rid in dict.fromkeys(m.request_ids)]

@@ -68,11 +68,12 @@ class ComponentClient:
             await self.call.write(part)
         return [items[i] for i in oversized]
 
-    async def recv(self) -> list[OutboundEvent]:
+    async def recv(self, rows: bool = False) -> list[OutboundEvent]:
+        """rows: a batch of outputs comes as one runtime.received_rows.ReceivedRows."""
         msg = await self.call.read()
         if msg is grpc.aio.EOF:
             raise StreamClosed(f"{self.address} closed the Run stream")
-        return events_from_proto(msg)
+        return events_from_proto(msg, rows)
 
     async def until_finished(self, request_ids) -> dict[str, list[OutboundEvent]]:
         """Collects events until every request has a NodeDone or NodeError."""

@@ -19,14 +19,23 @@ _TO_PB = {
 _FROM_PB = {v: k for k, v in _TO_PB.items()}
 
 
+def inline_to_proto(dtype: str, shape: tuple[int, ...], data: bytes, out: pb.TensorRef) -> None:
+    """An inline tensor's message from its parts: what ref_to_proto writes for an inline
+    TensorRef, without one (a reader forwarding rows of a batch builds no ref per row)."""
+    out.dtype = _TO_PB[dtype]
+    out.shape.extend(shape)
+    out.inline_bytes = data
+
+
 def ref_to_proto(ref: TensorRef, out: pb.TensorRef | None = None) -> pb.TensorRef:
     msg = pb.TensorRef() if out is None else out
-    msg.dtype = _TO_PB[ref.dtype]
-    msg.shape.extend(ref.shape)
     loc = ref.location
     if isinstance(loc, InlineLocation):
-        msg.inline_bytes = loc.data
-    elif isinstance(loc, ShmLocation):
+        inline_to_proto(ref.dtype, ref.shape, loc.data, msg)
+        return msg
+    msg.dtype = _TO_PB[ref.dtype]
+    msg.shape.extend(ref.shape)
+    if isinstance(loc, ShmLocation):
         msg.shm.arena, msg.shm.offset, msg.shm.nbytes = loc.arena, loc.offset, loc.nbytes
         msg.shm.lease_id, msg.shm.host_id = loc.lease_id, loc.host_id
     else:

@@ -158,6 +158,22 @@ def test_requests_with_only_a_few_ids_are_parsed_without_a_worker(models):
     assert parsed.inputs["input_ids"][0].tolist() == [1, 2, 3]
 
 
+def test_requests_with_small_named_inputs_are_parsed_without_a_worker_and_large_ones_with_one(models):
+    intake = RequestIntake(InputLimits(), IntakeConfig(workers=1, inline_bytes=1024))
+    intake.close()  # no worker can run now: a parse that needs one fails to schedule
+
+    def named(nbytes: int) -> pb.GenerateRequest:
+        req = pb.GenerateRequest(model="sd3")
+        ref = req.inputs.add(name="prompt").tensor
+        ref.dtype, ref.inline_bytes = 99, b"x" * nbytes  # refused by name wherever it is parsed
+        return req
+
+    with pytest.raises(InvalidArgument, match=r"inputs\[prompt\].*dtype"):
+        asyncio.run(intake.parse(named(100), models["sd3"]))
+    with pytest.raises(RuntimeError, match="shutdown"):
+        asyncio.run(intake.parse(named(2000), models["sd3"]))
+
+
 def test_a_refusal_from_a_worker_leaves_no_reference_cycle(models):
     over = pb.GenerateRequest(model="sd3", text="x" * 100)
     over.inputs.add(name="prompt").tensor.dtype = 99  # refused in the worker, naming the dtype
