@@ -85,7 +85,7 @@ async def _client(executor, rid: str, items: int) -> int:
     from protos.starmesh.v1 import conductor_pb2 as pb
     from runtime.received_rows import RowsView
 
-    events, got = RequestEvents(_ServedModel(), ClientOutputs(), rid), 0
+    events, got = RequestEvents(_served_model(items), ClientOutputs(), rid), 0
     stream = executor.generate_batches(rid, {"n": (torch.tensor([0.0]),)})
     async with contextlib.aclosing(stream):
         async for outputs in stream:
@@ -102,11 +102,15 @@ async def _client(executor, rid: str, items: int) -> int:
     return got
 
 
-class _ServedModel:
-    """What RequestEvents reads of the served pipeline: its one output, a tensor event."""
+def _served_model(items: int):
+    """The pipeline as the conductor serves it (its placement names a replica never reached)."""
+    from bench.conductor_toys import PIPELINE_INNER_LOOPS, pipeline_graph
+    from conductor.model import ServedModel
+    from conductor.placement import Placement
 
-    output_kinds: dict = {}
-    sample_rate = 0
+    placement = Placement.from_dict({"services": {"c": {"replicas": ["127.0.0.1:9"]}},
+                                     "placement": {"src": "c", "mid": "c", "sink": "c"}})
+    return ServedModel("pipe", pipeline_graph(items), placement, PIPELINE_INNER_LOOPS)
 
 
 def main(argv=None) -> int:
