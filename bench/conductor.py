@@ -170,7 +170,7 @@ def saturation_phases(client: Client, args, model: str, tag: str) -> dict:
                       "other_cpu_util": {k: v / r["wall_s"] for k, v in r["other_cpu_s"].items()}})
     best = max(sweep, key=lambda p: p["items_per_s"])
     at_conc = next((p for p in sweep if p["concurrency"] == args.concurrency), best)
-    split = request_cost(client, args.items, best["concurrency"], best, tag)  # after the sweep: its point is fresh
+    split = request_cost(client, args.items, best, tag)  # after the sweep: its point is fresh
     # the CPU of every process on the items' path (conductor and services, not the client)
     path_util = at_conc["cpu_util"] + sum(v for k, v in at_conc["other_cpu_util"].items() if k != "client")
     return {"sweep": sweep, "conductor_saturation_items_per_s": best["items_per_s"],

@@ -19,9 +19,9 @@ LONG = 4  # the long requests carry this many times --items
 LONG_MODEL = "pipe-long"
 
 
-def request_cost(client, items: int, concurrency: int, short: dict, tag: str) -> dict:
-    """short: the saturation sweep point at `concurrency` (its cpu_us_per_item)."""
-    n = LONG * items
+def request_cost(client, items: int, short: dict, tag: str) -> dict:
+    """short: the saturation sweep point (its concurrency and cpu_us_per_item)."""
+    n, concurrency = LONG * items, short["concurrency"]
     r = client.run(model=LONG_MODEL, prefix=f"long{tag}", requests=concurrency, concurrency=concurrency, items=n,
                    params={"interval_s": 0.0})
     long_per_item = r["conductor_cpu_s"] / r["items"] * 1e6

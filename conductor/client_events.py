@@ -154,7 +154,7 @@ class RequestEvents:
             self.completion_tokens += numel(value)
         if not self.wanted.wants(name, kind):
             return []
-        if name in self.wanted.raw or kind not in TYPED_EVENT:
+        if self._is_tensor_event(name, kind):
             return [self.form.tensor(self.outputs, self.request_id, name, value)]
         ref = self.outputs.by_value(value)
         tensor = view(ref.location.data, ref.dtype, ref.shape)
@@ -169,11 +169,14 @@ class RequestEvents:
         else of() for each."""
         tensor_rows = getattr(self.form, "tensor_rows", None)
         kind = self.model.output_kinds.get(name, "")
-        raw = name in self.wanted.raw or kind not in TYPED_EVENT
-        if tensor_rows is None or not raw or kind == "text":
+        if tensor_rows is None or not self._is_tensor_event(name, kind) or kind == "text":
             return [ev for ref in rows.refs() for ev in self.of(name, ref, now)]
         self.num_outputs += len(rows)
         return tensor_rows(self.request_id, name, rows) if self.wanted.wants(name, kind) else []
+
+    def _is_tensor_event(self, name: str, kind: str) -> bool:
+        """The client gets this output as a tensor event: asked raw, or of no typed kind."""
+        return name in self.wanted.raw or kind not in TYPED_EVENT
 
     def _text(self, name: str, ids, now: float):
         ids = [int(i) for i in ids.reshape(-1).tolist()]

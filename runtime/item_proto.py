@@ -39,9 +39,7 @@ from runtime.items import (
     Alive,
     StopRule,
 )
-from runtime.output_batch import (OutputGroup, OutputRows, batch_errors, group, group_to_proto, outputs_from_proto,
-                                  rows_to_proto)
-from runtime.received_rows import read_rows
+from runtime.output_batch import OutputGroup, OutputRows, group, group_to_proto, outputs_from_proto, rows_to_proto
 from runtime.push_batch import PushBatch
 from runtime.push_batch_proto import batch_from_proto, batch_to_proto
 from runtime.route_proto import MAX_WINDOW, routes_from_proto, routes_to_proto
@@ -379,14 +377,7 @@ def events_from_proto(msg: pb.RunResponse, rows: bool = False) -> list[OutboundE
     out: list[OutboundEvent] = []
     for i, e in enumerate(msg.events):
         if e.HasField("outputs"):
-            where = f"events[{i}].outputs"
-            if not rows:
-                out += outputs_from_proto(e.outputs, where)
-                continue
-            try:
-                out.append(read_rows(e.outputs, where))
-            except InvalidArgument as err:
-                out += batch_errors(e.outputs, where, err)
+            out += outputs_from_proto(e.outputs, f"events[{i}].outputs", rows)
             continue
         try:
             out.append(_event_from_proto(e, f"events[{i}]"))

@@ -122,15 +122,12 @@ def group_to_proto(g: OutputGroup, out: pb.OutputBatch) -> None:
                      col.values)
 
 
-def outputs_from_proto(m: pb.OutputBatch, where: str) -> list:
-    """The batch's NodeOutputs, in order; a batch that does not hold together fails each
-    request it names (a NodeError naming the field), never the stream."""
+def outputs_from_proto(m: pb.OutputBatch, where: str, rows: bool = False) -> list:
+    """The batch's NodeOutputs, in order (rows: the batch as one ReceivedRows instead); a
+    batch that does not hold together fails each request it names (a NodeError naming the
+    field), never the stream."""
     try:
-        return read_rows(m, where).outputs()
+        received = read_rows(m, where)
     except InvalidArgument as e:
-        return batch_errors(m, where, e)
-
-
-def batch_errors(m: pb.OutputBatch, where: str, e: InvalidArgument) -> list[NodeError]:
-    """What a batch that does not hold together is to its reader: each request it names fails."""
-    return [NodeError(rid, m.node, e.status, f"{where}: {e}") for rid in dict.fromkeys(m.request_ids)]
+        return [NodeError(rid, m.node, e.status, f"{where}: {e}") for rid in dict.fromkeys(m.request_ids)]
+    return [received] if rows else received.outputs()

@@ -14,6 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.conductor_client import make_request
 from bench.conductor_toys import PIPELINE_INNER_LOOPS, make_a, make_b, make_c, pipeline_graph
 from conductor.client_events import RequestEvents, WantedOutputs
 from conductor.client_outputs import ClientOutputs
@@ -218,8 +219,7 @@ def test_concurrent_requests_get_every_item_in_order_through_the_mesh(mesh):
     """C's sink answers a step's items as one batch of rows for many requests; each client
     gets its own 40 tensor events, in order, values as sent, then a Usage that counts them."""
     async def one(stub, rid: str, batches: bool):
-        req = conductor_pb2.GenerateRequest(model="pipe", request_id=rid)
-        req.inputs.add(name="n").tensor.CopyFrom(_tensor_proto(torch.tensor([0.0])))
+        req = make_request("pipe", rid, {})
         if batches:
             return [ev async for batch in stub.GenerateBatches(req) for ev in batch.events]
         return [ev async for ev in stub.Generate(req)]
@@ -237,8 +237,3 @@ def test_concurrent_requests_get_every_item_in_order_through_the_mesh(mesh):
         assert all(list(t.tensor.shape) == [1] for t in tensors)
         assert events[-1].usage.metrics["num_outputs"] == 40
 
-
-def _tensor_proto(t: torch.Tensor):
-    from transport.ref_proto import ref_to_proto
-
-    return ref_to_proto(inline_ref(t))
